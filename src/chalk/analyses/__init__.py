@@ -1,0 +1,1 @@
+"""Analyses: compose equations into typed answers."""

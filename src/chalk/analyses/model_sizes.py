@@ -1,0 +1,263 @@
+"""Derived sizes of a model: parameters, weight bytes, FLOPs per token, KV bytes, experts touched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from chalk.equations import attention as attn
+from chalk.equations import moe
+from chalk.equations import params as P
+from chalk.specs.model import ModelSpec
+from chalk.specs.precision import bytes_per_element, canonical
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """Parameter groups of one model, and the quantities a roofline needs from it.
+
+    Counts match `transformers` models built from the same config (checked in tests); they exclude
+    multi-token-prediction heads that HF does not build (DeepSeek-V3's 14B MTP module).
+    """
+
+    model: ModelSpec
+
+    # ------------------------------------------------------------------ parameter groups
+    @cached_property
+    def embedding_params(self) -> float:
+        return float(P.embedding_params(self.model.vocab_size, self.model.hidden_size))
+
+    @cached_property
+    def lm_head_params(self) -> float:
+        return 0.0 if self.model.tie_word_embeddings else self.embedding_params
+
+    @cached_property
+    def attention_params_per_layer(self) -> float:
+        m = self.model
+        if m.attention == "mla":
+            n = P.mla_attention_params(m.hidden_size, m.num_heads, m.q_lora_rank, m.kv_lora_rank,
+                                       m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
+            if m.is_dsa:
+                n += P.dsa_indexer_params(m.hidden_size, m.q_lora_rank, m.index_n_heads, m.index_head_dim)
+            return float(n)
+        return float(P.gqa_attention_params(m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
+                                            m.qkv_bias, m.o_bias, m.qk_norm, m.attention_sinks))
+
+    @cached_property
+    def dense_mlp_params_per_layer(self) -> float:
+        return float(P.gated_mlp_params(self.model.hidden_size, self.model.intermediate_size, self.model.mlp_bias))
+
+    @cached_property
+    def params_per_expert(self) -> float:
+        m = self.model
+        return float(P.gated_mlp_params(m.hidden_size, m.moe_intermediate_size, m.expert_bias)) if m.is_moe else 0.0
+
+    @cached_property
+    def router_params_per_layer(self) -> float:
+        m = self.model
+        return float(P.router_params(m.hidden_size, m.num_experts, m.router_bias)) if m.is_moe else 0.0
+
+    @cached_property
+    def shared_expert_params_per_layer(self) -> float:
+        m = self.model
+        if not (m.is_moe and m.num_shared_experts):
+            return 0.0
+        return float(P.gated_mlp_params(m.hidden_size, m.moe_intermediate_size * m.num_shared_experts))
+
+    @cached_property
+    def norm_params(self) -> float:
+        m = self.model
+        # MLA's q_a/kv_a layernorms are counted inside mla_attention_params
+        return float(P.norm_params(m.hidden_size, 2 * m.num_layers + 1))
+
+    @cached_property
+    def routed_expert_params(self) -> float:
+        """All routed-expert weights in the model."""
+        return self.model.n_moe_layers * self.model.num_experts * self.params_per_expert
+
+    @cached_property
+    def total_params(self) -> float:
+        m = self.model
+        layers = m.num_layers * self.attention_params_per_layer
+        dense_layers = m.num_layers - m.n_moe_layers
+        mlp = dense_layers * self.dense_mlp_params_per_layer + m.n_moe_layers * (
+            self.router_params_per_layer + self.shared_expert_params_per_layer) + self.routed_expert_params
+        return self.embedding_params + self.lm_head_params + layers + mlp + self.norm_params
+
+    @cached_property
+    def active_params(self) -> float:
+        """Parameters one token touches, both embedding matrices included (model-card style)."""
+        m = self.model
+        idle = m.n_moe_layers * (m.num_experts - m.experts_per_token) * self.params_per_expert
+        return self.total_params - idle
+
+    @cached_property
+    def active_matmul_params(self) -> float:
+        """Active parameters that take part in a matrix multiply (the input embedding is a lookup)."""
+        lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
+        return self.active_params - lookup - self.norm_params
+
+    @cached_property
+    def dense_params(self) -> float:
+        """Parameters read every step whatever the batch: everything but the routed experts."""
+        return self.total_params - self.routed_expert_params
+
+    # ------------------------------------------------------------------ bytes
+    def _precisions(self, precision: str | None) -> tuple[float, float]:
+        """Bytes per element for (non-expert weights, routed-expert weights)."""
+        if precision is not None:
+            b = bytes_per_element(precision)
+            return b, b
+        main = bytes_per_element(self.model.native_precision)
+        return main, bytes_per_element(self.model.expert_precision or self.model.native_precision)
+
+    def default_precision(self) -> str:
+        """The precision weights run at when none is asked for (the checkpoint's own)."""
+        return canonical(self.model.expert_precision or self.model.native_precision)
+
+    def weight_bytes(self, precision: str | None = None) -> float:
+        """Bytes of all weights at `precision` (None: the checkpoint's own mix)."""
+        main, expert = self._precisions(precision)
+        return self.dense_params * main + self.routed_expert_params * expert
+
+    def weight_bytes_read(self, tokens, precision: str | None = None, refined: bool = True):
+        """Weight bytes one forward step over `tokens` tokens reads from HBM.
+
+        Lecture form (refined=False): all weights, N_total * bytes (eq. 3).
+        Refined MoE form: non-expert weights (less the input-embedding lookup) plus, in each MoE
+        layer, the expected distinct experts the tokens touch, E * (1 - (1 - k/E)^B).
+        """
+        tokens = np.asarray(tokens, dtype=float)
+        if not refined:
+            return np.broadcast_to(self.weight_bytes(precision), tokens.shape).astype(float)
+        main, expert = self._precisions(precision)
+        lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
+        dense = (self.dense_params - lookup) * main
+        m = self.model
+        if not m.is_moe:
+            return np.broadcast_to(dense, tokens.shape).astype(float)
+        touched = moe.expected_distinct_experts(m.num_experts, m.experts_per_token, tokens)
+        return dense + m.n_moe_layers * touched * self.params_per_expert * expert
+
+    @cached_property
+    def sparsity(self) -> float:
+        return float(moe.sparsity(self.total_params, self.active_params))
+
+    # ------------------------------------------------------------------ KV cache
+    def _kv_layer_bytes(self, kv_precision: str) -> float:
+        m, b = self.model, bytes_per_element(kv_precision)
+        if m.attention == "mla":
+            return float(attn.kv_bytes_per_token_layer_mla(m.kv_lora_rank, m.qk_rope_head_dim, b))
+        return float(attn.kv_bytes_per_token_layer_gqa(m.num_kv_heads, m.head_dim, b))
+
+    def _indexer_layer_bytes(self, kv_precision: str) -> float:
+        m = self.model
+        if not m.is_dsa:
+            return 0.0
+        return float(attn.dsa_indexer_key_bytes_per_token_layer(m.index_head_dim, bytes_per_element(kv_precision)))
+
+    def kv_bytes_per_token(self, kv_precision: str = "bf16") -> float:
+        """Bytes the cache grows by per token of context (full-attention layers, plus DSA indexer keys).
+
+        Sliding-window layers are excluded: they hold a constant window per sequence.
+        """
+        m = self.model
+        return m.n_full_layers * self._kv_layer_bytes(kv_precision) + m.num_layers * self._indexer_layer_bytes(
+            kv_precision)
+
+    def kv_bytes_per_sequence(self, context, kv_precision: str = "bf16"):
+        """Bytes of KV cache one sequence of `context` tokens holds."""
+        m = self.model
+        L = np.asarray(context, dtype=float)
+        per_layer = self._kv_layer_bytes(kv_precision)
+        full = m.n_full_layers * per_layer * L
+        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+
+    def kv_read_bytes_per_sequence(self, context, kv_precision: str = "bf16", sparse_law: str | None = None):
+        """KV bytes one decode step reads for one sequence at `context`.
+
+        Dense attention reads the whole cache; sliding layers their window; DSA reads top-k latent
+        entries plus every indexer key. `sparse_law="sqrt"` applies the lecture's square-root law
+        (block-sparse attention) to the full-attention layers instead.
+        """
+        m = self.model
+        L = np.asarray(context, dtype=float)
+        per_layer = self._kv_layer_bytes(kv_precision)
+        read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
+            attn.effective_context(L, topk=m.index_topk or None)
+        full = m.n_full_layers * per_layer * read_full
+        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+
+    # ------------------------------------------------------------------ FLOPs
+    def _attn_dims(self, phase: str) -> tuple[float, float]:
+        m = self.model
+        if m.attention == "mla":
+            if phase == "decode":  # weight absorption: attend in the latent space (MQA-like)
+                return m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
+            return m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        return m.head_dim, m.head_dim
+
+    def attention_flops_per_token(self, context, sparse_law: str | None = None):
+        """Attention FLOPs of one decode token at `context`, summed over layers."""
+        m = self.model
+        L = np.asarray(context, dtype=float)
+        qk, v = self._attn_dims("decode")
+        read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
+            attn.effective_context(L, topk=m.index_topk or None)
+        f = m.n_full_layers * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
+        f = f + m.n_sliding_layers * attn.attention_flops_per_query_token(
+            attn.effective_context(L, window=m.sliding_window), m.num_heads, qk, v)
+        if m.is_dsa:  # the indexer scores every cached token with every indexer head
+            f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * L
+        return f
+
+    def decode_flops_per_token(self, context, sparse_law: str | None = None):
+        """FLOPs to decode one token at `context`: 2 * N_active (matmuls) plus attention."""
+        return 2 * self.active_matmul_params + self.attention_flops_per_token(context, sparse_law)
+
+    def prefill_attention_flops(self, prompt_len):
+        """Attention FLOPs of a causal prefill of `prompt_len` tokens, summed over layers."""
+        m = self.model
+        qk, v = self._attn_dims("prefill")
+        per_pair = 2 * m.num_heads * (qk + v)
+        f = m.n_full_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.index_topk or None)
+        f = f + m.n_sliding_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.sliding_window)
+        if m.is_dsa:
+            f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * attn.causal_prefix_sum(prompt_len)
+        return f
+
+    def prefill_flops(self, prompt_len):
+        """FLOPs to prefill one prompt of `prompt_len` tokens."""
+        P_ = np.asarray(prompt_len, dtype=float)
+        return 2 * self.active_matmul_params * P_ + self.prefill_attention_flops(P_)
+
+    def summary(self, kv_precision: str = "bf16", precision: str | None = None) -> dict:
+        m = self.model
+        d = {
+            "id": m.id, "name": m.name, "model_type": m.model_type, "attention": m.attention,
+            "total_params": self.total_params, "active_params": self.active_params,
+            "active_matmul_params": self.active_matmul_params, "embedding_params": self.embedding_params,
+            "sparsity": self.sparsity, "layers": m.num_layers, "hidden_size": m.hidden_size,
+            "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
+            "weights_precision": precision or self.default_precision(),
+            "weight_bytes": self.weight_bytes(precision),
+            "kv_precision": kv_precision, "kv_bytes_per_token": self.kv_bytes_per_token(kv_precision),
+            "kv_bytes_per_token_fp8": self.kv_bytes_per_token("fp8"),
+            "decode_flops_per_token_at_4k": float(self.decode_flops_per_token(4096)),
+            "experts": m.num_experts, "experts_per_token": m.experts_per_token,
+            "shared_experts": m.num_shared_experts, "moe_layers": m.n_moe_layers,
+            "params_per_expert": self.params_per_expert,
+            "sliding_window": m.sliding_window, "sliding_layers": m.n_sliding_layers,
+            "dsa_topk": m.index_topk or None, "max_context": m.max_context,
+            "card_total_params": m.card_total_params, "card_active_params": m.card_active_params,
+            "source": m.source,
+        }
+        return d
+
+
+def sizes(model: ModelSpec) -> ModelSizes:
+    return ModelSizes(model)

@@ -1,0 +1,232 @@
+"""Single-replica roofline for decode and prefill steps, with its breakdown.
+
+Chips in a system are an ideal aggregate here: FLOP/s, bandwidth and HBM are summed and
+communication is free. Real layouts (TP/EP/PP with link costs) live in `chalk.analyses.parallel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from chalk.analyses.model_sizes import ModelSizes
+from chalk.equations import roofline as R
+from chalk.errors import FitError, InputError
+from chalk.specs.hardware import System
+from chalk.specs.model import ModelSpec
+from chalk.specs.precision import canonical
+from chalk.specs.workload import positive
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak and a fixed per-step overhead. `IDEAL` is the pure roofline."""
+
+    compute: float = 1.0
+    memory: float = 1.0
+    overhead_s: float = 0.0
+    memory_reserve: float = 0.0  # fraction of HBM kept for activations / workspace / fragmentation
+    label: str = "ideal"
+
+    def __post_init__(self):
+        for name in ("compute", "memory"):
+            v = getattr(self, name)
+            if not (0 < v <= 1):
+                raise InputError(f"{name} efficiency must be in (0, 1], got {v!r}")
+        if not (0 <= self.overhead_s < 10):
+            raise InputError(f"overhead must be in [0, 10) s, got {self.overhead_s!r}")
+        if not (0 <= self.memory_reserve < 1):
+            raise InputError(f"memory reserve must be in [0, 1), got {self.memory_reserve!r}")
+
+
+IDEAL = Efficiency()
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """One step (or a grid of steps when batch/context are arrays). Times in s, bytes, FLOP, USD."""
+
+    model: str
+    hardware: str
+    chips: int
+    phase: str
+    batch: object
+    context: object
+    precision: str
+    compute_precision: str
+    kv_precision: str
+    weights_read: str
+    efficiency: str
+    step_time_s: object
+    compute_time_s: object
+    weight_time_s: object
+    weight_time_lecture_s: object
+    kv_time_s: object
+    memory_time_s: object
+    bound: object
+    mfu: object
+    mbu: object
+    tokens_per_s: object
+    user_tokens_per_s: object
+    cost_per_mtok_usd: object
+    critical_batch: float
+    critical_batch_with_kv: object
+    balance_context: object
+    weight_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_sequence: object
+    memory_needed_bytes: object
+    hbm_bytes: float
+    max_batch_fit: object
+    fits: object
+    total_params: float
+    active_params: float
+    flops: object
+    bytes_moved: object
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {k: _jsonable(v) for k, v in asdict(self).items()}
+
+
+def _jsonable(v):
+    if isinstance(v, tuple):
+        return list(v)
+    if isinstance(v, np.ndarray):
+        if v.ndim == 0:
+            return _jsonable(v.item())
+        return [_jsonable(x) for x in v.tolist()]
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if not np.isfinite(f) else f
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _scalar(x):
+    a = np.asarray(x)
+    return a.item() if a.ndim == 0 else a
+
+
+def balance_context(sz: ModelSizes, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+                    kv_precision: str, sparse_law: str | None = None, lo: float = 1.0, hi: float = 1e9):
+    """Context at which one sequence's KV read time equals its compute time (NaN if never).
+
+    Solved numerically (bisection in log-context) so sliding windows, DSA and the sqrt law all work.
+    """
+    def gap(L):
+        return (sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law) / bandwidth_bytes_per_s
+                - sz.decode_flops_per_token(L, sparse_law) / peak_flops_per_s)
+
+    if gap(hi) <= 0:
+        return float("nan")
+    if gap(lo) >= 0:
+        return lo
+    a, b = np.log(lo), np.log(hi)
+    for _ in range(64):
+        mid = 0.5 * (a + b)
+        if gap(np.exp(mid)) > 0:
+            b = mid
+        else:
+            a = mid
+    return float(np.exp(0.5 * (a + b)))
+
+
+def step(model: ModelSpec, system: System, batch, context, *, phase: str = "decode", chips: int | None = None,
+         precision: str | None = None, kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
+         refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False) -> RooflineResult:
+    """Roofline of one decode step (batch B at context L) or prefill (B prompts of L tokens).
+
+    batch and context may be numpy arrays (broadcast together) for vectorised sweeps.
+    """
+    batch = positive("batch", batch)
+    context = positive("context", context)
+    if phase not in ("decode", "prefill"):
+        raise InputError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
+    kv_precision = canonical(kv_precision)
+    sz = ModelSizes(model)
+    prec = canonical(precision) if precision else sz.default_precision()
+    chip = system.chip
+    cprec = chip.compute_precision(prec)
+    peak = chip.flops_per_s[cprec] * n
+    bw = chip.hbm_bandwidth_bytes_per_s * n
+    hbm = chip.hbm_bytes * n
+    eff_peak, eff_bw = peak * efficiency.compute, bw * efficiency.memory
+
+    B = np.asarray(batch, dtype=float)
+    L = np.asarray(context, dtype=float)
+    wprec = precision  # None -> the checkpoint's own mix
+    weight_bytes = sz.weight_bytes(wprec)
+    kv_tok = sz.kv_bytes_per_token(kv_precision)
+
+    if phase == "decode":
+        tokens = B
+        flops = B * sz.decode_flops_per_token(L, sparse_law)
+        kv_bytes = B * sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
+        kv_seq = sz.kv_bytes_per_sequence(L + 1, kv_precision)
+        user_rate_tokens = np.ones_like(B * L)
+    else:
+        tokens = B * L
+        flops = B * sz.prefill_flops(L)
+        kv_bytes = B * sz.kv_bytes_per_sequence(L, kv_precision)  # written once
+        kv_seq = sz.kv_bytes_per_sequence(L, kv_precision)
+        user_rate_tokens = L * np.ones_like(B)
+    w_read = sz.weight_bytes_read(tokens, wprec, refined=refined)
+    w_read_lecture = sz.weight_bytes_read(tokens, wprec, refined=False)
+
+    t_c = R.compute_time_s(flops, eff_peak)
+    t_w = R.memory_time_s(w_read, eff_bw)
+    t_w_lec = R.memory_time_s(w_read_lecture, eff_bw)
+    t_kv = R.memory_time_s(kv_bytes, eff_bw)
+    t_m = t_w + t_kv
+    t = R.step_time_s(t_c, t_m, efficiency.overhead_s)
+    bound = np.where(t_c >= t_m, "compute", "memory")
+    bytes_moved = w_read + kv_bytes
+
+    need = weight_bytes + B * kv_seq
+    usable = hbm * (1 - efficiency.memory_reserve)
+    fits = need <= usable
+    with np.errstate(divide="ignore", invalid="ignore"):
+        max_b = np.floor((usable - weight_bytes) / kv_seq)
+    max_b = np.where(max_b >= 0, max_b, 0.0)
+    if strict_fit and not np.all(fits):
+        raise FitError(f"{model.id} does not fit on {n} x {chip.id}: needs {np.max(need) / 1e9:.1f} GB "
+                       f"(weights {weight_bytes / 1e9:.1f} GB + KV), has {usable / 1e9:.1f} GB")
+
+    bpp = weight_bytes / sz.total_params
+    crit = float(R.critical_batch(eff_peak, eff_bw, sz.total_params, sz.active_matmul_params, bpp))
+    per_seq_flops = sz.decode_flops_per_token(L, sparse_law)
+    per_seq_kv = sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
+    crit_kv = R.critical_batch_with_kv(weight_bytes, per_seq_flops, per_seq_kv, eff_peak, eff_bw)
+    bal = balance_context(sz, eff_peak, eff_bw, kv_precision, sparse_law)
+
+    price = chip.price_usd_per_s
+    notes = []
+    if chip.price_is_assumption:
+        notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
+    if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
+        notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
+    return RooflineResult(
+        model=model.id, hardware=system.id, chips=n, phase=phase, batch=_scalar(batch), context=_scalar(context),
+        precision=prec, compute_precision=cprec, kv_precision=kv_precision,
+        weights_read="refined (distinct experts touched)" if refined and model.is_moe else "all weights (lecture)",
+        efficiency=efficiency.label,
+        step_time_s=_scalar(t), compute_time_s=_scalar(t_c), weight_time_s=_scalar(t_w),
+        weight_time_lecture_s=_scalar(t_w_lec), kv_time_s=_scalar(t_kv), memory_time_s=_scalar(t_m),
+        bound=_scalar(bound), mfu=_scalar(R.utilization(flops / t, peak)),
+        mbu=_scalar(R.utilization(bytes_moved / t, bw)), tokens_per_s=_scalar(tokens / t),
+        user_tokens_per_s=_scalar(user_rate_tokens / t),
+        cost_per_mtok_usd=_scalar(R.cost_per_token_usd(t, price, n, tokens) * 1e6),
+        critical_batch=crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=bal,
+        weight_bytes=weight_bytes, kv_bytes_per_token=kv_tok, kv_bytes_per_sequence=_scalar(kv_seq),
+        memory_needed_bytes=_scalar(need), hbm_bytes=hbm, max_batch_fit=_scalar(max_b), fits=_scalar(fits),
+        total_params=sz.total_params, active_params=sz.active_params, flops=_scalar(flops),
+        bytes_moved=_scalar(bytes_moved), notes=tuple(notes),
+    )

@@ -1,0 +1,114 @@
+"""Attention: KV-cache bytes per token and attention FLOPs at a context length."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def matmul_flops(m, k, n):
+    """FLOPs of an (m x k) @ (k x n) matrix product.
+
+    Formula: 2 * m * k * n   (one multiply and one add per multiply-add)
+    Ref: lecture eq. 2 ("the lecture drops the 2 and says multiplies").
+    Assumes: dense operands.
+    """
+    return 2 * np.asarray(m, dtype=float) * k * n
+
+
+def kv_elements_per_token_gqa(num_kv_heads, head_dim):
+    """Elements one token stores per layer in a GQA/MHA/MQA KV cache.
+
+    Formula: 2 * kv_heads * head_dim   (a key and a value per KV head)
+    Ref: reference README convention 4; Ainslie et al. 2023.
+    Assumes: keys and values have the same head dim.
+    """
+    return 2 * num_kv_heads * head_dim
+
+
+def kv_bytes_per_token_layer_gqa(num_kv_heads, head_dim, bytes_per_element):
+    """Bytes one token stores per layer in a GQA cache at a precision.
+
+    Formula: 2 * kv_heads * head_dim * bytes
+    Ref: reference README convention 4 (Llama-3.1-70B: 2*80*8*128*2 = 327,680 B over 80 layers).
+    Assumes: per-tensor scales for 8-bit caches (negligible bytes).
+    """
+    return kv_elements_per_token_gqa(num_kv_heads, head_dim) * bytes_per_element
+
+
+def kv_bytes_per_token_layer_mla(kv_lora_rank, qk_rope_head_dim, bytes_per_element):
+    """Bytes one token stores per layer in an MLA cache (compressed latent plus the RoPE key).
+
+    Formula: (r_kv + d_rope) * bytes at 16 bits; below 16 bits the FlashMLA packed layout:
+             r_kv * bytes + 4 * r_kv/128 (fp32 scale per 128) + 2 * d_rope (RoPE part stays bf16)
+    Ref: DeepSeek-V2 sec. 2.1; README convention 4 (61 * 576 * 2 = 70,272 B; FP8 packed 656 B/layer).
+    Assumes: the packed layout FlashMLA and vLLM use for 8-bit and narrower caches.
+    """
+    b = np.asarray(bytes_per_element, dtype=float)
+    plain = (kv_lora_rank + qk_rope_head_dim) * b
+    packed = kv_lora_rank * b + 4 * np.ceil(kv_lora_rank / 128) + 2 * qk_rope_head_dim
+    return np.where(b >= 2, plain, packed)
+
+
+def dsa_indexer_key_bytes_per_token_layer(index_head_dim, bytes_per_element):
+    """Bytes of one token's lightning-indexer key per layer (DeepSeek Sparse Attention).
+
+    Formula: d_I * bytes, plus a 4-byte fp32 scale below 16 bits
+    Ref: reference models.csv (V3.2: 61*132 = 8,052 B in FP8; 61*256 = 15,616 B in BF16).
+    Assumes: one shared indexer key per token (MQA-style), as released.
+    """
+    b = np.asarray(bytes_per_element, dtype=float)
+    return index_head_dim * b + np.where(b >= 2, 0.0, 4.0)
+
+
+def effective_context(context, window=None, topk=None):
+    """Tokens of context one query actually reads.
+
+    Formula: min(L, window) for sliding-window layers; min(L, k) for top-k sparse attention; else L
+    Ref: Beltagy et al. 2020 (sliding window); DeepSeek-V3.2 (top-k = 2048).
+    Assumes: nothing beyond the cap.
+    """
+    L = np.asarray(context, dtype=float)
+    if window:
+        L = np.minimum(L, window)
+    if topk:
+        L = np.minimum(L, topk)
+    return L
+
+
+def causal_prefix_sum(prompt_len, cap=None):
+    """Sum over positions t = 1..P of the tokens each attends to, optionally capped at `cap`.
+
+    Formula: P(P+1)/2 uncapped; with cap w and P > w: w(w+1)/2 + (P - w) * w
+    Ref: causal self-attention; sliding windows and top-k selection cap each row at w.
+    Assumes: each token attends to itself and everything before it (up to the cap).
+    """
+    P = np.asarray(prompt_len, dtype=float)
+    full = P * (P + 1) / 2
+    if not cap:
+        return full
+    w = float(cap)
+    return np.where(P <= w, full, w * (w + 1) / 2 + (P - w) * w)
+
+
+def sqrt_law_tokens_read(context, selected_blocks=16):
+    """Tokens a query reads under block-sparse attention with the block size chosen optimally.
+
+    Formula: reading L/b block summaries plus s selected blocks of b tokens costs L/b + s*b tokens,
+             minimised at b = sqrt(L/s) to 2 * sqrt(s * L)
+    Ref: the lecture ("DeepSeek's sparse attention puts a square root in the memory term");
+         Native Sparse Attention, Yuan et al. 2025 (arXiv 2502.11089), compressed + selected blocks.
+    Assumes: block summaries cost one token's bytes each; never more than the dense L.
+    """
+    L = np.asarray(context, dtype=float)
+    return np.minimum(L, 2 * np.sqrt(selected_blocks * L))
+
+
+def attention_flops_per_query_token(context, num_heads, qk_dim, v_dim):
+    """FLOPs of one query token's attention over `context` tokens in one layer.
+
+    Formula: 2 * h * L * d_qk (scores) + 2 * h * L * d_v (weighted sum of values)
+    Ref: Kaplan et al. 2020 Table 1 (2 * n_layer * n_ctx * d_attn per token, forward).
+    Assumes: softmax FLOPs negligible. For MLA decode, d_qk = r_kv + d_rope and d_v = r_kv
+        (weight absorption, DeepSeek-V2 appendix); for MLA prefill d_qk = d_nope + d_rope.
+    """
+    return 2 * num_heads * np.asarray(context, dtype=float) * (qk_dim + v_dim)

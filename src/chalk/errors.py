@@ -1,0 +1,41 @@
+"""Typed errors. The CLI maps every ChalkError to one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ChalkError(Exception):
+    """Base class for every error chalk raises on bad input."""
+
+
+class UnknownNameError(ChalkError, KeyError):
+    """A catalog id (chip, system, model, precision, price sheet, ...) that does not exist."""
+
+    def __init__(self, kind: str, name: str, choices: Iterable[str]):
+        self.kind, self.name = kind, name
+        self.choices = sorted(set(choices))
+        close = difflib.get_close_matches(str(name).lower(), self.choices, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        shown = ", ".join(self.choices[:12]) + (" ..." if len(self.choices) > 12 else "")
+        super().__init__(f"unknown {kind} '{name}'{hint} (known: {shown})")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class SpecError(ChalkError):
+    """A malformed, missing or incomplete spec file (YAML or config.json)."""
+
+
+class UnsupportedArchitectureError(SpecError):
+    """A config.json whose model_type chalk does not know how to size."""
+
+
+class InputError(ChalkError, ValueError):
+    """A non-physical or out-of-range argument (batch 0, negative context, NaN, ...)."""
+
+
+class FitError(ChalkError):
+    """The model does not fit in memory when fitting was required."""

@@ -1,0 +1,1 @@
+"""Faces: CLI, plots, web, report. Thin; no formulas live here."""

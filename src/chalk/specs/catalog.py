@@ -1,0 +1,218 @@
+"""Find chips, systems and models by id, alias or path; the catalog is package data."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from chalk.errors import SpecError, UnknownNameError
+from chalk.specs.hardware import Chip, System
+from chalk.specs.model import ModelSpec, model_from_config
+
+
+def _catalog_dir(kind: str):
+    return resources.files("chalk") / "catalog" / kind
+
+
+def read_yaml(path, where: str | None = None) -> dict:
+    """Parse a YAML mapping, turning every failure into one SpecError line."""
+    where = where or str(path)
+    try:
+        text = Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{where}: malformed YAML{at}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a YAML mapping at the top level")
+    return data
+
+
+def read_json(path, where: str | None = None) -> dict:
+    where = where or str(path)
+    try:
+        text = Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{where}: malformed JSON at line {e.lineno} column {e.colno}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a JSON object at the top level")
+    return data
+
+
+# --------------------------------------------------------------------------- chips and systems
+@lru_cache(maxsize=1)
+def _chip_files() -> dict[str, dict]:
+    out = {}
+    for f in sorted(_catalog_dir("chips").iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".yaml"):
+            d = read_yaml(f, f"catalog chip {f.name}")
+            out[str(d.get("id", f.name[:-5]))] = d
+    return out
+
+
+@lru_cache(maxsize=1)
+def _system_files() -> dict[str, dict]:
+    out = {}
+    for f in sorted(_catalog_dir("systems").iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".yaml"):
+            d = read_yaml(f, f"catalog system {f.name}")
+            out[str(d.get("id", f.name[:-5]))] = d
+    return out
+
+
+def chip_ids() -> list[str]:
+    return list(_chip_files())
+
+
+def system_ids() -> list[str]:
+    return list(_system_files())
+
+
+def _alias_map(files: dict[str, dict]) -> dict[str, str]:
+    m = {}
+    for cid, d in files.items():
+        m[cid.lower()] = cid
+        for a in d.get("aliases", []) or []:
+            m[str(a).lower()] = cid
+    return m
+
+
+@lru_cache(maxsize=None)
+def load_chip(name: str) -> Chip:
+    """A catalog chip by id or alias."""
+    files = _chip_files()
+    cid = _alias_map(files).get(str(name).lower())
+    if cid is None:
+        raise UnknownNameError("chip", name, _alias_map(files))
+    return Chip.from_yaml_dict(files[cid], f"catalog chip {cid}")
+
+
+@lru_cache(maxsize=None)
+def load_system(name: str) -> System:
+    """A catalog system by id or alias."""
+    files = _system_files()
+    sid = _alias_map(files).get(str(name).lower())
+    if sid is None:
+        raise UnknownNameError("system", name, _alias_map(files))
+    return _system_from_dict(files[sid], f"catalog system {sid}")
+
+
+def _system_from_dict(d: dict, where: str) -> System:
+    chip = d.get("chip")
+    if isinstance(chip, dict):
+        chip = Chip.from_yaml_dict(chip, f"{where}: chip")
+    elif isinstance(chip, str):
+        chip = load_chip(chip)
+    else:
+        raise SpecError(f"{where}: missing field 'chip' (a chip id or a chip mapping)")
+    n = d.get("chips")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise SpecError(f"{where}: 'chips' must be a positive integer, got {n!r}")
+    try:
+        return System(id=str(d.get("id", chip.id)), name=str(d.get("name", d.get("id", chip.id))), chip=chip,
+                      chips=n, kind=d.get("kind", "node"),
+                      aliases=tuple(str(a).lower() for a in d.get("aliases", []) or []),
+                      sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+                      notes=str(d.get("notes", "") or ""))
+    except ValueError as e:
+        from chalk.specs.hardware import _first_line
+
+        raise SpecError(f"{where}: {_first_line(e)}") from None
+
+
+def _looks_like_path(name: str) -> bool:
+    return any(s in name for s in ("/", "\\")) or name.endswith((".yaml", ".yml", ".json"))
+
+
+def resolve_hardware(name: str) -> System:
+    """`--hardware`: a chip id (its default system), a system id, or a path to a chip/system YAML."""
+    name = str(name).strip()
+    if _looks_like_path(name) or Path(name).is_file():
+        d = read_yaml(name)
+        if "chip" in d:
+            return _system_from_dict(d, name)
+        chip = Chip.from_yaml_dict(d, name)
+        n = d.get("chips", 1)
+        return System(id=chip.id, name=chip.name, chip=chip, chips=int(n), kind="chip" if n == 1 else "node")
+    key = name.lower()
+    chips, systems = _alias_map(_chip_files()), _alias_map(_system_files())
+    if key in systems:
+        return load_system(systems[key])
+    if key in chips:
+        chip = load_chip(chips[key])
+        if chip.default_system:
+            return load_system(chip.default_system)
+        return System(id=chip.id, name=chip.name, chip=chip, chips=1, kind="chip")
+    raise UnknownNameError("hardware", name, {**chips, **systems})
+
+
+# --------------------------------------------------------------------------- models
+@lru_cache(maxsize=1)
+def _model_dirs() -> dict[str, object]:
+    out = {}
+    for d in sorted(_catalog_dir("models").iterdir(), key=lambda p: p.name):
+        if d.is_dir() and (d / "config.json").is_file():
+            out[d.name] = d
+    return out
+
+
+@lru_cache(maxsize=1)
+def _model_aliases() -> dict[str, str]:
+    m = {}
+    for mid, d in _model_dirs().items():
+        m[mid.lower()] = mid
+        meta = d / "meta.yaml"
+        if meta.is_file():
+            for a in read_yaml(meta, f"catalog model {mid}/meta.yaml").get("aliases", []) or []:
+                m[str(a).lower()] = mid
+    return m
+
+
+def model_ids() -> list[str]:
+    return list(_model_dirs())
+
+
+@lru_cache(maxsize=None)
+def load_model(name: str) -> ModelSpec:
+    """`--model`: a catalog id or alias, a path to a config.json, or a folder holding one."""
+    name = str(name).strip()
+    p = Path(name)
+    if _looks_like_path(name) or p.exists():
+        if p.is_dir():
+            p = p / "config.json"
+        cfg = read_json(p)
+        meta_path = p.parent / "meta.yaml"
+        meta = read_yaml(meta_path) if meta_path.is_file() else {}
+        mid = meta.get("id") or (p.parent.name if p.name == "config.json" else p.stem)
+        return model_from_config(cfg, id=str(mid), source=str(p), meta=meta)
+    mid = _model_aliases().get(name.lower())
+    if mid is None:
+        raise UnknownNameError("model", name, _model_aliases())
+    d = _model_dirs()[mid]
+    meta_path = d / "meta.yaml"
+    meta = read_yaml(meta_path, f"catalog model {mid}/meta.yaml") if meta_path.is_file() else {}
+    cfg = read_json(d / "config.json", f"catalog model {mid}/config.json")
+    return model_from_config(cfg, id=mid, source=str(meta.get("source", "")), meta=meta)
+
+
+def model_meta(mid: str) -> dict:
+    d = _model_dirs().get(mid)
+    if d is None or not (d / "meta.yaml").is_file():
+        return {}
+    return read_yaml(d / "meta.yaml", f"catalog model {mid}/meta.yaml")

@@ -1,0 +1,176 @@
+"""Chips and systems (a chip in its scale-up domain), loaded from catalog YAML.
+
+The YAML holds vendor units with the unit in the key (`hbm_tb_per_s`); everything here is SI:
+FLOP/s, bytes, bytes/s, W, USD/s.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chalk.errors import SpecError
+from chalk.specs.precision import COMPUTE_FALLBACK, bytes_per_element, canonical
+
+NUMERIC_FIELDS = ("dense_tflops", "hbm_gb", "hbm_tb_per_s", "scaleup_gb_per_s_bidir",
+                  "scaleout_gbit_per_s", "tdp_w", "price_usd_per_hour")
+
+
+class Chip(BaseModel):
+    """One accelerator. SI units; `flops_per_s` maps precision -> dense peak FLOP/s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    vendor: str = ""
+    aliases: tuple[str, ...] = ()
+    default_system: str | None = None
+    flops_per_s: dict[str, float]
+    hbm_bytes: float = Field(gt=0)
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    scaleup_bandwidth_bytes_per_s_bidir: float = Field(default=0.0, ge=0)
+    scaleup_link: str = ""
+    scaleout_bandwidth_bytes_per_s: float = Field(default=0.0, ge=0)
+    tdp_w: float | None = None
+    price_usd_per_hour: float = Field(default=0.0, ge=0)
+    price_date: str | None = None
+    price_is_assumption: bool = False
+    price_note: str = ""
+    confidence: str = ""
+    sources: dict[str, str] = Field(default_factory=dict)
+    notes: str = ""
+    #: Set by `chalk measure`: a calibrated spec's ceilings are measured, not datasheet peaks.
+    measured: bool = False
+
+    @field_validator("flops_per_s")
+    @classmethod
+    def _positive_rates(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            raise ValueError("needs at least one dense FLOP/s figure")
+        out = {}
+        for k, rate in v.items():
+            if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+                raise ValueError(f"FLOP/s for {k} must be a positive number, got {rate!r}")
+            out[canonical(k)] = float(rate)
+        return out
+
+    @property
+    def scaleup_bandwidth_bytes_per_s(self) -> float:
+        """One-way scale-up bandwidth per chip (vendors quote the bidirectional sum)."""
+        return self.scaleup_bandwidth_bytes_per_s_bidir / 2
+
+    @property
+    def price_usd_per_s(self) -> float:
+        return self.price_usd_per_hour / 3600.0
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        return tuple(self.flops_per_s)
+
+    def compute_precision(self, precision: str) -> str:
+        """The precision whose peak rate `precision` runs at on this chip (fallback to wider)."""
+        p = canonical(precision)
+        for cand in COMPUTE_FALLBACK.get(p, (p,)):
+            if cand in self.flops_per_s:
+                return cand
+        # last resort: the chip's widest listed 16-bit-or-wider rate
+        return max(self.flops_per_s, key=bytes_per_element)
+
+    def peak_flops_per_s(self, precision: str) -> float:
+        """Dense peak FLOP/s for matrix work at `precision` (after fallback)."""
+        return self.flops_per_s[self.compute_precision(precision)]
+
+    def native_precision(self) -> str:
+        """The narrowest precision the chip has a dense rate for (fp4 > fp8 > bf16)."""
+        return min(self.flops_per_s, key=lambda p: (bytes_per_element(p), p != "fp8", p))
+
+    @classmethod
+    def from_yaml_dict(cls, d: dict, where: str = "chip") -> Chip:
+        """Convert catalog YAML (vendor units) to SI."""
+        try:
+            tflops = d["dense_tflops"]
+            if not isinstance(tflops, dict):
+                raise SpecError(f"{where}: dense_tflops must be a mapping precision -> TFLOP/s")
+            return cls(
+                id=str(d["id"]), name=str(d.get("name", d["id"])), vendor=str(d.get("vendor", "")),
+                aliases=tuple(str(a).lower() for a in d.get("aliases", []) or []),
+                default_system=d.get("default_system"),
+                flops_per_s={k: _num(v, f"{where}: dense_tflops.{k}") * 1e12 for k, v in tflops.items()},
+                hbm_bytes=_num(d["hbm_gb"], f"{where}: hbm_gb") * 1e9,
+                hbm_bandwidth_bytes_per_s=_num(d["hbm_tb_per_s"], f"{where}: hbm_tb_per_s") * 1e12,
+                scaleup_bandwidth_bytes_per_s_bidir=_num(d.get("scaleup_gb_per_s_bidir", 0) or 0,
+                                                         f"{where}: scaleup_gb_per_s_bidir") * 1e9,
+                scaleup_link=str(d.get("scaleup_link", "")),
+                scaleout_bandwidth_bytes_per_s=_num(d.get("scaleout_gbit_per_s", 0) or 0,
+                                                    f"{where}: scaleout_gbit_per_s") * 1e9 / 8,
+                tdp_w=d.get("tdp_w"),
+                price_usd_per_hour=_num(d.get("price_usd_per_hour", 0) or 0, f"{where}: price_usd_per_hour"),
+                price_date=None if d.get("price_date") is None else str(d.get("price_date")),
+                price_is_assumption=bool(d.get("price_is_assumption", False)),
+                price_note=str(d.get("price_note", "") or ""),
+                confidence=str(d.get("confidence", "") or ""),
+                sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+                notes=str(d.get("notes", "") or ""),
+                measured=bool(d.get("measured", False)),
+            )
+        except KeyError as e:
+            raise SpecError(f"{where}: missing field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise SpecError(f"{where}: {_first_line(e)}") from None
+
+    def to_yaml_dict(self) -> dict:
+        """Back to catalog YAML (vendor units), e.g. for a calibrated spec written by `chalk measure`."""
+        return {
+            "id": self.id, "name": self.name, "vendor": self.vendor, "aliases": list(self.aliases),
+            "default_system": self.default_system,
+            "dense_tflops": {k: round(v / 1e12, 6) for k, v in self.flops_per_s.items()},
+            "hbm_gb": round(self.hbm_bytes / 1e9, 6),
+            "hbm_tb_per_s": round(self.hbm_bandwidth_bytes_per_s / 1e12, 6),
+            "scaleup_gb_per_s_bidir": round(self.scaleup_bandwidth_bytes_per_s_bidir / 1e9, 6),
+            "scaleout_gbit_per_s": round(self.scaleout_bandwidth_bytes_per_s * 8 / 1e9, 6),
+            "tdp_w": self.tdp_w, "price_usd_per_hour": self.price_usd_per_hour,
+            "price_date": self.price_date, "price_is_assumption": self.price_is_assumption,
+            "price_note": self.price_note, "confidence": self.confidence,
+            "sources": dict(self.sources), "notes": self.notes, "measured": self.measured,
+        }
+
+
+class System(BaseModel):
+    """A chip in its scale-up domain (an HGX node, an NVL72 rack, a TPU slice)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    id: str
+    name: str
+    chip: Chip
+    chips: int = Field(gt=0)
+    kind: Literal["node", "rack", "pod", "chip"] = "node"
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+    notes: str = ""
+
+    @cached_property
+    def hbm_bytes(self) -> float:
+        return self.chips * self.chip.hbm_bytes
+
+
+def _num(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecError(f"{where} must be a number, got {v!r}")
+    v = float(v)
+    if not math.isfinite(v) or v < 0:
+        raise SpecError(f"{where} must be a finite non-negative number, got {v!r}")
+    return v
+
+
+def _first_line(e: Exception) -> str:
+    s = str(e).strip()
+    lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
+    # pydantic: "1 validation error for X\nfield\n  msg" -> "field: msg"
+    if len(lines) >= 3 and "validation error" in lines[0]:
+        return f"{lines[1]}: {lines[2].split(' [')[0]}"
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,247 @@
+"""Model architectures read from Hugging Face `config.json` (plus chalk's optional meta.yaml).
+
+`ModelSpec` holds the dimensions only; sizes, FLOPs and KV bytes are derived in
+`chalk.analyses.model_sizes` from the pure functions in `chalk.equations`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chalk.errors import SpecError, UnsupportedArchitectureError
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
+                         "deepseek_v32", "kimi_k2", "gpt_oss")
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's dimensions, per layer where layers differ."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    model_type: str
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+    vocab_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(ge=0)
+    tie_word_embeddings: bool = False
+    max_context: int | None = None
+    attention: Literal["gqa", "mla"] = "gqa"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    attention_sinks: bool = False
+    # MLA (DeepSeek-V2/V3, Kimi K2)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeek Sparse Attention (V3.2)
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    # attention window per layer: True = sliding-window layer
+    sliding_layers: tuple[bool, ...] = ()
+    sliding_window: int | None = None
+    # mixture of experts
+    moe_layers: tuple[bool, ...] = ()
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
+    # defaults and card figures (from meta.yaml where shipped)
+    native_precision: str = "bf16"
+    expert_precision: str | None = None
+    card_total_params: float | None = None
+    card_active_params: float | None = None
+    notes: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and any(self.moe_layers)
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.moe_layers)
+
+    @property
+    def n_sliding_layers(self) -> int:
+        return sum(self.sliding_layers)
+
+    @property
+    def n_full_layers(self) -> int:
+        return self.num_layers - self.n_sliding_layers
+
+    @property
+    def is_dsa(self) -> bool:
+        return self.index_topk > 0
+
+
+def _get(cfg: dict, *keys, default=None, required=False, where="config.json"):
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    if required:
+        raise SpecError(f"{where}: missing field {keys[0]!r} needed to size the model")
+    return default
+
+
+def _int(cfg: dict, *keys, default=None, required=True, where="config.json") -> int:
+    v = _get(cfg, *keys, default=default, required=required, where=where)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v != int(v):
+        raise SpecError(f"{where}: {keys[0]} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def _precision_from_config(cfg: dict) -> str:
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" or q.get("fmt") == "e4m3":
+        return "fp8"
+    if method == "mxfp4":
+        return "mxfp4"
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
+    return {"float32": "fp32", "float16": "fp16"}.get(dtype, "bf16")
+
+
+def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: str = "",
+                      meta: dict | None = None) -> ModelSpec:
+    """Build a ModelSpec from a parsed Hugging Face config.json (and optional chalk meta.yaml)."""
+    where = source or id
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{where}: config.json must hold a JSON object")
+    meta = meta or {}
+    mt = str(cfg.get("model_type", "")).lower()
+    if mt not in SUPPORTED_MODEL_TYPES:
+        shown = f"'{mt}'" if mt else "(none)"
+        raise UnsupportedArchitectureError(
+            f"{where}: unsupported model_type {shown}; chalk sizes {', '.join(SUPPORTED_MODEL_TYPES)}")
+    L = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", where=where)
+    H = _int(cfg, "hidden_size", "d_model", where=where)
+    nh = _int(cfg, "num_attention_heads", "n_head", where=where)
+    if L == 0 or H == 0 or nh == 0:
+        raise SpecError(f"{where}: num_hidden_layers, hidden_size and num_attention_heads must be positive")
+    nkv = _int(cfg, "num_key_value_heads", default=nh, required=False, where=where) or nh
+    head_dim = _int(cfg, "head_dim", default=H // nh, required=False, where=where) or H // nh
+    d: dict = dict(
+        id=id, name=name or meta.get("name") or id, model_type=mt, source=source,
+        aliases=tuple(str(a).lower() for a in meta.get("aliases", []) or []),
+        vocab_size=_int(cfg, "vocab_size", where=where), hidden_size=H, num_layers=L, num_heads=nh,
+        num_kv_heads=nkv, head_dim=head_dim,
+        intermediate_size=_int(cfg, "intermediate_size", default=0, required=False, where=where),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_context=_int(cfg, "max_position_embeddings", default=0, required=False, where=where) or None,
+        notes=str(meta.get("notes", "") or ""),
+    )
+    sliding = [False] * L
+    window = None
+
+    if mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe"):
+        d["qkv_bias"] = bool(cfg.get("attention_bias", False)) or mt == "qwen2"
+        d["o_bias"] = bool(cfg.get("attention_bias", False)) and mt not in ("qwen2", "qwen3", "qwen3_moe")
+        d["mlp_bias"] = bool(cfg.get("mlp_bias", False))
+        d["qk_norm"] = mt in ("qwen3", "qwen3_moe")
+        if mt in ("mistral", "mixtral") and cfg.get("sliding_window"):
+            window = int(cfg["sliding_window"])
+            sliding = [True] * L
+        if mt in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window") and cfg.get("sliding_window"):
+            window = int(cfg["sliding_window"])
+            first = int(cfg.get("max_window_layers", L))
+            sliding = [i >= first for i in range(L)]
+    if mt == "mixtral":
+        d.update(num_experts=_int(cfg, "num_local_experts", where=where),
+                 experts_per_token=_int(cfg, "num_experts_per_tok", where=where),
+                 moe_intermediate_size=d["intermediate_size"])
+        d["moe_layers"] = tuple([True] * L)
+    if mt == "qwen3_moe":
+        E = _int(cfg, "num_experts", where=where)
+        step = _int(cfg, "decoder_sparse_step", default=1, required=False, where=where) or 1
+        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        d.update(num_experts=E, experts_per_token=_int(cfg, "num_experts_per_tok", where=where),
+                 moe_intermediate_size=_int(cfg, "moe_intermediate_size", where=where))
+        d["moe_layers"] = tuple(E > 0 and i not in only_mlp and (i + 1) % step == 0 for i in range(L))
+    if mt in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
+        d.update(
+            attention="mla", q_lora_rank=_int(cfg, "q_lora_rank", default=0, required=False, where=where),
+            kv_lora_rank=_int(cfg, "kv_lora_rank", where=where),
+            qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where=where),
+            qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where=where),
+            v_head_dim=_int(cfg, "v_head_dim", where=where),
+            num_kv_heads=1,
+            num_experts=_int(cfg, "n_routed_experts", default=0, required=False, where=where),
+            experts_per_token=_int(cfg, "num_experts_per_tok", default=0, required=False, where=where),
+            moe_intermediate_size=_int(cfg, "moe_intermediate_size", default=0, required=False, where=where),
+            num_shared_experts=_int(cfg, "n_shared_experts", default=0, required=False, where=where),
+        )
+        d["head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+        first_dense = _int(cfg, "first_k_dense_replace", default=0, required=False, where=where)
+        freq = _int(cfg, "moe_layer_freq", default=1, required=False, where=where) or 1
+        d["moe_layers"] = tuple(d["num_experts"] > 0 and i >= first_dense and i % freq == 0 for i in range(L))
+        if mt == "deepseek_v32" or cfg.get("index_topk"):
+            d.update(index_n_heads=_int(cfg, "index_n_heads", where=where),
+                     index_head_dim=_int(cfg, "index_head_dim", where=where),
+                     index_topk=_int(cfg, "index_topk", where=where))
+    if mt == "gpt_oss":
+        E = _int(cfg, "num_local_experts", "num_experts", where=where)
+        d.update(qkv_bias=True, o_bias=True, attention_sinks=True, router_bias=True, expert_bias=True,
+                 num_experts=E, experts_per_token=_int(cfg, "num_experts_per_tok", "experts_per_token",
+                                                       where=where),
+                 moe_intermediate_size=d["intermediate_size"])
+        d["moe_layers"] = tuple([True] * L)
+        window = _int(cfg, "sliding_window", default=128, required=False, where=where) or None
+        types = cfg.get("layer_types")
+        if types:
+            if len(types) != L:
+                raise SpecError(f"{where}: layer_types has {len(types)} entries for {L} layers")
+            sliding = [str(t).startswith("sliding") for t in types]
+        else:
+            sliding = [i % 2 == 0 for i in range(L)]
+    if mt in ("llama", "qwen3", "qwen2") and cfg.get("layer_types") and window:
+        types = cfg["layer_types"]
+        sliding = [str(t).startswith("sliding") for t in types][:L]
+
+    if not d.get("moe_layers"):
+        d["moe_layers"] = tuple([False] * L)
+    if any(d["moe_layers"]) and (d.get("num_experts", 0) <= 0 or d.get("experts_per_token", 0) <= 0
+                                 or d.get("moe_intermediate_size", 0) <= 0):
+        raise SpecError(f"{where}: MoE config needs positive expert count, experts per token and expert size")
+    if any(d["moe_layers"]) and d["experts_per_token"] > d["num_experts"]:
+        raise SpecError(f"{where}: experts per token ({d['experts_per_token']}) exceeds experts ({d['num_experts']})")
+    if not all(d["moe_layers"]) and d["intermediate_size"] <= 0:
+        raise SpecError(f"{where}: missing field 'intermediate_size' needed to size the dense layers")
+    if nh % d["num_kv_heads"] and d["attention"] == "gqa":
+        raise SpecError(f"{where}: num_attention_heads ({nh}) is not a multiple of num_key_value_heads "
+                        f"({d['num_kv_heads']})")
+    d["sliding_layers"] = tuple(bool(s) and window is not None for s in sliding)
+    d["sliding_window"] = window if any(d["sliding_layers"]) else None
+
+    prec = str(meta.get("weights_precision") or _precision_from_config(cfg)).lower()
+    if prec == "mxfp4":  # gpt-oss: MoE experts in MXFP4, everything else bf16
+        d["native_precision"], d["expert_precision"] = "bf16", "mxfp4"
+    else:
+        d["native_precision"] = prec
+    for key, field in (("card_total_params_b", "card_total_params"), ("card_active_params_b", "card_active_params")):
+        if meta.get(key) is not None:
+            d[field] = float(meta[key]) * 1e9
+    try:
+        return ModelSpec(**d)
+    except ValueError as e:
+        from chalk.specs.hardware import _first_line
+
+        raise SpecError(f"{where}: {_first_line(e)}") from None
