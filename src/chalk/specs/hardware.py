@@ -85,8 +85,17 @@ class Chip(BaseModel):
         return self.flops_per_s[self.compute_precision(precision)]
 
     def native_precision(self) -> str:
-        """The narrowest precision the chip has a dense rate for (fp4 > fp8 > bf16)."""
-        return min(self.flops_per_s, key=lambda p: (bytes_per_element(p), p != "fp8", p))
+        """The narrowest float precision that runs faster than the next wider one (fp4 > fp8 > bf16).
+
+        TPU v5p and v6e list fp8 at the bf16 rate: no speed-up, so their native precision is bf16.
+        """
+        floats = sorted((p for p in self.flops_per_s if p not in ("int8", "tf32")),
+                        key=lambda p: (-bytes_per_element(p), p)) or list(self.flops_per_s)
+        best = floats[0]
+        for p in floats[1:]:
+            if bytes_per_element(p) < bytes_per_element(best) and self.flops_per_s[p] > self.flops_per_s[best] * 1.01:
+                best = p
+        return best
 
     @classmethod
     def from_yaml_dict(cls, d: dict, where: str = "chip") -> Chip:
