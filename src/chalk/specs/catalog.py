@@ -179,7 +179,8 @@ def _model_aliases() -> dict[str, str]:
         m[mid.lower()] = mid
         meta = d / "meta.yaml"
         if meta.is_file():
-            for a in read_yaml(meta, f"catalog model {mid}/meta.yaml").get("aliases", []) or []:
+            md = read_yaml(meta, f"catalog model {mid}/meta.yaml")
+            for a in list(md.get("aliases", []) or []) + ([md["hf_repo"]] if md.get("hf_repo") else []):
                 m[str(a).lower()] = mid
     return m
 
@@ -193,7 +194,8 @@ def load_model(name: str) -> ModelSpec:
     """`--model`: a catalog id or alias, a path to a config.json, or a folder holding one."""
     name = str(name).strip()
     p = Path(name)
-    if _looks_like_path(name) or p.exists():
+    in_catalog = name.lower() in _model_aliases() and not p.exists()
+    if not in_catalog and (_looks_like_path(name) or p.exists()):
         if p.is_dir():
             p = p / "config.json"
         cfg = read_json(p)
