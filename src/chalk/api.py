@@ -1,0 +1,67 @@
+"""The notebook API: `chalk.estimate(...)` and `chalk.sweep(...)`. The CLI is a thin face on these."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chalk.analyses.roofline import IDEAL, Efficiency, RooflineResult, step
+from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.hardware import System
+from chalk.specs.model import ModelSpec
+from chalk.specs.workload import positive
+
+
+def _model(model) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(str(model))
+
+
+def _system(hardware) -> System:
+    return hardware if isinstance(hardware, System) else resolve_hardware(str(hardware))
+
+
+def default_efficiency(ideal: bool) -> Efficiency:
+    """The pure roofline with `ideal`, else chalk's calibrated efficiency (when calibrated)."""
+    if ideal:
+        return IDEAL
+    try:
+        from chalk.analyses.calibration import calibrated_efficiency
+    except ImportError:  # not calibrated yet: the ideal roofline
+        return IDEAL
+    return calibrated_efficiency()
+
+
+def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", chips: int | None = None,
+             precision: str | None = None, kv_precision: str = "bf16", ideal: bool = False,
+             efficiency: Efficiency | None = None, refined: bool = True, sparse_law: str | None = None,
+             strict_fit: bool = False) -> RooflineResult:
+    """Roofline estimate of one decode step (or a prefill of `batch` prompts of `context` tokens).
+
+    model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
+    hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
+    """
+    eff = efficiency or default_efficiency(ideal)
+    return step(_model(model), _system(hardware), batch, context, phase=phase, chips=chips, precision=precision,
+                kv_precision=kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law,
+                strict_fit=strict_fit)
+
+
+SWEEP_COLUMNS = ("batch", "context", "step_time_s", "compute_time_s", "weight_time_s", "kv_time_s", "bound",
+                 "mfu", "mbu", "tokens_per_s", "user_tokens_per_s", "cost_per_mtok_usd", "fits")
+
+
+def sweep(model, hardware, batches=None, contexts=None, **kwargs):
+    """Vectorised sweep over batch x context: a pandas DataFrame, one row per (batch, context)."""
+    import pandas as pd
+
+    batches = np.asarray(batches if batches is not None else 2 ** np.arange(0, 14), dtype=float)
+    contexts = np.asarray(contexts if contexts is not None else [4096], dtype=float)
+    positive("batch", batches)
+    positive("context", contexts)
+    B, L = np.meshgrid(batches, contexts, indexing="ij")
+    r = estimate(model, hardware, B.ravel(), L.ravel(), **kwargs)
+    cols = {c: np.broadcast_to(np.asarray(getattr(r, c)), B.ravel().shape) for c in SWEEP_COLUMNS}
+    df = pd.DataFrame(cols)
+    df.attrs.update(model=r.model, hardware=r.hardware, chips=r.chips, phase=r.phase, precision=r.precision,
+                    kv_precision=r.kv_precision, critical_batch=r.critical_batch,
+                    balance_context=r.balance_context, efficiency=r.efficiency)
+    return df

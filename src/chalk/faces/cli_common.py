@@ -1,0 +1,142 @@
+"""Shared pieces of the CLI: output, formatting with units, and mapping errors to exit code 2.
+
+Command modules (`cli_*.py`) each define `register(app)` and use these helpers; they hold no formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from chalk.errors import ChalkError
+
+EXIT_BAD_INPUT = 2
+
+
+def _default(o: Any):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating,)):
+        f = float(o)
+        return f if math.isfinite(f) else None
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.bool_,)):
+        return bool(o)
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _clean(o: Any):
+    """Replace non-finite floats by None so the output is strict JSON."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def emit_json(obj: Any) -> None:
+    """Print pure, strict JSON to stdout."""
+    if hasattr(obj, "to_dict"):
+        obj = obj.to_dict()
+    text = json.dumps(_clean(json.loads(json.dumps(obj, default=_default, allow_nan=True))), indent=2,
+                      allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def fail(message: str) -> None:
+    """One line on stderr and exit 2."""
+    first = " ".join(str(message).split())
+    sys.stderr.write(f"chalk: error: {first}\n")
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def console():
+    from rich.console import Console
+
+    return Console()
+
+
+def table(title: str, columns: list[str]):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+# ------------------------------------------------------------------ formatting (units on the way out)
+_SI = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+def si(value, unit: str = "", digits: int = 3) -> str:
+    """Format with a decimal SI prefix: si(3.35e12, 'B/s') -> '3.35 TB/s'."""
+    if value is None:
+        return "n/a"
+    v = float(value)
+    if not math.isfinite(v):
+        return "n/a" if math.isnan(v) else "inf"
+    for scale, prefix in _SI:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}g} {prefix}{unit}".strip()
+    return f"{v:.{digits}g} {unit}".strip()
+
+
+def seconds(value) -> str:
+    if value is None:
+        return "n/a"
+    v = float(value)
+    if not math.isfinite(v):
+        return "n/a"
+    if v < 1e-3:
+        return f"{v * 1e6:.3g} µs"
+    if v < 1:
+        return f"{v * 1e3:.3g} ms"
+    if v < 3600:
+        return f"{v:.3g} s"
+    if v < 86400 * 2:
+        return f"{v / 3600:.3g} h"
+    return f"{v / 86400:.3g} days"
+
+
+def usd(value) -> str:
+    if value is None:
+        return "n/a"
+    v = float(value)
+    if not math.isfinite(v):
+        return "n/a"
+    if abs(v) >= 1e6:
+        return f"${v / 1e6:.3g}M"
+    if abs(v) >= 100:
+        return f"${v:,.0f}"
+    return f"${v:.3g}"
+
+
+def pct(value) -> str:
+    return "n/a" if value is None or not math.isfinite(float(value)) else f"{100 * float(value):.1f}%"
+
+
+def num(value, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    v = float(value)
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.{digits}g}"
+
+
+def run_guarded(fn, *args, **kwargs):
+    """Call fn; map ChalkError (and a few input errors) to one line and exit 2."""
+    try:
+        return fn(*args, **kwargs)
+    except ChalkError as e:
+        fail(str(e))
