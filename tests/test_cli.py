@@ -1,0 +1,126 @@
+"""The CLI contract: JSON keys, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from chalk.faces.cli import ESTIMATE_KEYS
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_estimate_json_keys_and_values():
+    rc, out, err = run("estimate", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--batch", "64",
+                       "--context", "4096", "--ideal", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    for k in ESTIMATE_KEYS:
+        assert k in d
+    assert d["bound"] in ("compute", "memory")
+    assert d["kv_bytes_per_token"] == 327680
+    assert d["total_params"] == pytest.approx(70.55e9, rel=0.001)
+    assert d["step_time_s"] == pytest.approx(max(d["compute_time_s"], d["weight_time_s"] + d["kv_time_s"]))
+
+
+def test_estimate_prefill_and_strict_fit():
+    rc, out, _ = run("estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--phase", "prefill", "-c", "8192",
+                     "--ideal", "--json")
+    assert rc == 0 and json.loads(out)["bound"] == "compute"
+    rc, out, err = run("estimate", "-m", "llama-3.1-405b", "-H", "h100-sxm", "--chips", "1", "--strict-fit")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "does not fit" in err
+
+
+def test_models_show_json():
+    rc, out, _ = run("models", "show", "deepseek-v3", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["kv_bytes_per_token"] == 70272
+    assert d["total_params"] == pytest.approx(671.0e9, rel=0.001)
+    assert 37e9 < d["active_params"] < 38e9
+
+
+def test_lists_cover_catalog():
+    from chalk.specs.catalog import chip_ids, model_ids
+
+    rc, out, _ = run("models", "list", "--json")
+    assert rc == 0 and {m["id"] for m in json.loads(out)["models"]} == set(model_ids())
+    rc, out, _ = run("hardware", "list", "--json")
+    assert rc == 0 and {c["id"] for c in json.loads(out)["chips"]} == set(chip_ids())
+
+
+def test_sweep_json():
+    rc, out, _ = run("sweep", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batches", "1,8,64", "--contexts",
+                     "1024,8192", "--json")
+    rows = json.loads(out)["rows"]
+    assert rc == 0 and len(rows) == 6
+
+
+BAD = [
+    (["estimate", "-m", "nope", "-H", "h100"], "unknown model"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h10"], "did you mean"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "-b", "0"], "batch"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "-b", "-3"], "batch"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "-b", "nan"], "batch"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "-c", "inf"], "context"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "-p", "fp5"], "precision"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--kv-precision", "q3"], "precision"),
+    (["estimate", "-m", "/nonexistent/config.json", "-H", "h100"], "no such file"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--phase", "both"], "phase"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--chips", "0"], "chips"),
+    (["hardware", "show", "tpu-v99"], "unknown hardware"),
+    (["models", "show", "gpt-5"], "unknown model"),
+    (["estimate", "--bogus"], "no such option"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_one_line_exit_2(args, needle):
+    rc, out, err = run(*args)
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and needle.lower() in err.lower()
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{bad", "malformed JSON"),
+    ('{"model_type": "falcon", "hidden_size": 8}', "unsupported model_type"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 10}',
+     "num_hidden_layers"),
+    ('{"model_type": "llama", "hidden_size": -4096, "num_attention_heads": 32, "num_hidden_layers": 2, '
+     '"vocab_size": 10, "intermediate_size": 5}', "hidden_size"),
+    ("[1, 2]", "JSON object"),
+])
+def test_bad_config_files(tmp_path, content, needle):
+    p = tmp_path / "config.json"
+    p.write_text(content)
+    rc, _, err = run("models", "show", str(p))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("id: x\n dense_tflops: [1", "malformed YAML"),
+    ("id: x\nname: y\nhbm_gb: 80\nhbm_tb_per_s: 3\n", "dense_tflops"),
+    ("id: x\nname: y\ndense_tflops: {bf16: -5}\nhbm_gb: 80\nhbm_tb_per_s: 3\n", "bf16"),
+    ("id: x\nname: y\ndense_tflops: {bf16: 100}\nhbm_gb: 0\nhbm_tb_per_s: 3\n", "hbm"),
+])
+def test_bad_hardware_yaml(tmp_path, content, needle):
+    p = tmp_path / "chip.yaml"
+    p.write_text(content)
+    rc, _, err = run("estimate", "-m", "llama-3.1-8b", "-H", str(p))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_custom_chip_yaml_works(tmp_path):
+    p = tmp_path / "chip.yaml"
+    p.write_text("id: mychip\nname: My chip\ndense_tflops: {bf16: 1000}\nhbm_gb: 100\nhbm_tb_per_s: 4\n"
+                 "price_usd_per_hour: 2\n")
+    rc, out, err = run("estimate", "-m", "llama-3.1-8b", "-H", str(p), "--ideal", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["chips"] == 1 and d["critical_batch"] == pytest.approx(1000 / 4 / 2 * 2 * 8.03 / 7.5, rel=0.1)
