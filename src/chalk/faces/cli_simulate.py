@@ -1,0 +1,76 @@
+"""`chalk simulate`: requests served by one replica, the lecture's train or continuous batching."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+
+from chalk.faces.cli_common import console, emit_json, num, pct, seconds, table
+
+
+class Scheduler(str, Enum):
+    train = "train"
+    continuous = "continuous"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        model: str = typer.Option(..., "--model", "-m", help="Catalog id, config.json or folder."),
+        hardware: str = typer.Option(..., "--hardware", "-H", help="Chip, system or YAML path."),
+        chips: Optional[int] = typer.Option(None, "--chips"),
+        precision: Optional[str] = typer.Option(None, "--precision", "-p"),
+        kv_precision: str = typer.Option("bf16", "--kv-precision"),
+        ideal: bool = typer.Option(False, "--ideal", help="Pure roofline step times."),
+        scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
+                                            help="'train': a batch departs every --period-ms; 'continuous'."),
+        rate: float = typer.Option(100.0, "--rate", help="Poisson arrival rate, requests/s."),
+        requests: int = typer.Option(10_000, "--requests", "-n", help="Number of requests."),
+        input_len: int = typer.Option(512, "--input-len", help="Prompt tokens per request."),
+        output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
+        trace: Optional[str] = typer.Option(None, "--trace", help="CSV with arrival_s,input_len,output_len."),
+        period_ms: float = typer.Option(20.0, "--period-ms", help="Train departure period, ms."),
+        max_batch: int = typer.Option(256, "--max-batch", help="Seats per step."),
+        kv_capacity_tokens: Optional[float] = typer.Option(None, "--kv-capacity-tokens",
+                                                           help="KV cache capacity (default: HBM left by weights)."),
+        prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk",
+                                                    help="Max prompt tokens per step (chunked prefill)."),
+        seed: int = typer.Option(0, "--seed"),
+        as_json: bool = typer.Option(False, "--json"),
+        plot: Optional[str] = typer.Option(None, "--plot", help="Write the batch-train picture to .png/.svg."),
+    ):
+        """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
+        from chalk.analyses import simulate as sim
+        from chalk.api import _model, _system, default_efficiency
+
+        sc = sim.StepCost.from_roofline(_model(model), _system(hardware), chips=chips, precision=precision,
+                                        kv_precision=kv_precision, efficiency=default_efficiency(ideal))
+        reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len, seed)
+        if scheduler is Scheduler.train:
+            r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
+        else:
+            r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
+                                        prefill_chunk_tokens=prefill_chunk)
+        if plot:
+            import sys
+
+            from chalk.faces import plots
+
+            sys.stderr.write(f"wrote {plots.plot('batch-train', output=plot, model=model, hardware=hardware)}\n")
+        if as_json:
+            emit_json(r.to_dict())
+            return
+        s = r.summary()
+        t = table(f"{scheduler.value} scheduler: {len(reqs)} requests on {model} / {hardware}", ["quantity", "value"])
+        for label, key, fmt in (("TTFT p50 / p90 / p99", "ttft", seconds), ("time per output token p50 / p90 / p99",
+                                                                            "tpot", seconds),
+                                ("end-to-end p50 / p90 / p99", "e2e", seconds)):
+            t.add_row(label, " / ".join(fmt(s.get(f"{key}_p{q}_s")) for q in (50, 90, 99)))
+        t.add_row("output throughput", f"{num(s.get('output_tokens_per_s'))} tokens/s")
+        t.add_row("input throughput", f"{num(s.get('input_tokens_per_s'))} tokens/s")
+        t.add_row("mean batch", num(s.get("mean_batch")))
+        t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
+        t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
+        console().print(t)

@@ -1,0 +1,304 @@
+"""`chalk simulate`'s engine: step cost vs roofline, the lecture's train, continuous batching, traces."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chalk.analyses import roofline as R
+from chalk.analyses import simulate as S
+from chalk.analyses.model_sizes import ModelSizes
+from chalk.errors import InputError, SpecError
+from chalk.specs.catalog import load_model, resolve_hardware
+
+H100 = resolve_hardware("h100-sxm")
+SC_8B = S.StepCost.from_roofline(load_model("llama-3.1-8b"), H100)
+T20 = 0.020
+
+
+def reference_continuous(req: S.Requests, sc: S.StepCost, max_batch: int, cap: float, chunk):
+    """Plain step-by-step continuous batching with per-request state, for checking the fast engine."""
+    n = len(req)
+    a, P, O = req.arrival_s.tolist(), req.input_len.tolist(), req.output_len.tolist()
+    admit, first, finish = [math.nan] * n, [math.nan] * n, [math.nan] * n
+    cached, produced, phase = [0] * n, [0] * n, ["wait"] * n
+    t, head, running, reserved, steps, done = 0.0, 0, [], 0, 0, 0
+    while done < n:
+        while head < n and a[head] <= t and len(running) < max_batch and reserved + P[head] + O[head] <= cap:
+            admit[head], phase[head] = t, "pf"
+            reserved += P[head] + O[head]
+            running.append(head)
+            head += 1
+        if not running:
+            t = a[head]
+            continue
+        budget = chunk or 10**18
+        n_dec = ctx = n_pf = prior = 0
+        att, pieces, decoding = 0.0, [], []
+        for i in running:
+            if phase[i] == "dec":
+                n_dec, ctx = n_dec + 1, ctx + cached[i]
+                decoding.append(i)
+            elif budget > 0:
+                c = min(P[i] - cached[i], budget)
+                n_pf, prior, budget = n_pf + c, prior + cached[i], budget - c
+                att += c * cached[i] + c * (c + 1) / 2
+                pieces.append((i, c))
+        t += sc.step_time_s(n_dec, ctx, n_pf, att, prior)
+        steps += 1
+        leaving = []
+        for i in decoding:
+            cached[i] += 1
+            produced[i] += 1
+            if produced[i] == O[i]:
+                leaving.append(i)
+        for i, c in pieces:
+            cached[i] += c
+            if cached[i] == P[i]:
+                first[i], produced[i], phase[i] = t, 1, "dec"
+                if O[i] == 1:
+                    leaving.append(i)
+        for i in leaving:
+            finish[i], phase[i] = t, "done"
+            running.remove(i)
+            reserved -= P[i] + O[i]
+            done += 1
+    return np.array(admit), np.array(first), np.array(finish), steps
+
+
+# ----------------------------------------------------------------------------------------- step cost
+@pytest.mark.parametrize("model_id", ["llama-3.1-70b", "llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b"])
+@pytest.mark.parametrize("batch", [1, 16, 256, 2048])
+@pytest.mark.parametrize("context", [128, 4096, 32768])
+def test_step_cost_matches_roofline_decode(model_id, batch, context):
+    m = load_model(model_id)
+    sc = S.StepCost.from_roofline(m, H100)
+    ref = R.step(m, H100, batch, context)
+    assert sc(batch, batch * context) == pytest.approx(ref.step_time_s, rel=0.01)
+    c, mem = sc.times_s(batch, batch * context)
+    assert float(c) == pytest.approx(ref.compute_time_s, rel=0.01)
+    assert float(mem) == pytest.approx(ref.memory_time_s, rel=0.01)
+
+
+@pytest.mark.parametrize("kw", [dict(chips=2, precision="fp8", kv_precision="fp8"),
+                                dict(efficiency=R.Efficiency(compute=0.6, memory=0.8, overhead_s=0.002))])
+@pytest.mark.parametrize("model_id", ["llama-3.1-70b", "qwen3-30b-a3b"])
+def test_step_cost_options_match_roofline(model_id, kw):
+    m = load_model(model_id)
+    sc = S.StepCost.from_roofline(m, H100, **kw)
+    ref = R.step(m, H100, 64, 2048, **kw)
+    assert sc(64, 64 * 2048) == pytest.approx(ref.step_time_s, rel=0.01)
+
+
+def test_step_cost_linearised_at_reference_for_sliding_window_and_prefill():
+    m = load_model("gpt-oss-20b")  # sliding-window layers: exact at the reference context
+    sc = S.StepCost.from_roofline(m, H100, reference_context_tokens=8192)
+    assert sc(32, 32 * 8192) == pytest.approx(R.step(m, H100, 32, 8192).step_time_s, rel=0.01)
+    m = load_model("llama-3.1-70b")  # a whole-prompt prefill is a prefill roofline step
+    sc = S.StepCost.from_roofline(m, H100)
+    for P in (128, 4096):
+        ref = R.step(m, H100, 1, P, phase="prefill").step_time_s
+        assert sc(0, 0, P, P * (P + 1) / 2) == pytest.approx(ref, rel=0.01)
+
+
+def test_step_cost_vectorised_and_capacity():
+    m = load_model("llama-3.1-70b")
+    sc = S.StepCost.from_roofline(m, H100)
+    b = np.array([1, 8, 64, 512])
+    np.testing.assert_allclose(sc(b, b * 1000.0), [sc(int(x), int(x) * 1000) for x in b])
+    sz = ModelSizes(m)
+    want = (H100.chips * H100.chip.hbm_bytes - sz.weight_bytes()) / sz.kv_bytes_per_token()
+    assert sc.kv_capacity_tokens == pytest.approx(want, rel=1e-9)
+    assert S.StepCost.constant(0.01)(5, 500, 100, 5000) == pytest.approx(0.01)
+    with pytest.raises(InputError):
+        S.StepCost.constant(0.0)
+
+
+# ----------------------------------------------------------------------------------------- arrivals and traces
+def test_poisson_arrivals_rate_and_length_distributions():
+    r = S.poisson_arrivals(50.0, 20_000, input_len=[100, 300], output_len=lambda rng, k: rng.integers(1, 11, k))
+    assert np.all(np.diff(r.arrival_s) >= 0)
+    assert 1 / np.diff(r.arrival_s).mean() == pytest.approx(50.0, rel=0.03)
+    assert set(np.unique(r.input_len)) == {100, 300}
+    assert r.output_len.min() >= 1 and r.output_len.max() <= 10
+    assert np.array_equal(S.poisson_arrivals(5, 10, seed=3).arrival_s, S.poisson_arrivals(5, 10, seed=3).arrival_s)
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(InputError):
+            S.poisson_arrivals(bad, 10)
+    with pytest.raises(InputError):
+        S.poisson_arrivals(1.0, 10, input_len=0)
+
+
+def test_load_trace_reads_and_sorts(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_len,output_len,user\n0.5,10,3,a\n0.1, 20 ,1,b\n")
+    r = S.load_trace(p)
+    assert r.arrival_s.tolist() == [0.1, 0.5] and r.input_len.tolist() == [20, 10] and r.output_len.tolist() == [1, 3]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("arrival_s,input_len,output_len\n0.1,10,5\nx,10,5\n", "line 3: arrival_s"),
+    ("arrival_s,input_len,output_len\n0.1,10.5,5\n", "line 2: input_len must be a positive integer"),
+    ("arrival_s,input_len,output_len\n0.1,10,0\n", "line 2: output_len"),
+    ("arrival_s,input_len,output_len\n-1,10,5\n", "line 2: arrival_s"),
+    ("arrival_s,input_len,output_len\n0.1,10\n", "line 2: output_len"),
+    ("arrival_s,prompt,output_len\n0.1,10,5\n", "missing column(s) input_len"),
+    ("arrival_s,input_len,output_len\n", "no requests"),
+    ("", "empty trace"),
+    ("arrival_s,input_len,output_len\n0.1,10,5\n0.2,1,2,3,4\n", "malformed CSV"),
+])
+def test_malformed_trace_raises_one_line_spec_error(tmp_path, text, needle):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(SpecError) as e:
+        S.load_trace(p)
+    assert needle in str(e.value) and "\n" not in str(e.value) and str(p) in str(e.value)
+
+
+def test_missing_trace_file(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        S.load_trace(tmp_path / "nope.csv")
+
+
+# ----------------------------------------------------------------------------------------- the train
+def test_lecture_train_worst_ttft_is_two_periods():
+    rng = np.random.default_rng(0)
+    req = S.Requests.from_arrays(rng.uniform(0, 20.0, 5000), 64, 1)  # uniform arrivals, one-token answers
+    r = S.simulate_train(req, S.StepCost.constant(T20), T20, 256)  # the step fills the period
+    assert r.ttft_s.max() <= 2 * T20 and r.ttft_s.max() >= 1.8 * T20
+    assert r.ttft_s.mean() == pytest.approx(1.5 * T20, rel=0.03)
+    assert r.queue_s.max() < T20 and r.queue_s.min() >= 0
+
+
+def test_lecture_train_with_roofline_steps_stays_under_two_periods():
+    rng = np.random.default_rng(1)
+    req = S.Requests.from_arrays(rng.uniform(0, 10.0, 2000), 16, 1)
+    r = S.simulate_train(req, S.StepCost.from_roofline("llama-3.1-70b", H100), T20, 256)
+    assert 1.0 * T20 < r.ttft_s.max() <= 2 * T20
+
+
+def test_train_of_2048_every_16ms_gives_128k_tokens_per_s():
+    T, out = 0.016, 16
+    rate = 2048 / (out * T)  # just enough riders to fill every train once the line is moving
+    n = 2048 * 100
+    req = S.Requests.from_arrays((np.arange(n) + 0.5) / rate, 16, out)
+    r = S.simulate_train(req, SC_8B, T, 2048)
+    assert r.output_tokens_per_s == pytest.approx(2048 / T, rel=0.02)  # 128K tokens/s
+    assert r.mean_batch == pytest.approx(2048, rel=0.02)
+    assert r.tpot_p50_s == pytest.approx(T)
+
+
+def test_train_seats_limit_and_overrun():
+    req = S.Requests.from_arrays(np.zeros(10), 8, 3)  # 10 arrive together, 4 seats, 3 trains each
+    r = S.simulate_train(req, S.StepCost.constant(0.01), 0.01, 4)
+    assert sorted(np.round(r.queue_s / 0.01).astype(int).tolist()) == [0] * 4 + [3] * 4 + [6] * 2
+    with pytest.raises(InputError, match="longer than the"):
+        S.simulate_train(req, S.StepCost.constant(0.02), 0.01, 4)
+    for bad in (dict(period_s=0), dict(max_batch=0), dict(max_batch=2.5)):
+        with pytest.raises(InputError):
+            S.simulate_train(req, S.StepCost.constant(0.01), **{"period_s": 0.01, "max_batch": 4, **bad})
+
+
+def test_train_heap_and_closed_form_boarding_agree():
+    rng = np.random.default_rng(2)
+    k = np.sort(rng.integers(0, 300, 3000))
+    out = np.full(k.size, 7)
+    for seats in (1, 5, 64):
+        np.testing.assert_array_equal(S._boarding_ticks(k, out, seats, closed_form=True),
+                                      S._boarding_ticks(k, out, seats, closed_form=False))
+
+
+# ----------------------------------------------------------------------------------------- continuous batching
+def test_littles_law():
+    rate = 400.0
+    r = S.simulate_continuous(S.poisson_arrivals(rate, 20_000, 512, 128, seed=4), SC_8B, 256)
+    in_service = (r.e2e_s - r.queue_s).mean()
+    assert r.mean_concurrency == pytest.approx(rate * in_service, rel=0.05)
+    assert r.requests_per_s == pytest.approx(rate, rel=0.05)
+
+
+def test_small_kv_capacity_queues_and_is_never_exceeded():
+    P, O = 512, 64
+    cap = 2.5 * (P + O)  # room for two requests at a time
+    req = S.poisson_arrivals(200.0, 300, P, O, seed=5)
+    r = S.simulate_continuous(req, SC_8B, 64, kv_capacity_tokens=cap)
+    free = S.simulate_continuous(req, SC_8B, 64, kv_capacity_tokens=math.inf)
+    assert r.peak_kv_tokens <= cap and free.peak_kv_tokens > cap
+    assert r.queue_s.mean() > 0 and (r.queue_s > 0).mean() > 0.5
+    assert r.mean_concurrency <= 2.0 + 1e-9
+    assert r.ttft_p50_s > free.ttft_p50_s
+    with pytest.raises(InputError, match="KV tokens"):
+        S.simulate_continuous(req, SC_8B, 64, kv_capacity_tokens=P + O - 1)
+
+
+@pytest.mark.parametrize("chunk", [None, 256])
+def test_low_load_ttft_is_one_prefill(chunk):
+    P, O = 1000, 50
+    req = S.Requests.from_arrays(np.arange(20) * 5.0, P, O)  # 5 s apart: always alone
+    r = S.simulate_continuous(req, SC_8B, 64, prefill_chunk_tokens=chunk)
+    if chunk is None:
+        want = SC_8B(0, 0, P, P * (P + 1) / 2)
+    else:
+        starts = range(0, P, chunk)
+        want = sum(SC_8B(0, 0, min(chunk, P - a), sum(range(a + 1, min(a + chunk, P) + 1)), a) for a in starts)
+    np.testing.assert_allclose(r.ttft_s, want, rtol=1e-9)
+    assert np.all(r.queue_s == 0)
+    assert SC_8B(1, P) <= r.tpot_p50_s <= SC_8B(1, P + O)
+
+
+def test_throughput_never_exceeds_max_batch_roofline():
+    P, O, B = 512, 128, 64
+    req = S.Requests.from_arrays(np.linspace(0, 0.01, 3000), P, O)  # everyone at once: saturated
+    bound = R.step(load_model("llama-3.1-8b"), H100, B, P).tokens_per_s
+    for chunk in (None, 512):
+        r = S.simulate_continuous(req, SC_8B, B, prefill_chunk_tokens=chunk)
+        assert 0.3 * bound < r.output_tokens_per_s <= bound
+        assert r.mean_batch <= B
+
+
+def test_fast_engine_matches_step_by_step_reference():
+    req = S.poisson_arrivals(30.0, 150, [64, 700, 2000], [1, 3, 40, 300], seed=6)
+    for B, cap, chunk in ((8, math.inf, None), (3, 5000, 512), (16, 4000, 97)):
+        r = S.simulate_continuous(req, SC_8B, B, kv_capacity_tokens=cap, prefill_chunk_tokens=chunk)
+        admit, first, finish, steps = reference_continuous(req, SC_8B, B, cap, chunk)
+        np.testing.assert_allclose(r.queue_s + req.arrival_s, admit, rtol=1e-9)
+        np.testing.assert_allclose(r.ttft_s + req.arrival_s, first, rtol=1e-9)
+        np.testing.assert_allclose(r.e2e_s + req.arrival_s, finish, rtol=1e-9)
+        assert r.n_steps == steps
+
+
+def test_result_to_dict_is_json():
+    req = S.Requests.from_arrays([0.0, 0.1], 10, [1, 5])
+    r = S.simulate_continuous(req, SC_8B, 4)
+    d = json.loads(json.dumps(r.to_dict(per_request=True)))
+    assert d["n_requests"] == 2 and d["tpot_s"][0] is None and d["scheduler"] == "continuous"
+    assert "ttft_s" not in r.to_dict() and r.summary()["n_steps"] == r.n_steps
+    with pytest.raises(InputError):
+        S.simulate_continuous([(0.0, 10, 5)], SC_8B, 4)
+
+
+_req = st.integers(1, 25).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(0, 2.0), min_size=n, max_size=n), st.lists(st.integers(1, 600), min_size=n, max_size=n),
+    st.lists(st.integers(1, 60), min_size=n, max_size=n)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_req, st.integers(1, 8), st.one_of(st.none(), st.integers(1, 700)), st.floats(1.0, 5.0), st.booleans())
+def test_latencies_are_ordered_and_non_negative(data, max_batch, chunk, cap_factor, limited):
+    req = S.Requests.from_arrays(*data)
+    need = int((req.input_len + req.output_len).max())
+    cap = need * cap_factor if limited else math.inf
+    r = S.simulate_continuous(req, SC_8B, max_batch, kv_capacity_tokens=cap, prefill_chunk_tokens=chunk)
+    assert np.all(r.queue_s >= 0) and np.all(r.ttft_s > r.queue_s) and np.all(r.e2e_s >= r.ttft_s)
+    assert np.all(np.isfinite(r.tpot_s[req.output_len > 1])) and np.all(r.tpot_s[req.output_len > 1] > 0)
+    assert r.peak_kv_tokens <= cap and r.mean_batch <= max_batch and 0 < r.utilisation <= 1 + 1e-9
+    admit, first, finish, _ = reference_continuous(req, SC_8B, max_batch, cap, chunk)
+    np.testing.assert_allclose(r.e2e_s + req.arrival_s, finish, rtol=1e-9)
+    t = S.simulate_train(req, S.StepCost.constant(0.01), 0.01, max_batch)
+    assert np.all(t.queue_s >= 0) and np.all(t.ttft_s > t.queue_s) and np.all(t.e2e_s >= t.ttft_s)
+    assert np.all(t.e2e_s - t.ttft_s == pytest.approx(0.01 * (req.output_len - 1)))
