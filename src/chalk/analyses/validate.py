@@ -1,0 +1,157 @@
+"""Predicted vs measured for every row of the project's validation set (`chalk/validation/validation.csv`).
+
+Row kinds:
+  search   `chalk throughput` as a user would run it: GPUs, input/output lengths, precision, optional
+           minimum per-user speed and disaggregation; chalk picks layout and batch.
+  decode   a disaggregated decode pool at a stated layout, batch per GPU and KV length (batch empty: the
+           largest that fits, capped per scheduler).
+  fixed    aggregated serving at a stated layout and concurrency (an engine's measured operating point).
+  prefill  a prefill pool at a stated layout and tokens per GPU per step.
+The error of a row is predicted / measured - 1; its residual is log(measured / predicted).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from chalk.analyses.calibration import Calibration, calibration
+from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.parallel import memory_per_chip, model_costs, resolve_kv_precision, stage_step
+from chalk.analyses.serving import throughput
+from chalk.errors import ChalkError, SpecError
+from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.precision import canonical
+
+#: Recorded bound on the median |error| of the calibrated model over the validation set; a test fails if
+#: `chalk validate` regresses past it.
+MEDIAN_ERROR_BOUND = 0.20
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    kind: str
+    model: str
+    hardware: str
+    gpus: int
+    precision: str | None
+    kv_precision: str
+    input_len: float | None
+    output_len: float | None
+    context: float | None
+    batch: float | None
+    tp: int | None
+    attn_dp: int | None
+    pp: int | None
+    min_user_tps: float | None
+    disaggregated: bool
+    metric: str
+    measured: float
+    source: str
+    notes: str
+
+
+def _num(s: str, cast=float):
+    s = (s or "").strip()
+    return cast(float(s)) if s else None
+
+
+@lru_cache(maxsize=1)
+def load_rows() -> tuple[Row, ...]:
+    """The validation set shipped with chalk (package data)."""
+    text = (resources.files("chalk") / "validation" / "validation.csv").read_text()
+    rows = []
+    for i, d in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        try:
+            rows.append(Row(
+                id=d["id"], kind=d["kind"], model=d["model"], hardware=d["hardware"], gpus=_num(d["gpus"], int),
+                precision=d["precision"] or None, kv_precision=d["kv_precision"] or "auto",
+                input_len=_num(d["input_len"]), output_len=_num(d["output_len"]), context=_num(d["context"]),
+                batch=_num(d["batch"]), tp=_num(d["tp"], int), attn_dp=_num(d["attn_dp"], int),
+                pp=_num(d["pp"], int), min_user_tps=_num(d["min_user_tps"]),
+                disaggregated=bool(_num(d["disaggregated"], int)), metric=d["metric"],
+                measured=float(d["measured"]), source=d["source"], notes=d.get("notes") or ""))
+        except (KeyError, ValueError) as e:
+            raise SpecError(f"validation.csv line {i}: {e}") from None
+    return tuple(rows)
+
+
+def _pool(row: Row, cal: Calibration):
+    m, system = load_model(row.model), resolve_hardware(row.hardware)
+    prec = canonical(row.precision) if row.precision else ModelSizes(m).default_precision()
+    costs = model_costs(m, row.precision, resolve_kv_precision(row.kv_precision, prec, system))
+    tp, a, pp = row.tp or 1, row.attn_dp or 1, row.pp or 1
+    ep = tp * a if m.is_moe else 1
+    return m, system, costs, tp, a, pp, ep
+
+
+def predict(row: Row, cal: Calibration | None = None) -> float:
+    """chalk's prediction of the row's metric."""
+    cal = cal or calibration()
+    if row.kind == "search":
+        r = throughput(row.model, row.hardware, input_len=row.input_len, output_len=row.output_len,
+                       gpus=row.gpus or None, precision=row.precision, kv_precision=row.kv_precision,
+                       min_user_tps=row.min_user_tps,
+                       disaggregated=row.disaggregated, calibration_override=cal)
+        return float(r[row.metric])
+    m, system, costs, tp, a, pp, ep = _pool(row, cal)
+    G = tp * a * pp
+    if row.kind == "decode":
+        L = row.context
+        if row.batch:
+            B = np.array([row.batch * G])
+        else:
+            B = np.unique(np.round(np.geomspace(1, cal.max_seqs_per_scheduler, 60))) * a * pp
+        w, kv = memory_per_chip(costs, tp, a, pp, ep, B, L)
+        fits = (w + kv) <= system.chip.hbm_bytes * (1 - cal.memory_reserve)
+        if not row.batch:
+            B = B[fits] if np.any(fits) else B[:1]
+        t = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, 1.0, cal)["stage_time_s"]
+        return float(np.max(B / (pp * t) / G))
+    if row.kind == "fixed":
+        I, O = row.input_len, row.output_len
+        B = row.batch
+        t = stage_step(costs, system, tp, a, pp, ep, B, B * I / O, I + O / 2, I, cal)["stage_time_s"]
+        return float(B / (pp * t) / G)
+    if row.kind == "prefill":
+        chunk = row.batch * a
+        t = stage_step(costs, system, tp, a, pp, ep, 0.0, chunk, row.input_len, row.input_len, cal)["stage_time_s"]
+        return float(chunk / pp / t / G)
+    raise SpecError(f"validation row {row.id}: unknown kind {row.kind!r}")
+
+
+def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
+    """Every row predicted, with its error; the median and p90 |error|; residual percentiles."""
+    cal = cal or calibration(ideal)
+    out = []
+    for r in load_rows():
+        try:
+            p = predict(r, cal)
+            err = p / r.measured - 1
+        except ChalkError as e:
+            p, err = None, None
+            note = str(e)
+        else:
+            note = ""
+        out.append({"id": r.id, "kind": r.kind, "model": r.model, "hardware": r.hardware, "gpus": r.gpus,
+                    "precision": r.precision, "input_len": r.input_len, "output_len": r.output_len,
+                    "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
+                    "measured": r.measured, "predicted": p, "error": err,
+                    "abs_error": None if err is None else abs(err), "source": r.source, "error_note": note})
+    errs = np.array([o["abs_error"] for o in out if o["abs_error"] is not None])
+    res = np.array([np.log(o["measured"] / o["predicted"]) for o in out if o["predicted"]])
+    failed = sum(o["predicted"] is None for o in out)
+    return {"efficiency": cal.label, "rows": out, "n": len(out), "failed": failed,
+            "median_abs_error": float(np.median(errs)) if errs.size else None,
+            "p90_abs_error": float(np.percentile(errs, 90)) if errs.size else None,
+            "median_signed_error": float(np.median([o["error"] for o in out if o["error"] is not None]))
+            if errs.size else None,
+            "residual_p10": float(np.percentile(res, 10)) if res.size else None,
+            "residual_p90": float(np.percentile(res, 90)) if res.size else None,
+            "median_error_bound": MEDIAN_ERROR_BOUND}

@@ -1,0 +1,184 @@
+"""Parallel layouts: collective communication (alpha-beta), memory per chip, pipeline bubbles.
+
+Every bandwidth here is ONE-WAY bytes/s per chip (`Chip.scaleup_bandwidth_bytes_per_s` is already the
+vendor's bidirectional figure halved; a NIC's Gb/s rate is per direction).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# --------------------------------------------------------------------------- collectives
+def allreduce_bytes_per_link(message_bytes, n):
+    """Bytes each chip sends (and receives) in a ring all-reduce of a message over n chips.
+
+    Formula: 2 (n - 1) / n * M   (reduce-scatter then all-gather, each moving (n-1)/n of M)
+    Ref: Patarasuk & Yuan 2009 (bandwidth-optimal all-reduce); scaling-book ch. 3.
+    Assumes: n chips in one ring, every link equally fast.
+    """
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1) * np.asarray(message_bytes, dtype=float), 0.0)
+
+
+def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0):
+    """Time of a ring all-reduce of `message_bytes` over n chips.
+
+    Formula: T = 2 (n - 1) * alpha + 2 (n - 1) / n * M / (beta * efficiency)
+    Ref: Thakur, Rabenseifner & Gropp 2005 (alpha-beta cost of MPI collectives).
+    Assumes: one-way link bandwidth beta per chip; alpha the per-hop latency; 0 when n = 1.
+    """
+    n = np.asarray(n, dtype=float)
+    hops = np.where(n > 1, 2 * (n - 1), 0.0)
+    return hops * latency_s + allreduce_bytes_per_link(message_bytes, n) / (
+        np.asarray(link_bandwidth_bytes_per_s, dtype=float) * efficiency)
+
+
+def alltoall_bytes_per_chip(tokens, experts_per_token, hidden_size, bytes_per_element):
+    """Bytes one chip sends in an MoE dispatch (or combine) of its tokens.
+
+    Formula: tokens * top_k * H * bytes   (each token goes to k experts; combine returns as many)
+    Ref: DeepSeek-V3 tech report sec. 3.2 (DeepEP dispatch in FP8, combine in BF16); GShard (Lepikhin 2020).
+    Assumes: no deduplication of a token sent to two experts on the same chip (upper bound).
+    """
+    return np.asarray(tokens, dtype=float) * experts_per_token * hidden_size * bytes_per_element
+
+
+def ep_remote_fractions(ep, domain_chips):
+    """Share of an EP all-to-all's traffic that leaves the chip inside, and outside, its scale-up domain.
+
+    Formula: intra = (min(EP, D) - 1) / EP;  inter = max(EP - D, 0) / EP   (uniform routing over EP chips)
+    Ref: the lecture ("MoE all-to-all fits a 72-GPU rack, degrades across racks"); LMSYS large-scale EP blog.
+    Assumes: experts are spread evenly and tokens route uniformly (EPLB balances load towards this).
+    """
+    ep = np.asarray(ep, dtype=float)
+    d = np.asarray(domain_chips, dtype=float)
+    intra = (np.minimum(ep, d) - 1) / ep
+    inter = np.maximum(ep - d, 0) / ep
+    return intra, inter
+
+
+def remote_domain_copies(experts_per_token, ep, domain_chips):
+    """Copies of one token that cross the scale-out network in an EP dispatch (sent once per remote domain).
+
+    Formula: (n - 1) * (1 - (1 - 1/n)^k) with n = EP / D domains in the EP group (0 when n <= 1)
+    Ref: DeepEP internode dispatch (one RDMA send per destination node, then NVLink forwarding);
+         balls in bins as in `moe.expected_distinct_experts`.
+    Assumes: a token's k experts fall in uniformly random domains.
+    """
+    n = np.maximum(np.asarray(ep, dtype=float) / np.asarray(domain_chips, dtype=float), 1.0)
+    with np.errstate(divide="ignore"):
+        return (n - 1) * -np.expm1(experts_per_token * np.log1p(-1 / n))
+
+
+def alltoall_time_s(scaleup_bytes, scaleout_bytes, scaleup_bytes_per_s, scaleout_bytes_per_s, latency_s=0.0,
+                    efficiency=1.0):
+    """Time of one all-to-all when part of a chip's traffic crosses the scale-out network.
+
+    Formula: T = alpha + max(M_up / beta_up, M_out / beta_out) / efficiency
+    Ref: DeepEP (NVLink and RDMA paths run concurrently); alpha-beta model.
+    Assumes: NVLink and NIC transfers overlap; the slower path sets the time; 0 when nothing moves.
+    """
+    up = np.asarray(scaleup_bytes, dtype=float) / scaleup_bytes_per_s
+    m_out = np.asarray(scaleout_bytes, dtype=float)
+    out = np.where(m_out > 0, m_out / max(scaleout_bytes_per_s, 1e-30), 0.0)
+    busy = (up > 0) | (out > 0)
+    return np.where(busy, latency_s + np.maximum(up, out) / efficiency, 0.0)
+
+
+def p2p_time_s(message_bytes, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0):
+    """Time to send one message point to point (a pipeline stage's activations).
+
+    Formula: T = alpha + M / (beta * efficiency)
+    Ref: alpha-beta model (Hockney 1994).
+    Assumes: a single link, no contention.
+    """
+    return latency_s + np.asarray(message_bytes, dtype=float) / (link_bandwidth_bytes_per_s * efficiency)
+
+
+def overlapped_time_s(compute_s, comm_s, overlap_fraction=1.0):
+    """Step time when communication of one micro-batch hides under the compute of the other.
+
+    Formula: T = max(T_compute, T_comm) + (1 - f) * min(T_compute, T_comm); f = 1 perfect overlap,
+             f = 0 none (T_compute + T_comm)
+    Ref: DeepSeek-V3 inference (dual micro-batch overlap, open-infra-index day 6); SGLang two-batch overlap.
+    Assumes: the caller charges the second weight read of the split batch in T_compute.
+    """
+    c = np.asarray(compute_s, dtype=float)
+    m = np.asarray(comm_s, dtype=float)
+    return np.maximum(c, m) + (1 - overlap_fraction) * np.minimum(c, m)
+
+
+# --------------------------------------------------------------------------- memory per chip
+def weight_bytes_per_chip(dense_bytes, expert_bytes, tp, ep, pp):
+    """Weight bytes one chip holds.
+
+    Formula: dense / (TP * PP) + routed experts / (EP * PP)
+    Ref: Megatron-LM (Shoeybi 2019) TP sharding; GShard expert parallelism; GPipe stages.
+    Assumes: attention-DP replicas each hold the full (TP-sharded) dense weights; stages get equal shares.
+    """
+    return (np.asarray(dense_bytes, dtype=float) / (np.asarray(tp) * np.asarray(pp))
+            + np.asarray(expert_bytes, dtype=float) / (np.asarray(ep) * np.asarray(pp)))
+
+
+def kv_shard_fraction(num_kv_heads, tp, head_shardable=True):
+    """Fraction of a sequence's KV cache one chip of a TP group holds.
+
+    Formula: 1 / min(TP, kv_heads) for GQA/MHA (heads split, replicated once TP > kv_heads); 1 for MLA
+    Ref: vLLM/SGLang tensor-parallel attention; DeepSeek-V2 (MLA caches one latent shared by all heads).
+    Assumes: TP divides the KV heads or the KV heads divide TP.
+    """
+    tp = np.asarray(tp, dtype=float)
+    if not head_shardable:
+        return np.ones_like(tp)
+    return 1.0 / np.minimum(tp, num_kv_heads)
+
+
+def kv_bytes_per_chip(kv_bytes_per_sequence, sequences_per_stage, attention_dp, pp, shard_fraction):
+    """KV-cache bytes one chip holds when PP stages each keep their layers' KV for every sequence in flight.
+
+    Formula: (B / DP_attn) * kv_seq * shard / PP, with B = PP * b sequences in flight at per-stage batch b
+             -> b * kv_seq * shard / DP_attn: independent of PP
+    Ref: the lecture ("pipelining divides weights per GPU, not KV per GPU"); GPipe.
+    Assumes: B sequences in flight across the pipeline, each stage holds 1/PP of the layers.
+    """
+    return (np.asarray(sequences_per_stage, dtype=float) * np.asarray(pp) / np.asarray(attention_dp)
+            * np.asarray(kv_bytes_per_sequence, dtype=float) * np.asarray(shard_fraction) / np.asarray(pp))
+
+
+def max_sequences_fit(usable_bytes, weight_bytes, kv_bytes_per_sequence):
+    """Largest number of sequences whose KV fits beside the weights.
+
+    Formula: floor((usable - weights) / kv_per_sequence), 0 when the weights alone do not fit
+    Ref: lecture eq. 3's memory side; vLLM PagedAttention block budget.
+    Assumes: no fragmentation beyond the reserve already taken out of `usable_bytes`.
+    """
+    free = np.asarray(usable_bytes, dtype=float) - np.asarray(weight_bytes, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.floor(free / np.asarray(kv_bytes_per_sequence, dtype=float))
+    return np.where(free > 0, np.maximum(n, 0.0), 0.0)
+
+
+# --------------------------------------------------------------------------- pipelines
+def pipeline_bubble_fraction(stages, microbatches, interleave=1):
+    """Share of a training step a pipeline's chips sit idle (GPipe / 1F1B, optionally interleaved).
+
+    Formula: (PP - 1) / (v * M + PP - 1); v = 1 plain, v chunks per chip interleaved (bubble / v)
+    Ref: Huang et al. 2019 (GPipe); Narayanan et al. 2021 (Megatron interleaved 1F1B, eq. bubble = (p-1)/(v m)).
+    Assumes: equal stage times, no communication cost.
+    """
+    p = np.asarray(stages, dtype=float)
+    m = np.asarray(microbatches, dtype=float)
+    v = np.asarray(interleave, dtype=float)
+    return (p - 1) / (v * m + p - 1)
+
+
+def pipeline_token_latency_s(stage_time_s, stages, hop_time_s=0.0):
+    """Time for one token's forward pass through all stages of an inference pipeline.
+
+    Formula: T_token = PP * T_stage + (PP - 1) * T_hop
+    Ref: the lecture (inference pipelining costs latency, not throughput: "~50% with 4 stages").
+    Assumes: equal stages; PP micro-batches in flight keep every stage busy, so throughput is unchanged.
+    """
+    p = np.asarray(stages, dtype=float)
+    return p * np.asarray(stage_time_s, dtype=float) + (p - 1) * np.asarray(hop_time_s, dtype=float)

@@ -1,0 +1,163 @@
+"""Parallel layouts: collective costs, memory per chip, pipelines, the MoE rack layout, lecture claims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from chalk.analyses import parallel as par
+from chalk.analyses.calibration import calibration
+from chalk.equations import parallel as P
+from chalk.errors import FitError, InputError
+from chalk.specs.catalog import load_model, load_system
+
+
+# -- equations -------------------------------------------------------------------------
+def test_ring_allreduce_known_message():
+    # 1 GB over 8 chips at 450 GB/s one way (H100 NVLink4 = 900 GB/s bidirectional): 2*7/8 GB / 450 GB/s
+    t = P.ring_allreduce_time_s(1e9, 8, 450e9)
+    assert float(t) == pytest.approx(1.75e9 / 450e9, rel=1e-12)
+    assert float(t) == pytest.approx(3.8889e-3, rel=1e-4)
+    # alpha: 2(n-1) hops
+    assert float(P.ring_allreduce_time_s(1e9, 8, 450e9, latency_s=1e-6)) == pytest.approx(float(t) + 14e-6)
+    assert float(P.ring_allreduce_time_s(1e9, 1, 450e9, latency_s=1e-6)) == 0.0
+    assert float(P.allreduce_bytes_per_link(1e9, 2)) == pytest.approx(1e9)
+
+
+def test_alltoall_bytes_and_remote_shares():
+    # DeepSeek-V3 dispatch of 128 tokens, top-8, hidden 7168, FP8: 128*8*7168 bytes
+    assert float(P.alltoall_bytes_per_chip(128, 8, 7168, 1.0)) == 7_340_032
+    intra, inter = P.ep_remote_fractions(72, 72)
+    assert float(intra) == pytest.approx(71 / 72) and float(inter) == 0
+    intra, inter = P.ep_remote_fractions(144, 72)
+    assert float(intra) == pytest.approx(71 / 144) and float(inter) == pytest.approx(0.5)
+    assert float(P.remote_domain_copies(8, 72, 72)) == 0
+    assert float(P.remote_domain_copies(8, 144, 72)) == pytest.approx(1 - 0.5 ** 8)
+    # deduplicated per remote domain: never more than k copies, never more than the remote domains
+    r = P.remote_domain_copies(8, np.array([16, 64, 256, 1024]), 8)
+    assert np.all(r <= 8) and np.all(r <= np.array([1, 7, 31, 127])) and np.all(np.diff(r) > 0)
+
+
+def test_alltoall_time_takes_the_slower_link():
+    t = P.alltoall_time_s(9e8, 5e7, 900e9, 50e9)
+    assert float(t) == pytest.approx(1e-3)  # 50 MB over 50 GB/s beats 900 MB over 900 GB/s
+    assert float(P.alltoall_time_s(0.0, 0.0, 900e9, 50e9, latency_s=1e-5)) == 0.0
+
+
+def test_pipeline_bubble_3_over_11_and_interleaved():
+    assert float(P.pipeline_bubble_fraction(4, 8)) == pytest.approx(3 / 11)
+    assert float(P.pipeline_bubble_fraction(4, 8, interleave=2)) == pytest.approx(3 / 19)
+    assert float(P.pipeline_bubble_fraction(1, 8)) == 0.0
+
+
+def test_overlap_bounds():
+    c, m = np.array([3.0, 1.0]), np.array([1.0, 3.0])
+    assert np.allclose(P.overlapped_time_s(c, m), 3.0)
+    assert np.allclose(P.overlapped_time_s(c, m, 0.0), 4.0)
+    assert np.all(P.overlapped_time_s(c, m, 0.3) <= c + m) and np.all(P.overlapped_time_s(c, m, 0.3) >= 3.0)
+
+
+def test_kv_per_chip_independent_of_pp_weights_fall():
+    kv = [float(P.kv_bytes_per_chip(1e6, 64, 1, p, 1.0)) for p in (1, 2, 4, 8)]
+    assert kv == [kv[0]] * 4
+    w = [float(P.weight_bytes_per_chip(8e11, 0, 8, 1, p)) for p in (1, 2, 4, 8)]
+    assert w == pytest.approx([1e11, 5e10, 2.5e10, 1.25e10])
+
+
+def test_kv_shard_gqa_vs_mla():
+    assert float(P.kv_shard_fraction(8, 8)) == pytest.approx(1 / 8)
+    assert float(P.kv_shard_fraction(8, 16)) == pytest.approx(1 / 8)  # replicated past the KV heads
+    assert float(P.kv_shard_fraction(1, 8, head_shardable=False)) == 1.0  # MLA latent is not head-shardable
+
+
+# -- layouts and memory ------------------------------------------------------------------
+def test_enumerate_layouts_cover_the_gpus():
+    m = load_model("llama-3.1-70b")
+    lays = par.enumerate_layouts(m, 8, 8)
+    assert lays and all(l.gpus == 8 for l in lays)
+    assert {l.tp for l in lays} == {1, 2, 4, 8}
+    assert all(l.ep == 1 and l.attn_dp == 1 for l in lays)
+    moe = par.enumerate_layouts(load_model("deepseek-v3"), 72, 72)
+    assert any(l.attn_dp == 72 and l.ep == 72 for l in moe)
+    assert all(m.num_heads % l.tp == 0 and l.tp <= 72 for l in moe)
+    with pytest.raises(InputError):
+        par.enumerate_layouts(m, 0, 8)
+
+
+def test_memory_per_chip_shards_weights_and_kv():
+    m = load_model("llama-3.1-70b")
+    costs = par.model_costs(m, "fp8", "bf16")
+    w1, kv1 = par.memory_per_chip(costs, 1, 1, 1, 1, 10, 4096)
+    w8, kv8 = par.memory_per_chip(costs, 8, 1, 1, 1, 10, 4096)
+    assert float(w8) == pytest.approx(float(w1) / 8)
+    assert float(kv8) == pytest.approx(float(kv1) / 8)
+    assert float(kv1) == pytest.approx(10 * 327_680 * 4096)  # README convention 4
+    ds = par.model_costs(load_model("deepseek-v3"), None, "bf16")
+    _, kv = par.memory_per_chip(ds, 8, 1, 1, 8, 1, 1000)
+    assert float(kv) == pytest.approx(70_272 * 1000)  # MLA latent replicated across the TP group
+
+
+def test_stage_step_monotone_in_batch_and_ideal_faster():
+    m = load_model("deepseek-v3")
+    s = load_system("gb200-nvl72")
+    costs = par.model_costs(m, "fp8", "fp8")
+    B = np.array([8.0, 64, 512, 4096])
+    cal = calibration()
+    t = par.stage_step(costs, s, 1, 8, 1, 8, B, 0.0, 4096, 1.0, cal)["stage_time_s"]
+    assert np.all(np.diff(t) > 0)
+    ti = par.stage_step(costs, s, 1, 8, 1, 8, B, 0.0, 4096, 1.0, calibration(ideal=True))["stage_time_s"]
+    assert np.all(ti < t)
+
+
+def test_pipeline_analysis_kv_constant_weights_fall():
+    pa = par.pipeline_analysis(load_model("llama-3.1-405b"), load_system("hgx-h200"), precision="fp8", tp=8)
+    rows = pa["rows"]
+    assert [r["pp"] for r in rows] == [1, 2, 4, 8]
+    kv = [r["kv_bytes_per_gpu"] for r in rows]
+    assert max(kv) == pytest.approx(min(kv))
+    w = [r["weight_bytes_per_gpu"] for r in rows]
+    assert w == pytest.approx([w[0] / p for p in (1, 2, 4, 8)])
+    assert rows[2]["training_bubble"] == pytest.approx(3 / 11)
+    assert all(b["latency_penalty"] > a["latency_penalty"] for a, b in zip(rows, rows[1:]))
+
+
+def test_moe_rack_layout_spill_costs():
+    r = par.moe_rack_layout(load_model("deepseek-v3"), load_system("gb200-nvl72"))
+    assert r["applies"] and r["ep_inside_domain"] == 72 and r["ep_spilled"] == 144
+    assert r["scaleout_slowdown"] == pytest.approx(18.0)
+    assert r["alltoall_slowdown_when_spilled"] > 1 and r["step_slowdown_when_spilled"] > 1
+    assert not par.moe_rack_layout(load_model("llama-3.1-8b"), load_system("hgx-h100"))["applies"]
+
+
+def test_layout_report_fit_error():
+    with pytest.raises(FitError):
+        par.layout_report(load_model("deepseek-v3"), load_system("hgx-h100"), gpus=1)
+
+
+def test_claims():
+    cs = {c.id: c for c in par.claims()}
+    assert set(cs) == {"scale_out_slowdown", "pipeline_kv_per_gpu_constant", "pipeline_training_bubble"}
+    assert cs["pipeline_training_bubble"].value == pytest.approx(3 / 11)
+    assert cs["pipeline_training_bubble"].within_lecture_range
+    kv = cs["pipeline_kv_per_gpu_constant"].value
+    assert len(kv) == 4 and max(kv) == min(kv)
+    assert cs["scale_out_slowdown"].value == pytest.approx(18.0) and cs["scale_out_slowdown"].within_lecture_range
+    for c in cs.values():
+        d = c.to_dict()
+        assert {"id", "value", "unit", "lecture_value", "assumptions", "explanation", "lecture_range"} <= set(d)
+
+
+def test_cli_layout_json_and_errors():
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "layout", "--model", "deepseek-v3", "--hardware",
+                        "gb200-nvl72", "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert {"layouts", "moe_rack_layout", "pipeline"} <= set(d)
+    assert d["moe_rack_layout"]["ep_inside_domain"] == 72
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "layout", "--model", "deepseek-v3", "--hardware",
+                        "h100", "--gpus", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "does not fit" in p.stderr

@@ -1,0 +1,129 @@
+"""Serving throughput search: constraints, monotonicity, JSON contract, plausibility against measurements."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from chalk.analyses import serving as sv
+from chalk.errors import FitError, InputError
+
+KEYS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "user_tokens_per_s", "ttft_s", "tpot_s",
+        "concurrency", "gpus", "parallelism", "cost_per_mtok_output_usd", "cost_per_mtok_input_usd", "range")
+
+
+@pytest.fixture(scope="module")
+def nvl72():
+    return sv.throughput("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, pareto=True)
+
+
+def test_result_keys_and_consistency(nvl72):
+    r = nvl72
+    for k in KEYS:
+        assert k in r
+    assert set(r["parallelism"]) >= {"tp", "ep", "pp", "dp"}
+    lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
+    assert lo < r["output_tokens_per_s_per_gpu"] < hi
+    assert r["input_tokens_per_s_per_gpu"] == pytest.approx(2 * r["output_tokens_per_s_per_gpu"])
+    assert r["user_tokens_per_s"] == pytest.approx(1 / r["tpot_s"])
+    # concurrency / TPOT = output tokens/s of the deployment
+    assert r["concurrency"] / r["tpot_s"] / r["gpus"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=1e-9)
+    assert r["gpus"] <= 72 and r["cost_per_mtok_output_usd"] > 0
+
+
+def test_gb200_deepseek_plausible_vs_measured(nvl72):
+    # LMSYS GB200 NVL72 (Sep 2025): 9,087 output tok/s/GPU decode and 18,471 input tok/s/GPU prefill (FP8 MoE,
+    # 2000-token inputs). Aggregated 2000-in / 1000-out at those rates: 1 / (1/9087 + 2/18471) = ~4,600.
+    expected = 1 / (1 / 9087 + 2 / 18471)
+    assert expected / 2 < nvl72["output_tokens_per_s_per_gpu"] < expected * 2
+    d = sv.throughput("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, disaggregated=True)
+    assert d["mode"] == "disaggregated" and d["prefill"]["gpus_per_decode_gpu"] > 0
+    assert expected / 2 < d["output_tokens_per_s_per_gpu"] < expected * 2.5
+
+
+def test_frontier_is_a_frontier(nvl72):
+    f = nvl72["frontier"]
+    assert len(f) >= 3
+    user = np.array([p["user_tokens_per_s"] for p in f])
+    thr = np.array([p["output_tokens_per_s_per_gpu"] for p in f])
+    cost = np.array([p["cost_per_mtok_output_usd"] for p in f])
+    assert np.all(np.diff(user) > 0) and np.all(np.diff(thr) < 0) and np.all(np.diff(cost) > 0)
+    for p in f:
+        assert {"user_tokens_per_s", "output_tokens_per_s_per_gpu", "cost_per_mtok_output_usd", "layout"} <= set(p)
+
+
+def test_min_user_tps_respected_and_monotone():
+    prev = np.inf
+    for x in (5, 20, 50, 100):
+        r = sv.throughput("llama-3.1-70b", "hgx-h100", input_len=1000, output_len=500, gpus=8, precision="fp8",
+                          min_user_tps=x)
+        assert r["user_tokens_per_s"] >= x
+        assert r["output_tokens_per_s_per_gpu"] <= prev * (1 + 1e-9)
+        prev = r["output_tokens_per_s_per_gpu"]
+
+
+def test_max_ttft_respected():
+    r = sv.throughput("llama-3.1-8b", "h100", input_len=8000, output_len=500, gpus=1, max_ttft_s=0.5)
+    assert r["ttft_s"] <= 0.5
+
+
+def test_modes_price_multiples_grow(nvl72):
+    ms = [m for m in nvl72["modes"] if m["price_multiple"] is not None]
+    assert ms[0]["price_multiple"] == pytest.approx(1.0)
+    mult = [m["price_multiple"] for m in ms if m["speedup"] >= 1]
+    assert all(b >= a - 1e-9 for a, b in zip(mult, mult[1:]))
+
+
+def test_ideal_is_an_upper_bound():
+    kw = dict(input_len=1000, output_len=1000, gpus=8, precision="fp8")
+    cal = sv.throughput("llama-3.1-70b", "hgx-h200", **kw)
+    ideal = sv.throughput("llama-3.1-70b", "hgx-h200", ideal=True, **kw)
+    assert ideal["output_tokens_per_s_per_gpu"] > cal["output_tokens_per_s_per_gpu"]
+    assert ideal["efficiency"] == "ideal" and ideal["range"]["output_tokens_per_s_per_gpu"][0] == pytest.approx(
+        ideal["output_tokens_per_s_per_gpu"])
+
+
+def test_longer_outputs_cheaper_inputs_costlier():
+    a = sv.throughput("llama-3.1-8b", "h100", input_len=128, output_len=2048, gpus=1, precision="fp8")
+    b = sv.throughput("llama-3.1-8b", "h100", input_len=2048, output_len=128, gpus=1, precision="fp8")
+    assert a["output_tokens_per_s_per_gpu"] > 3 * b["output_tokens_per_s_per_gpu"]
+
+
+def test_errors():
+    with pytest.raises(FitError):
+        sv.throughput("deepseek-v3", "h100", input_len=1000, output_len=100, gpus=1)
+    with pytest.raises(FitError):
+        sv.throughput("llama-3.1-8b", "h100", input_len=1000, output_len=100, gpus=1, min_user_tps=1e6)
+    with pytest.raises(InputError):
+        sv.throughput("llama-3.1-8b", "h100", input_len=-1, output_len=100)
+
+
+def test_claim_fast_mode():
+    (c,) = sv.claims()
+    assert c.id == "fast_mode_price_for_2_5x_speed"
+    assert c.value > 1 and c.within_lecture_range
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_throughput_json_contract():
+    p = _cli("throughput", "--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--input-len", "2000",
+             "--output-len", "1000", "--min-user-tps", "20", "--pareto", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    for k in KEYS:
+        assert k in d
+    assert d["user_tokens_per_s"] >= 20
+    assert len(d["range"]["output_tokens_per_s_per_gpu"]) == 2 and d["frontier"]
+    p = _cli("throughput", "--model", "llama-3.1-8b", "--hardware", "h100", "--input-len", "1000", "--output-len",
+             "100", "--min-user-tps", "100000")
+    assert p.returncode == 2 and p.stderr.startswith("chalk: error:") and p.stderr.count("\n") == 1
+    p = _cli("throughput", "--model", "llama-3.1-8b", "--hardware", "h100", "--input-len", "1000", "--output-len",
+             "100", "--disaggregated")
+    assert p.returncode == 0 and "prefill pool" in p.stdout and "tokens/s per GPU" in p.stdout

@@ -1,0 +1,77 @@
+"""The validation set: every row predicted, sourced, and the median error held under its recorded bound."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chalk.analyses import calibration as cal
+from chalk.analyses.validate import MEDIAN_ERROR_BOUND, load_rows, validate
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "measurements-public.csv"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate()
+
+
+def test_median_error_under_recorded_bound(report):
+    assert report["failed"] == 0
+    assert report["median_abs_error"] <= MEDIAN_ERROR_BOUND
+
+
+def test_rows_are_sourced_and_broad():
+    rows = load_rows()
+    assert len(rows) >= 40
+    assert all(r.source.strip() for r in rows)
+    assert len({r.model for r in rows}) >= 6 and len({r.hardware for r in rows}) >= 8
+    assert {r.kind for r in rows} >= {"search", "decode", "prefill", "fixed"}
+    assert len({r.id for r in rows}) == len(rows)
+
+
+def test_recorded_residual_spread_matches_the_data(report):
+    assert report["residual_p10"] == pytest.approx(cal.RESIDUAL_LOW, abs=0.1)
+    assert report["residual_p90"] == pytest.approx(cal.RESIDUAL_HIGH, abs=0.1)
+
+
+def test_calibration_beats_the_ideal_roofline(report):
+    ideal = validate(ideal=True)
+    assert ideal["median_abs_error"] > report["median_abs_error"]
+    # the pure roofline is an upper bound: it over-predicts most rows
+    assert ideal["median_signed_error"] > 0.3
+
+
+def test_calibrated_efficiency_is_cheap_and_physical():
+    e = cal.calibrated_efficiency()
+    assert e.label == "calibrated" and 0.3 <= e.compute <= 0.7 and 0.6 <= e.memory <= 0.95
+    assert 1e-3 <= e.overhead_s <= 5e-3 and 0 < e.memory_reserve < 0.2
+    assert cal.calibrated_efficiency() is e
+
+
+@pytest.mark.skipif(not SHARED.is_file(), reason="../shared is absent")
+def test_copied_rows_match_the_shared_reference():
+    ref = {(r["metric"], r["value"]) for r in csv.DictReader(SHARED.open())}
+    per_node = {"dsv3-h100-decode-sglang": ("decode_throughput_per_node", 22282),
+                "dsv3-h100-prefill-1k": ("prefill_throughput_per_node", 57674),
+                "dsv3-h800-decode-prod": ("output_throughput_per_node", 14800)}
+    rows = {r.id: r for r in load_rows()}
+    for rid, (metric, value) in per_node.items():
+        assert (metric, str(value)) in ref
+        assert rows[rid].measured == pytest.approx(value / 8, rel=0.01)
+
+
+def test_cli_validate_json():
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "validate", "--json"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["n"] == len(d["rows"]) and d["median_abs_error"] <= MEDIAN_ERROR_BOUND
+    errs = [r["abs_error"] for r in d["rows"]]
+    assert d["p90_abs_error"] == pytest.approx(float(np.percentile(errs, 90)))
