@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from chalk.analyses.roofline import Efficiency
+from chalk.analyses.roofline import IDEAL, Efficiency
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,13 @@ def calibrated_efficiency(layers: int | None = None) -> Efficiency:
     """
     n = TYPICAL_LAYERS if layers is None else layers
     return Efficiency(compute=COMPUTE, memory=MEMORY, overhead_s=CALIBRATION.overhead_s(n),
-                      memory_reserve=MEMORY_RESERVE, label="calibrated")
+                      memory_reserve=MEMORY_RESERVE, label="calibrated",
+                      residual_low=RESIDUAL_LOW, residual_high=RESIDUAL_HIGH)
+
+
+def default_efficiency(ideal: bool = False, layers: int | None = None) -> Efficiency:
+    """The pure roofline (`ideal`) or chalk's calibrated efficiency, sized for a model's layer count."""
+    return IDEAL if ideal else calibrated_efficiency(layers)
 
 
 def calibration(ideal: bool = False) -> Calibration:

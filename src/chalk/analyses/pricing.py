@@ -325,7 +325,7 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     Cache-hit tokens cost no chip time (their KV is loaded from storage). Efficiency: chalk's
     calibrated one unless `ideal` (or an explicit Efficiency).
     """
-    from chalk.api import default_efficiency
+    from chalk.analyses.calibration import default_efficiency
 
     eff = efficiency or default_efficiency(ideal)
     per = "day"

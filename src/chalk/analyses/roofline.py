@@ -28,6 +28,9 @@ class Efficiency:
     overhead_s: float = 0.0
     memory_reserve: float = 0.0  # fraction of HBM kept for activations / workspace / fragmentation
     label: str = "ideal"
+    #: spread of log(measured / predicted throughput) in the calibration data (p10, p90): the [low, high] range
+    residual_low: float = 0.0
+    residual_high: float = 0.0
 
     def __post_init__(self):
         for name in ("compute", "memory"):
@@ -85,6 +88,8 @@ class RooflineResult:
     flops: object
     bytes_moved: object
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: [low, high] for step time, tokens/s and cost from the calibration residuals (equal to the value when ideal)
+    range: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {k: _jsonable(v) for k, v in asdict(self).items()}
@@ -106,6 +111,8 @@ def _jsonable(v):
         return bool(v)
     if isinstance(v, list):
         return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
     return v
 
 
@@ -208,6 +215,12 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
     bal = balance_context(sz, eff_peak, eff_bw, kv_precision, sparse_law)
 
     price = chip.price_usd_per_s
+    # measured throughput = predicted * exp(residual): slow end divides, fast end multiplies
+    slow, fast = np.exp(-efficiency.residual_low), np.exp(-efficiency.residual_high)
+    cost = R.cost_per_token_usd(t, price, n, tokens) * 1e6
+    spread = {"step_time_s": [_scalar(t * fast), _scalar(t * slow)],
+              "tokens_per_s": [_scalar(tokens / (t * slow)), _scalar(tokens / (t * fast))],
+              "cost_per_mtok_usd": [_scalar(cost * fast), _scalar(cost * slow)]}
     notes = []
     if chip.price_is_assumption:
         notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
@@ -223,10 +236,10 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
         bound=_scalar(bound), mfu=_scalar(R.utilization(flops / t, peak)),
         mbu=_scalar(R.utilization(bytes_moved / t, bw)), tokens_per_s=_scalar(tokens / t),
         user_tokens_per_s=_scalar(user_rate_tokens / t),
-        cost_per_mtok_usd=_scalar(R.cost_per_token_usd(t, price, n, tokens) * 1e6),
+        cost_per_mtok_usd=_scalar(cost),
         critical_batch=crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=bal,
         weight_bytes=weight_bytes, kv_bytes_per_token=kv_tok, kv_bytes_per_sequence=_scalar(kv_seq),
         memory_needed_bytes=_scalar(need), hbm_bytes=hbm, max_batch_fit=_scalar(max_b), fits=_scalar(fits),
         total_params=sz.total_params, active_params=sz.active_params, flops=_scalar(flops),
-        bytes_moved=_scalar(bytes_moved), notes=tuple(notes),
+        bytes_moved=_scalar(bytes_moved), notes=tuple(notes), range=spread,
     )

@@ -89,7 +89,10 @@ def estimate(
               f" · {r.precision} weights ({r.compute_precision} compute), {r.kv_precision} KV · {r.efficiency}",
               ["quantity", "value"])
     rows = [
-        ("step time", seconds(r.step_time_s)), ("  compute", seconds(r.compute_time_s)),
+        ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
+                                                f"{seconds(r.range['step_time_s'][1])})"
+                                                if r.efficiency != "ideal" else "")),
+        ("  compute", seconds(r.compute_time_s)),
         ("  weight read", seconds(r.weight_time_s) + f"  (lecture form, all weights: {seconds(r.weight_time_lecture_s)})"),
         ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
         ("bound", str(r.bound)), ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from chalk.api import _model, _system, default_efficiency
 
         sc = sim.StepCost.from_roofline(_model(model), _system(hardware), chips=chips, precision=precision,
-                                        kv_precision=kv_precision, efficiency=default_efficiency(ideal))
+                                        kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
         reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len, seed)
         if scheduler is Scheduler.train:
             r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
