@@ -18,15 +18,20 @@ def _catalog_dir(kind: str):
     return resources.files("chalk") / "catalog" / kind
 
 
-def read_yaml(path, where: str | None = None) -> dict:
-    """Parse a YAML mapping, turning every failure into one SpecError line."""
-    where = where or str(path)
+def _read_text(path, where: str) -> str:
+    """A file's text (a Path, str or importlib resource), every failure as one SpecError line."""
     try:
-        text = Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
+        return Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
+
+
+def read_yaml(path, where: str | None = None) -> dict:
+    """Parse a YAML mapping, turning every failure into one SpecError line."""
+    where = where or str(path)
+    text = _read_text(path, where)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -39,13 +44,9 @@ def read_yaml(path, where: str | None = None) -> dict:
 
 
 def read_json(path, where: str | None = None) -> dict:
+    """Parse a JSON object, turning every failure into one SpecError line."""
     where = where or str(path)
-    try:
-        text = Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
+    text = _read_text(path, where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
