@@ -1,0 +1,106 @@
+"""`chalk web`: run the Streamlit explorer (`web_app.py`) on a local address."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from chalk.errors import InputError
+
+APP = Path(__file__).with_name("web_app.py")
+DEFAULT_PORT = 8501
+
+
+def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 50) -> int:
+    """The first port from `start` that nothing listens on."""
+    for port in range(start, start + tries):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise InputError(f"no free port in {start}..{start + tries - 1} on {host}")
+
+
+def command(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> list[str]:
+    """The argv that serves the app: headless, no usage statistics, bound to `host`."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+
+
+def environment() -> dict:
+    """The child's environment: chalk importable even when run from a source checkout (PYTHONPATH=src)."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([src, *parts])
+    return env
+
+
+def wait_until_up(host: str, port: int, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> bool:
+    """Poll until something accepts connections on host:port (False on timeout or if proc exits)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.25)
+    return False
+
+
+def validate(host: str, port: int | None) -> None:
+    if not host or any(c.isspace() for c in host):
+        raise InputError(f"--host must be an address like 127.0.0.1, got {host!r}")
+    if port is not None and not (1 <= int(port) <= 65535):
+        raise InputError(f"--port must be in 1..65535, got {port!r}")
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def launch(host: str = "127.0.0.1", port: int | None = None, open_browser: bool = True) -> int:
+    """Serve the explorer until interrupted; returns the server's exit code."""
+    validate(host, port)
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        raise InputError("chalk web needs streamlit: pip install streamlit") from None
+    port = port or free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = f"http://{shown}:{port}"
+    sys.stderr.write(f"chalk web: serving on {url} (Ctrl-C to stop)\n")
+    proc = subprocess.Popen(command(host, port), env=environment())
+    if open_browser:
+        def _open():
+            if wait_until_up(shown, port, proc=proc):
+                import webbrowser
+
+                webbrowser.open(url)
+
+        threading.Thread(target=_open, daemon=True).start()
+    try:  # SIGTERM stops the server too, not only Ctrl-C
+        signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()

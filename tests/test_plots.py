@@ -1,0 +1,146 @@
+"""Plots: every kind writes a real PNG / SVG; bad kinds, paths and inputs are one clear ChalkError."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from chalk.errors import ChalkError, InputError, UnknownNameError
+from chalk.faces import plots
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PAIR = dict(model="llama-3.1-8b", hardware="hgx-h100")
+MOE_PAIR = dict(model="deepseek-v3", hardware="gb200-nvl72")
+ROOFLINE_CASES = [
+    ("latency-vs-batch", PAIR),
+    ("latency-vs-batch", dict(MOE_PAIR, context=1024)),
+    ("cost-vs-batch", MOE_PAIR),
+    ("cost-vs-context", PAIR),
+    ("hardware-ratio", {}),
+    ("pipeline", dict(stages=4, microbatches=8, schedule="1f1b")),
+]
+
+
+def _check_image(path, min_bytes=10_000):
+    data = path.read_bytes()
+    assert len(data) > min_bytes, f"{path} is only {len(data)} bytes"
+    if path.suffix == ".png":
+        assert data.startswith(PNG_MAGIC)
+    else:
+        head = data[:2000].decode("utf-8", "replace")
+        assert "<svg" in head and data.rstrip().endswith(b"</svg>")
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+@pytest.mark.parametrize(("kind", "kw"), ROOFLINE_CASES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(ROOFLINE_CASES)])
+def test_roofline_kinds_write_real_images(tmp_path, kind, kw, suffix):
+    out = plots.plot(kind, tmp_path / f"{kind}{suffix}", ideal=True, **kw)
+    assert out == tmp_path / f"{kind}{suffix}"
+    _check_image(out)
+
+
+def test_every_issue_kind_is_registered():
+    assert set(plots.kinds()) >= {"latency-vs-batch", "cost-vs-batch", "cost-vs-context", "pareto",
+                                  "hardware-ratio", "pipeline", "batch-train", "training-pools"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.simulate") is None, reason="simulate not built yet")
+def test_batch_train_writes_png(tmp_path):
+    _check_image(plots.plot("batch-train", tmp_path / "train.png"))
+    _check_image(plots.plot("batch-train", tmp_path / "train2.png", ideal=True, **PAIR))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.training") is None, reason="training not built yet")
+def test_training_pools_writes_png(tmp_path):
+    _check_image(plots.plot("training-pools", tmp_path / "pools.png", model="llama-3.1-405b"))
+
+
+def test_pareto_needs_serving_or_draws(tmp_path):
+    try:
+        out = plots.plot("pareto", tmp_path / "pareto.png", model="llama-3.1-8b", compare="hgx-h100,hgx-b200")
+    except ChalkError as e:
+        assert "chalk.analyses.serving" in str(e)
+    else:
+        _check_image(out)
+
+
+def test_unknown_kind_is_a_chalk_error_with_a_suggestion(tmp_path):
+    with pytest.raises(UnknownNameError, match="latency-vs-batch"):
+        plots.plot("latency-vs-bach", tmp_path / "x.png", **PAIR)
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("name", ["x.jpg", "x", "x.pdf"])
+def test_output_must_be_png_or_svg(tmp_path, name):
+    with pytest.raises(InputError, match=r"\.png or \.svg"):
+        plots.plot("latency-vs-batch", tmp_path / name, **PAIR)
+
+
+def test_missing_folder_and_missing_model_are_clear(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        plots.plot("latency-vs-batch", tmp_path / "nope" / "x.png", **PAIR)
+    with pytest.raises(InputError, match="--model"):
+        plots.plot("cost-vs-batch", tmp_path / "x.png", hardware="h100")
+    with pytest.raises(ChalkError, match="model"):
+        plots.plot("cost-vs-batch", tmp_path / "x.png", model="gpt-9", hardware="h100")
+
+
+def test_figures_take_their_lines_from_the_roofline():
+    """The drawn compute / weight / KV / step lines are the RooflineResult fields, not recomputed."""
+    from chalk import api
+
+    fig = plots.figure("latency-vs-batch", ideal=True, **PAIR)
+    ax = fig.axes[0]
+    lines = {ln.get_label().split(":")[0].split(" =")[0]: ln for ln in ax.get_lines()}
+    B = lines["compute"].get_xdata()
+    r = api.estimate(PAIR["model"], PAIR["hardware"], B, 4096, ideal=True)
+    np.testing.assert_allclose(lines["compute"].get_ydata(), r.compute_time_s)
+    np.testing.assert_allclose(lines["weight fetch"].get_ydata(), r.weight_time_s)
+    np.testing.assert_allclose(lines["step time"].get_ydata(), r.step_time_s)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "batch" in ax.get_xlabel() and "time" in ax.get_ylabel()
+    assert B.max() > r.critical_batch  # the critical batch is on the chart
+    plots._plt().close(fig)
+
+
+def test_pipeline_schedule_idles_the_bubble_fraction():
+    for schedule in ("gpipe", "1f1b"):
+        ops = plots.pipeline_schedule(4, 8, schedule)
+        span = max(st + d for *_, st, d in ops)
+        busy = sum(d for *_, d in ops)
+        assert 1 - busy / (span * 4) == pytest.approx(3 / 11)
+        assert len(ops) == 2 * 4 * 8
+    with pytest.raises(InputError):
+        plots.pipeline_schedule(4, 8, "zigzag")
+    with pytest.raises(InputError):
+        plots.pipeline_schedule(0, 8)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_cli_plot_and_estimate_plot(tmp_path):
+    p = _cli("plot", "cost-vs-batch", "-m", "llama-3.1-8b", "-H", "h100", "--ideal", "-o", str(tmp_path / "c.svg"))
+    assert p.returncode == 0, p.stderr
+    _check_image(tmp_path / "c.svg")
+    p = _cli("estimate", "-m", "llama-3.1-8b", "-H", "h100", "--plot", str(tmp_path / "e.png"), "--json")
+    assert p.returncode == 0, p.stderr
+    _check_image(tmp_path / "e.png")
+    p = _cli("plot", "pipeline", "--stages", "8", "--microbatches", "16", "-o", str(tmp_path / "p.png"))
+    assert p.returncode == 0, p.stderr
+    _check_image(tmp_path / "p.png")
+
+
+def test_cli_plot_errors_are_one_line_exit_2(tmp_path):
+    for args in (("plot", "nope", "-o", str(tmp_path / "x.png")),
+                 ("plot", "latency-vs-batch", "-m", "llama-3.1-8b", "-H", "h100", "-o", str(tmp_path / "x.gif")),
+                 ("plot", "latency-vs-batch", "-H", "h100", "-o", str(tmp_path / "x.png"))):
+        p = _cli(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert p.stderr.startswith("chalk: error:") and len(p.stderr.strip().splitlines()) == 1

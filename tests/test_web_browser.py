@@ -1,0 +1,181 @@
+"""The web explorer in a real headless Chromium (Debian's `chromium`), driven by Playwright for Python.
+
+Starts `chalk web`'s Streamlit command on a free localhost port, waits for the page and its plotly charts,
+reads the "Step time" metric, moves the batch slider with the keyboard and checks the step time changed.
+Set CHALK_SCREENSHOT_DIR to keep screenshots.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = pytest.mark.browser
+
+
+def _have_playwright() -> bool:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_browser = pytest.mark.skipif(not (Path(CHROMIUM).exists() and _have_playwright()),
+                                   reason="needs Debian's chromium at /usr/bin/chromium and playwright")
+
+
+def test_command_binds_localhost_headless():
+    from chalk.faces.web import command
+
+    cmd = command("127.0.0.1", 8765)
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("web_app.py")
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.port") + 1] == "8765"
+    assert cmd[cmd.index("--server.headless") + 1] == "true"
+    assert cmd[cmd.index("--browser.gatherUsageStats") + 1] == "false"
+
+
+def test_cli_web_rejects_bad_port():
+    r = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "web", "--port", "70000", "--no-browser"],
+                       capture_output=True, text=True, timeout=60, env=_env())
+    assert r.returncode == 2 and "port" in r.stderr and "Traceback" not in r.stderr
+
+
+def _env():
+    from chalk.faces.web import environment
+
+    env = environment()
+    env.setdefault("HOME", str(Path.home()))
+    return env
+
+
+@pytest.fixture
+def server(tmp_path):
+    from chalk.faces.web import command, free_port, wait_until_up
+
+    if shutil.which("streamlit") is None and not _module("streamlit"):
+        pytest.skip("streamlit not installed")
+    port = free_port("127.0.0.1", 8600)
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen(command("127.0.0.1", port), env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=tmp_path, start_new_session=True)
+    try:
+        assert wait_until_up("127.0.0.1", port, timeout_s=90, proc=proc), \
+            (tmp_path / "streamlit.log").read_text()[-3000:]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _module(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _wait_idle(page, timeout_ms=120_000):
+    """Wait until Streamlit has finished the current run (its running indicator is gone)."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=timeout_ms)
+
+
+def _step_time(page) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Step time")
+    return metric.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+@needs_browser
+def test_page_loads_charts_render_and_batch_slider_moves_step_time(server):
+    from playwright.sync_api import sync_playwright
+
+    shots = os.environ.get("CHALK_SCREENSHOT_DIR")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.goto(server, wait_until="domcontentloaded", timeout=120_000)
+            page.wait_for_selector('[data-testid="stMetric"]', timeout=120_000)
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg .scatterlayer path')"
+                                   ".length >= 5", timeout=120_000)
+            assert page.locator(".js-plotly-plot").count() >= 3  # latency, cost, context
+            assert page.get_by_text("Latency vs batch").count() >= 1
+            before = _step_time(page)
+            assert before and any(u in before for u in ("s", "µs", "ms"))
+            if shots:
+                page.screenshot(path=str(Path(shots) / "web_before.png"), full_page=True)
+
+            slider = page.get_by_role("slider", name="batch (sequences)")  # the sidebar's batch slider
+            assert (slider.get_attribute("aria-valuetext") or slider.get_attribute("aria-valuenow")) == "64"
+            slider.focus()
+            for _ in range(8):  # 64 -> 1024 in half-octave steps
+                page.keyboard.press("ArrowRight")
+            page.wait_for_function(
+                "(b) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
+                ".find(e => e.innerText.includes('Step time'));"
+                " return m && m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim() !== b; }",
+                arg=before, timeout=120_000)
+            after = _step_time(page)
+            assert after != before
+            assert (slider.get_attribute("aria-valuetext") or slider.get_attribute("aria-valuenow")) == "1024"
+            _wait_idle(page)
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=120_000)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            if shots:
+                page.screenshot(path=str(Path(shots) / "web_after.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def test_figure_builders_draw_the_roofline_fields():
+    """The explorer's plotly charts (no browser needed): lines are RooflineResult fields, log axes, a marker."""
+    from chalk import api
+    from chalk.faces import web_app
+    from chalk.faces.plots import roofline_over_batch, roofline_over_context
+
+    r = roofline_over_batch("llama-3.1-8b", "hgx-h100", 4096, ideal=True)
+    fig = web_app.latency_figure(r, 64, float(api.estimate("llama-3.1-8b", "hgx-h100", 64, ideal=True).step_time_s))
+    names = [t.name for t in fig.data]
+    assert names[:4] == ["compute (eq. 2)", "weight fetch (eq. 3)", "KV fetch (eq. 3)", "weights + KV"]
+    assert list(fig.data[0].y) == pytest.approx(list(r.compute_time_s * 1e3))
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "you are here" in names
+    cost = web_app.cost_figure(r, "hgx-h100", 64, 1.0)
+    assert any(t.name == "cost per token (eq. 4)" for t in cost.data)
+    dense = roofline_over_context("llama-3.1-8b", "hgx-h100", 64, ideal=True)
+    sparse = roofline_over_context("llama-3.1-8b", "hgx-h100", 64, ideal=True, sparse_law="sqrt")
+    assert len(web_app.context_figure(dense, sparse, 4096).data) == 4
+    assert len(web_app.pipeline_figure(4, 8, "1f1b").data) == 2
+    assert web_app.BATCHES[0] == 1 and 64 in web_app.BATCHES and 1024 in web_app.BATCHES
+
+
+def test_uploaded_config_is_loadable(tmp_path):
+    from chalk.faces.web_app import _uploaded_model
+    from chalk.specs.catalog import load_model
+
+    src = next((Path(__file__).resolve().parents[1] / "src/chalk/catalog/models/llama-3.1-8b").glob("config.json"))
+
+    class Upload:
+        name = "my-model.json"
+
+        def getvalue(self):
+            return src.read_bytes()
+
+    path = _uploaded_model(Upload())
+    m = load_model(path)
+    assert m.num_layers == load_model("llama-3.1-8b").num_layers
