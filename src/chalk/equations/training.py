@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# defined once, in equations.parallel; re-exported for the training analysis
+from chalk.equations.parallel import pipeline_bubble_fraction, ring_allreduce_time_s  # noqa: E402,F401
+
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 
@@ -110,19 +113,6 @@ def equilibrium_rl_tokens(pretrain_tokens, rl_flops_per_param=3.0, rl_inefficien
             / (rl_flops_per_param * rl_inefficiency))
 
 
-def pipeline_bubble_fraction(stages, microbatches, interleave=1):
-    """Fraction of a pipelined training step the chips sit idle (fill and drain).
-
-    Formula: bubble = (PP - 1) / (v * M + PP - 1)   (v = 1: GPipe / 1F1B; v > 1: interleaved 1F1B)
-    Ref: Huang et al. 2019 (GPipe); Narayanan et al. 2021 (Megatron-LM interleaved schedule);
-         lecture ("PP = 4, M = 8: 3/11").
-    Assumes: equal stage times; v virtual stages per chip cut each bubble slot by v.
-    """
-    pp = np.asarray(stages, dtype=float)
-    busy = np.asarray(interleave, dtype=float) * np.asarray(microbatches, dtype=float)
-    return (pp - 1.0) / (busy + pp - 1.0)
-
-
 def amdahl_speedup(accelerated_share, factor):
     """Speed-up of a whole when only a share of its time runs `factor` times faster.
 
@@ -132,17 +122,6 @@ def amdahl_speedup(accelerated_share, factor):
     """
     g = np.asarray(accelerated_share, dtype=float)
     return 1.0 / ((1.0 - g) + g / np.asarray(factor, dtype=float))
-
-
-def ring_allreduce_time_s(bytes_per_chip, participants, bandwidth_bytes_per_s):
-    """Time of a ring all-reduce (reduce-scatter + all-gather) of a buffer held by every participant.
-
-    Formula: T = 2 * (n - 1) / n * bytes / bandwidth
-    Ref: Patarasuk & Yuan 2009 (bandwidth-optimal all-reduce); scaling-book ch. 3.
-    Assumes: the per-chip link (here the scale-out NIC, one way) is the bottleneck; latency ignored.
-    """
-    n = np.asarray(participants, dtype=float)
-    return 2.0 * (n - 1.0) / n * np.asarray(bytes_per_chip, dtype=float) / bandwidth_bytes_per_s
 
 
 def gpu_hours(flops, achieved_flops_per_s_per_gpu):
