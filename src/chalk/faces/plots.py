@@ -260,11 +260,15 @@ def cost_vs_batch(model=None, hardware=None, context=4096, chips=None, precision
               label="cost per token = max (eq. 4)")
     _shade_no_fit(ax, B, r.fits, f"does not fit in {si(r.hbm_bytes, 'B')} HBM")
     _vline(ax, r.critical_batch, f"critical batch B* ≈ {whole(r.critical_batch)}\n(eq. 5)", COLORS["compute"])
-    b1, floor = float(cost[0]), float(cost[-1])
+    # the floor a deployment can reach: the cheapest batch that still fits in HBM
+    fits = np.broadcast_to(np.asarray(r.fits, dtype=bool), cost.shape)
+    i_floor = int(np.argmin(np.where(fits, cost, np.inf))) if fits.any() else len(cost) - 1
+    b1, floor = float(cost[0]), float(cost[i_floor])
+    where = f"at batch {int(B[i_floor]):,}" if fits.any() else "(nothing fits)"
     ax.annotate(f"batch 1: {usd(b1)} per M tokens", xy=(B[0], b1), xytext=(B[0] * 2.2, b1 * 1.05), fontsize=9,
                 arrowprops=dict(arrowstyle="->", lw=0.8), va="center")
-    ax.annotate(f"floor ≈ {usd(floor)} per M tokens\nbatch 1 costs {num(b1 / floor, 3)}× the floor",
-                xy=(B[-1], floor), xytext=(B[-1] / 60, floor * 6), fontsize=9, ha="center",
+    ax.annotate(f"floor ≈ {usd(floor)} per M tokens {where}\nbatch 1 costs {num(b1 / floor, 3)}× the floor",
+                xy=(B[i_floor], floor), xytext=(B[i_floor] / 30, floor * 6), fontsize=9, ha="center",
                 arrowprops=dict(arrowstyle="->", lw=0.8))
     ax.set_ylim(max(min(np.min(c["compute"]), np.min(c["kv"]), floor) / 3, b1 * 1e-6), b1 * 4)
     ax.set_xlabel("batch B (sequences decoded together)")
