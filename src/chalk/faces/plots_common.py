@@ -1,0 +1,199 @@
+"""Shared pieces of `chalk.faces.plots`: style, colours, the data helpers, and the axis helpers.
+
+No formulas live here: every number comes from `chalk.api` (a RooflineResult over a numpy batch or context
+array) or an analysis module. matplotlib is imported lazily inside the functions (Agg backend) so the CLI
+stays fast. Import through `chalk.faces.plots`, which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from chalk.errors import ChalkError, InputError
+from chalk.faces.cli_common import num, seconds, si, usd
+
+FORMATS = (".png", ".svg")
+COLORS = {"compute": "#1f77b4", "weights": "#ff7f0e", "kv": "#2ca02c", "memory": "#d62728", "step": "#111111",
+          "sparse": "#9467bd", "grey": "#888888"}
+STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
+         "axes.spines.top": False, "axes.spines.right": False}
+
+
+# ------------------------------------------------------------------ shared data (also used by web and report)
+def roofline_over_batch(model, hardware, context=4096, *, batches=None, chips=None, precision=None,
+                        kv_precision="bf16", ideal=False, sparse_law=None):
+    """The roofline (a RooflineResult of arrays) over a log-spaced batch range reaching past the critical batch."""
+    from chalk import api
+
+    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law)
+    if batches is None:
+        r1 = api.estimate(model, hardware, 1, context, **kw)
+        batches = batch_range(r1)
+    return api.estimate(model, hardware, np.asarray(batches, dtype=float), context, **kw)
+
+
+def batch_range(r, points: int = 160) -> np.ndarray:
+    """Log-spaced batches from 1 to ~16x the larger critical batch (a power of two, 1k..1M)."""
+    marks = [v for v in (r.critical_batch, _finite(r.critical_batch_with_kv)) if v]
+    top = 2 ** int(np.clip(np.ceil(np.log2(max(marks + [64.0]) * 16)), 10, 20))
+    return np.geomspace(1, top, points)
+
+
+def roofline_over_context(model, hardware, batch, *, contexts=None, chips=None, precision=None,
+                          kv_precision="bf16", ideal=False, sparse_law=None):
+    """The roofline over a log-spaced context range (256 tokens .. 2M) at a fixed batch."""
+    from chalk import api
+
+    contexts = np.geomspace(256, 2 ** 21, 120) if contexts is None else np.asarray(contexts, dtype=float)
+    return api.estimate(model, hardware, batch, contexts, chips=chips, precision=precision,
+                        kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law)
+
+
+def default_batch(r) -> int:
+    """A round operating batch: the critical batch rounded up to a power of two."""
+    return int(2 ** np.ceil(np.log2(max(r.critical_batch, 1.0))))
+
+
+def cost_components_per_mtok(r, hardware):
+    """Eq. 4 applied to each time component of a decode roofline: {name: $ per M tokens over r.batch}."""
+    from chalk.api import _system
+    from chalk.equations.roofline import cost_per_token_usd
+
+    price = _system(hardware).chip.price_usd_per_s
+    n = r.chips
+    return {k: cost_per_token_usd(getattr(r, f"{k}_time_s"), price, n, r.batch) * 1e6
+            for k in ("compute", "weight", "kv", "memory")}
+
+
+def title_of(r, extra: str = "") -> str:
+    t = f"{r.model} on {r.chips} × {r.hardware} · {r.precision} weights ({r.compute_precision} compute), " \
+        f"{r.kv_precision} KV"
+    return t + (f" · {extra}" if extra else "")
+
+
+def caption_of(r) -> str:
+    label = r.efficiency
+    what = "pure roofline at datasheet peaks" if label == "ideal" else "calibrated achieved fractions of peak"
+    return f"efficiency: {label} ({what}); weights read: {r.weights_read}. chalk roofline, eq. 1-5 of the lecture."
+
+
+def whole(v) -> str:
+    """A count for a label: 5,726 / 299.8 / 12.5."""
+    f = _finite(v)
+    return "n/a" if f is None else f"{f:,.0f}" if abs(f) >= 1000 else num(f, 4)
+
+
+def _finite(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) else None
+
+
+# ------------------------------------------------------------------ axis helpers (matplotlib imported lazily)
+def _plt():
+    """pyplot, on the Agg backend unless the caller (a notebook) already chose one."""
+    import sys
+
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _need(what: str, **values):
+    for k, v in values.items():
+        if v is None:
+            raise InputError(f"plot kind {what} needs --{k}")
+
+
+def _fmt_axes(ax, x=None, y=None):
+    from matplotlib.ticker import FuncFormatter
+
+    fmts = {"batch": lambda v, _: si(v, digits=3), "tokens": lambda v, _: si(v, digits=3),
+            "time": lambda v, _: seconds(v), "usd": lambda v, _: usd(v), "pct": lambda v, _: f"{v:.0%}"}
+    if x:
+        ax.xaxis.set_major_formatter(FuncFormatter(fmts[x]))
+    if y:
+        ax.yaxis.set_major_formatter(FuncFormatter(fmts[y]))
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+
+
+def _caption(fig, text: str):
+    import textwrap
+
+    width = int(fig.get_figwidth() * 17)
+    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(text, width)), fontsize=7.5, color="#555555", ha="left",
+             va="bottom")
+
+
+def _shade_no_fit(ax, x, fits, label="does not fit in HBM"):
+    fits = np.asarray(fits, dtype=bool)
+    if fits.all():
+        return
+    bad = x[~fits]
+    ax.axvspan(bad.min(), x.max(), color="#bbbbbb", alpha=0.25, lw=0, label=label)
+
+
+def _vline(ax, x, text, color, y_frac=0.97, ls=":"):
+    if x is None:
+        return
+    ax.axvline(x, color=color, ls=ls, lw=1.3)
+    ax.text(x * 1.07, y_frac, text, transform=ax.get_xaxis_transform(), color=color, fontsize=8.5, va="top",
+            ha="left", bbox=dict(fc="white", ec="none", alpha=0.8, pad=1))
+
+
+# ------------------------------------------------------------------ helpers for kinds waiting on other analyses
+def _field(obj, *names, default=None):
+    for n in names:
+        if isinstance(obj, dict) and n in obj:
+            return obj[n]
+        if hasattr(obj, "columns") and n in getattr(obj, "columns"):
+            return np.asarray(obj[n])
+        if not isinstance(obj, dict) and hasattr(obj, n):
+            return getattr(obj, n)
+    return default
+
+
+def _accepts(fn, kwargs: dict) -> dict:
+    """The subset of kwargs that fn's signature accepts (for analyses whose signature may grow)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _require(module: str, func: str, kind: str):
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"chalk.analyses.{module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"chalk.analyses.{module}":
+            raise
+        mod = None
+    fn = getattr(mod, func, None)
+    if fn is None:
+        raise ChalkError(f"plot kind {kind} needs chalk.analyses.{module}.{func}")
+    return fn
+
+
+# ------------------------------------------------------------------ tick labels
+def _sci(v) -> str:
+    return f"{v:.3g}".replace("e+", "e")
+
+
+def _formatter(fmt):
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: fmt(v))
