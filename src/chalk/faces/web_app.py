@@ -241,12 +241,12 @@ def tab_roofline(st, common, batch, context, r):
     B = np.unique(np.concatenate([batch_range(r), [batch]]))
     rb = roofline_over_batch(common["model"], common["hardware"], context, batches=B, **_opts(common))
     c1, c2 = st.columns(2)
-    c1.plotly_chart(latency_figure(rb, batch, float(r.step_time_s)), use_container_width=True)
+    c1.plotly_chart(latency_figure(rb, batch, float(r.step_time_s)), width="stretch")
     c2.plotly_chart(cost_figure(rb, common["hardware"], batch, float(r.cost_per_mtok_usd)),
-                    use_container_width=True)
+                    width="stretch")
     dense = roofline_over_context(common["model"], common["hardware"], batch, **_opts(common))
     sparse = roofline_over_context(common["model"], common["hardware"], batch, sparse_law="sqrt", **_opts(common))
-    st.plotly_chart(context_figure(dense, sparse, context), use_container_width=True)
+    st.plotly_chart(context_figure(dense, sparse, context), width="stretch")
     st.caption(f"efficiency: {r.efficiency}; weights read: {r.weights_read}. Pink marks the sidebar's batch and "
                "context; grey is where the KV cache no longer fits in HBM.")
 
@@ -263,7 +263,7 @@ def tab_serving(st, common, batch, context, r):
     try:
         from chalk.analyses.serving import throughput
     except ImportError:
-        st.plotly_chart(fig, use_container_width=True)
+        st.plotly_chart(fig, width="stretch")
         st.info("Multi-replica serving (TP / EP / PP layouts, throughput at a latency target) needs "
                 "chalk.analyses.serving, not in this build yet. Above: one replica on the roofline.")
         return
@@ -287,7 +287,7 @@ def tab_serving(st, common, batch, context, r):
     st.caption(f"Best layout: {res['layout']} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
                f"{num(context)} tokens in, {num(out_len)} out; {res['efficiency']} efficiency. "
                "chalk.analyses.serving.throughput.")
-    st.plotly_chart(fig, use_container_width=True)
+    st.plotly_chart(fig, width="stretch")
 
 
 def tab_layout(st, common, batch, context, r):
@@ -295,7 +295,7 @@ def tab_layout(st, common, batch, context, r):
     stages = c1.slider("pipeline stages (PP)", 1, 16, 4)
     micro = c2.slider("micro-batches (M)", 1, 32, 8)
     sched = c3.selectbox("schedule", ["gpipe", "1f1b"])
-    st.plotly_chart(pipeline_figure(stages, micro, sched), use_container_width=True)
+    st.plotly_chart(pipeline_figure(stages, micro, sched), width="stretch")
     from chalk.faces.plots import _bubble_from_analyses
 
     b = _bubble_from_analyses(stages, micro)
@@ -318,7 +318,7 @@ def tab_layout(st, common, batch, context, r):
                   "weights fit": ["yes" if x["fits_weights"] else "no" for x in rows],
                   "KV per sequence per GPU": [si(x["kv_bytes_per_sequence_per_gpu"], "B") for x in rows],
                   "max sequences per replica": [num(x["max_sequences_per_replica"]) for x in rows]},
-                 use_container_width=True)
+                 width="stretch")
     pp = rep["pipeline"]["rows"]
     st.subheader("Pipelining for inference: weights per GPU fall as 1/PP, KV per GPU does not")
     st.dataframe({"PP": [x["pp"] for x in pp], "GPUs": [x["gpus"] for x in pp],
@@ -326,7 +326,7 @@ def tab_layout(st, common, batch, context, r):
                   "KV per GPU": [si(x["kv_bytes_per_gpu"], "B") for x in pp],
                   "token latency": [seconds(x["token_latency_s"]) for x in pp],
                   "tokens/s per GPU": [num(x["output_tokens_per_s_per_gpu"]) for x in pp]},
-                 use_container_width=True)
+                 width="stretch")
 
 
 def tab_pricing(st, common, batch, context, r):
@@ -347,7 +347,7 @@ def tab_pricing(st, common, batch, context, r):
                f"{num(m['context'])}; {m['efficiency']} efficiency. chalk.analyses.pricing.pricing_margin.")
     d = analyze_sheet(sheet)
     rows = [(k, _show(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
-    st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, use_container_width=True)
+    st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, width="stretch")
 
 
 def tab_training(st, common, batch, context, r):
@@ -374,7 +374,7 @@ def tab_training(st, common, batch, context, r):
                                                                                            "#2ca02c"][:len(names)]))
     fig.update_layout(title="Tokens per pool at eq. 7's balance (D_pretrain ≈ D_RL ≈ D_inference)",
                       yaxis_title="tokens", template="plotly_white", height=380)
-    st.plotly_chart(fig, use_container_width=True)
+    st.plotly_chart(fig, width="stretch")
 
 
 def tab_lecture(st, common, batch, context, r):
@@ -392,7 +392,7 @@ def tab_lecture(st, common, batch, context, r):
     st.dataframe({"claim": [c.id for c in claims], "chalk": [_show(c.value) for c in claims],
                   "unit": [c.unit for c in claims], "lecture": [_show(c.lecture_value) for c in claims],
                   "in range": ["" if c.within_lecture_range is None else "yes" if c.within_lecture_range else "no"
-                               for c in claims]}, use_container_width=True, height=420)
+                               for c in claims]}, width="stretch", height=420)
 
 
 def _show(v) -> str:
