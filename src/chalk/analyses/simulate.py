@@ -1,6 +1,6 @@
 """Event-driven simulation of requests served by one replica: the lecture's train and continuous batching.
 
-Every step's duration comes from `StepCost`, a linearised roofline (max(compute, weight + KV read)
+Every step's duration comes from `StepCost` (chalk.analyses.step_cost), a linearised roofline (max(compute, weight + KV read)
 + overhead) whose coefficients are read once from `ModelSizes` and the system's rates, so a step
 costs a handful of float operations instead of a `roofline.step` call.
 
@@ -35,120 +35,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.roofline import IDEAL, Efficiency
 from chalk.errors import InputError, SpecError
-from chalk.specs.precision import canonical
+from chalk.analyses.step_cost import StepCost  # noqa: F401  (re-exported: part of simulate's API)
 from chalk.specs.workload import positive
-
-
-# ----------------------------------------------------------------------------------------- step cost
-@dataclass(frozen=True)
-class StepCost:
-    """Linearised roofline of one mixed prefill + decode step. Rates are effective (efficiency applied).
-
-    compute = (flops_per_token * tokens + attn_flops_per_context_token * sum_ctx
-               + attn_flops_per_sequence * n_decode + prefill_attn_flops_per_pair * attended) / peak
-    memory  = (weight_dense_bytes + expert_bytes_all * (1 - (1 - k/E)^tokens)
-               + kv_read_bytes_per_context_token * (sum_ctx + prefill_prior)
-               + kv_read_bytes_per_sequence * n_decode + kv_write_bytes_per_token * n_prefill) / bw
-    Attention and KV terms are the tangent at `reference_context_tokens`: exact for full attention,
-    a linearisation for sliding-window and top-k (DSA) layers.
-    """
-
-    flops_per_token: float
-    attn_flops_per_context_token: float
-    attn_flops_per_sequence: float
-    prefill_attn_flops_per_pair: float
-    peak_flops_per_s: float
-    weight_dense_bytes: float
-    expert_bytes_all: float
-    log1m_expert_fraction: float  # log(1 - k/E); 0 for dense models
-    kv_read_bytes_per_context_token: float
-    kv_read_bytes_per_sequence: float
-    kv_write_bytes_per_token: float
-    bandwidth_bytes_per_s: float
-    overhead_s: float = 0.0
-    kv_capacity_tokens: float = math.inf
-    label: str = ""
-
-    def __post_init__(self):
-        for f in fields(self)[:-1]:  # all but the label
-            v, sign = getattr(self, f.name), -1 if f.name == "log1m_expert_fraction" else 1
-            if not (isinstance(v, (int, float)) and sign * v >= 0):
-                raise InputError(f"step cost {f.name} must be a number {'<=' if sign < 0 else '>='} 0, got {v!r}")
-        if self.peak_flops_per_s <= 0 or self.bandwidth_bytes_per_s <= 0:
-            raise InputError("step cost peak FLOP/s and bandwidth must be positive")
-        if self.overhead_s <= 0 and self.weight_dense_bytes <= 0 and self.flops_per_token <= 0:
-            raise InputError("a step must take time: give an overhead, weight bytes or FLOPs per token")
-
-    @classmethod
-    def from_roofline(cls, model, system, chips: int | None = None, precision: str | None = None,
-                      kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
-                      reference_context_tokens: float = 4096) -> StepCost:
-        """Coefficients for `model` on `system` (objects or catalog ids), matching `roofline.step`."""
-        from chalk.specs.catalog import load_model, resolve_hardware
-
-        model = load_model(model) if isinstance(model, str) else model
-        system = resolve_hardware(system) if isinstance(system, str) else system
-        n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
-        L = float(positive("reference context", reference_context_tokens))
-        kvp = canonical(kv_precision)
-        sz = ModelSizes(model)
-        prec = canonical(precision) if precision else sz.default_precision()
-        chip = system.chip
-        peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
-        bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory
-        dense = float(sz.weight_bytes_read(0.0, precision))  # tokens=0 touches no routed expert
-        experts = float(sz.weight_bytes_read(1e9, precision)) - dense if model.is_moe else 0.0
-        frac = model.experts_per_token / model.num_experts if model.is_moe else 0.0
-        l1k = math.log1p(-frac) if frac < 1 else -700.0  # every expert active: (1-k/E)^t = 0 for t >= 1
-        af = lambda x: float(sz.attention_flops_per_token(x))  # noqa: E731
-        kr = lambda x: float(sz.kv_read_bytes_per_sequence(x, kvp))  # noqa: E731
-        a1, k1 = af(L + 1) - af(L), kr(L + 1) - kr(L)
-        kv_write = float(sz.kv_bytes_per_sequence(L, kvp)) / L
-        usable = chip.hbm_bytes * n * (1 - efficiency.memory_reserve) - sz.weight_bytes(precision)
-        return cls(flops_per_token=2 * sz.active_matmul_params, attn_flops_per_context_token=a1,
-                   attn_flops_per_sequence=max(af(L) - a1 * L, 0.0),
-                   prefill_attn_flops_per_pair=float(sz.prefill_attention_flops(L)) / (L * (L + 1) / 2),
-                   peak_flops_per_s=peak, weight_dense_bytes=dense, expert_bytes_all=experts,
-                   log1m_expert_fraction=l1k, kv_read_bytes_per_context_token=k1,
-                   kv_read_bytes_per_sequence=max(kr(L) - k1 * L, 0.0), kv_write_bytes_per_token=kv_write,
-                   bandwidth_bytes_per_s=bw, overhead_s=efficiency.overhead_s,
-                   kv_capacity_tokens=max(usable, 0.0) / kv_write,
-                   label=f"{model.id} on {n} x {chip.id} ({prec}, KV {kvp}, {efficiency.label})")
-
-    @classmethod
-    def constant(cls, step_time_s: float) -> StepCost:
-        """A step that always takes `step_time_s` whatever it holds (the lecture's idealised train)."""
-        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,
-                   overhead_s=float(positive("step time", step_time_s)), label=f"constant {step_time_s} s")
-
-    def times_s(self, n_decode, decode_context_tokens, prefill_tokens=0, prefill_attended_tokens=0,
-                prefill_prior_tokens=0) -> tuple[np.ndarray, np.ndarray]:
-        """(compute time, memory time) of steps; arguments broadcast as numpy arrays."""
-        nd, ctx = np.asarray(n_decode, float), np.asarray(decode_context_tokens, float)
-        npf, att = np.asarray(prefill_tokens, float), np.asarray(prefill_attended_tokens, float)
-        prior = np.asarray(prefill_prior_tokens, float)
-        tokens = nd + npf
-        flops = (self.flops_per_token * tokens + self.attn_flops_per_context_token * ctx
-                 + self.attn_flops_per_sequence * nd + self.prefill_attn_flops_per_pair * att)
-        weights = self.weight_dense_bytes + self.expert_bytes_all * -np.expm1(tokens * self.log1m_expert_fraction)
-        kv = (self.kv_read_bytes_per_context_token * (ctx + prior) + self.kv_read_bytes_per_sequence * nd
-              + self.kv_write_bytes_per_token * npf)
-        return flops / self.peak_flops_per_s, (weights + kv) / self.bandwidth_bytes_per_s
-
-    def step_time_s(self, n_decode, decode_context_tokens, prefill_tokens=0, prefill_attended_tokens=0,
-                    prefill_prior_tokens=0):
-        """Step duration: max(compute, weight + KV read) + overhead, for `n_decode` sequences whose
-        contexts sum to `decode_context_tokens` and `prefill_tokens` prompt tokens attending to
-        `prefill_attended_tokens` (token, context) pairs in all, after `prefill_prior_tokens` cached."""
-        c, m = self.times_s(n_decode, decode_context_tokens, prefill_tokens, prefill_attended_tokens,
-                            prefill_prior_tokens)
-        t = np.maximum(c, m) + self.overhead_s
-        return float(t) if t.ndim == 0 else t
-
-    __call__ = step_time_s
 
 
 # ----------------------------------------------------------------------------------------- requests
@@ -376,7 +265,7 @@ def simulate_train(requests: Requests, step_cost: StepCost, period_s: float, max
     req = _check_requests(requests)
     T = positive("period_s", period_s)
     B = positive("max_batch", max_batch, integer=True)
-    n, P, O = len(req), req.input_len, req.output_len
+    P, O = req.input_len, req.output_len
     k_abs = np.ceil(req.arrival_s / T).astype(np.int64)  # first departure at/after arrival, exactly:
     k_abs -= (k_abs - 1) * T >= req.arrival_s  # 0.04 / 0.02 rounds to 2.0000000000000004
     k_abs += k_abs * T < req.arrival_s
