@@ -22,6 +22,11 @@ SECTIONS = [
 ]
 
 
+#: section names analyses use, mapped onto the lecture's order above
+ALIASES = {"moe rack layout": "parallel", "pipeline parallelism": "parallel", "pipeline": "parallel",
+           "batch size, latency and cost": "serving", "fast mode": "serving"}
+
+
 def _fmt(v, unit: str) -> str:
     if isinstance(v, (int, float)):
         return f"{num(v)} {unit}".strip()
@@ -33,7 +38,8 @@ def _fmt(v, unit: str) -> str:
 def render(claims, console) -> None:
     by_section: dict[str, list] = {}
     for c in claims:
-        by_section.setdefault(c.section or "other", []).append(c)
+        key = (c.section or "other").lower()
+        by_section.setdefault(ALIASES.get(key, key), []).append(c)
     console.print("[bold]The math behind how LLMs are trained and served — replayed by chalk[/bold]\n")
     known = {s for s, _, _ in SECTIONS}
     order = SECTIONS + [(s, s.title(), "") for s in by_section if s not in known]
