@@ -161,3 +161,67 @@ def test_cli_layout_json_and_errors():
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "layout", "--model", "deepseek-v3", "--hardware",
                         "h100", "--gpus", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "does not fit" in p.stderr
+
+
+# -- MoE expert work -----------------------------------------------------------------------
+def test_grouped_gemm_efficiency_reproduces_deepgemm_masked_table():
+    from chalk.equations import moe as MOE
+    # DeepGEMM README (H800, FP8), masked grouped GEMMs over the dense M = 4096 GEMM of the same shape:
+    # 4096 x 7168: 1233 / 1040 / 932 vs 1304 TFLOPS; 7168 x 2048: 925 / 916 / 815 vs 1025 TFLOPS
+    m = np.array([1024, 512, 256])
+    measured = np.array([[1233, 1040, 932], [925, 916, 815]]) / np.array([[1304], [1025]])
+    eta = MOE.grouped_gemm_efficiency(m, 86)
+    assert np.all(np.abs(eta - measured) < 0.1)
+    assert float(np.mean(np.abs(eta - measured))) < 0.05
+    assert float(MOE.grouped_gemm_efficiency(256, 86)) == pytest.approx(256 / 342)
+    assert np.all(np.diff(MOE.grouped_gemm_efficiency([1, 10, 100, 1000, 10000], 86)) > 0)
+    assert float(MOE.grouped_gemm_efficiency(1e7, 86)) == pytest.approx(1.0, abs=1e-4)
+    assert float(MOE.grouped_gemm_efficiency(3, 0.0)) == 1.0  # m_half = 0: no penalty (the ideal calibration)
+
+
+def test_max_load_factor_balls_in_bins():
+    from chalk.equations import moe as MOE
+    # 1,000 copies over 8 chips: 1 + sqrt(2 ln 8 / 125)
+    assert float(MOE.max_load_factor(1000, 8)) == pytest.approx(1 + np.sqrt(2 * np.log(8) / 125))
+    assert float(MOE.max_load_factor(1000, 8)) == pytest.approx(1.1824, abs=1e-4)
+    assert float(MOE.max_load_factor(1000, 1)) == 1.0 and float(MOE.max_load_factor(0, 8)) == 1.0
+    assert float(MOE.max_load_factor(1, 8)) <= 8.0 and float(MOE.max_load_factor(1e-3, 8)) == 8.0  # capped
+    f = MOE.max_load_factor(np.array([1e2, 1e3, 1e4, 1e5]) * 72, 72)
+    assert np.all(np.diff(f) < 0) and float(f[-1]) < 1.01  # the spread averages away at large batches
+    # against a direct simulation: an upper estimate, within 50% of the simulated excess
+    rng = np.random.default_rng(0)
+    for n, lam in ((8, 125), (72, 2048)):
+        sim = np.mean([np.bincount(rng.integers(0, n, n * lam), minlength=n).max() / lam for _ in range(200)])
+        excess = float(MOE.max_load_factor(n * lam, n)) - 1
+        assert (sim - 1) < excess < 1.5 * (sim - 1)
+
+
+def test_expert_slowdown_in_the_stage_step():
+    import dataclasses
+    m = load_model("deepseek-v3")
+    s = load_system("gb200-nvl72")
+    costs = par.model_costs(m, "fp8", "fp8")
+    cal = calibration()
+    assert cal.moe_gemm_half_tokens > 0 and cal.moe_load_imbalance
+    ideal = calibration(ideal=True)
+    assert ideal.moe_gemm_half_tokens == 0 and not ideal.moe_load_imbalance
+    tokens = np.array([64.0, 1024, 16384, 262144])
+    slow = par._expert_slowdown(m, tokens, 8, 8, cal)
+    assert np.all(slow > 1) and np.all(np.diff(slow) < 0)  # fewer tokens per expert: slower per FLOP
+    # 16,384 tokens x 8 / 256 experts = 512 per expert; 131,072 copies over 8 chips
+    lam = 16384 * 8 / 8
+    assert float(slow[2]) == pytest.approx((1 + np.sqrt(2 * np.log(8) / lam)) * (512 + 86) / 512)
+    tp_sharded = par._expert_slowdown(m, tokens, 1, 8, cal)  # attn_dp = 1: experts TP-sharded, no imbalance
+    assert np.allclose(tp_sharded, (tokens * 8 / 256 + 86) / (tokens * 8 / 256))
+    assert np.all(par._expert_slowdown(m, tokens, 8, 8, ideal) == 1.0)
+    assert par._expert_slowdown(load_model("llama-3.1-70b"), tokens, 1, 1, cal) == 1.0
+    # the step: slower with the MoE terms, unchanged for a dense model
+    off = dataclasses.replace(cal, moe_gemm_half_tokens=0.0, moe_load_imbalance=False)
+    B = np.array([64.0, 512, 4096])
+    t_on = par.stage_step(costs, s, 1, 8, 1, 8, B, B, 2000, 2000, cal)["stage_time_s"]
+    t_off = par.stage_step(costs, s, 1, 8, 1, 8, B, B, 2000, 2000, off)["stage_time_s"]
+    assert np.all(t_on >= t_off) and np.any(t_on > t_off * 1.01)
+    dense = par.model_costs(load_model("llama-3.1-70b"), "fp8", "fp8")
+    d_on = par.stage_step(dense, load_system("hgx-h100"), 8, 1, 1, 1, B, B, 2000, 2000, cal)["stage_time_s"]
+    d_off = par.stage_step(dense, load_system("hgx-h100"), 8, 1, 1, 1, B, B, 2000, 2000, off)["stage_time_s"]
+    assert np.allclose(d_on, d_off)

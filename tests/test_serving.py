@@ -127,3 +127,15 @@ def test_cli_throughput_json_contract():
     p = _cli("throughput", "--model", "llama-3.1-8b", "--hardware", "h100", "--input-len", "1000", "--output-len",
              "100", "--disaggregated")
     assert p.returncode == 0 and "prefill pool" in p.stdout and "tokens/s per GPU" in p.stdout
+
+
+def test_batch_grid_reaches_the_cap_in_small_steps():
+    from chalk.analyses.parallel import enumerate_layouts
+    from chalk.specs.catalog import load_model
+    lays = enumerate_layouts(load_model("llama-3.1-8b"), 1, 8)
+    for cap in (256, 2048):
+        s = np.unique(sv._grid(lays, cap)["B"])
+        assert s[0] == 1 and s[-1] == cap
+        big = s[s >= 16]
+        assert np.all(big[1:] / big[:-1] <= sv.BATCH_GRID_STEP + 0.05)  # 15% apart (rounding aside)
+    assert len(np.unique(sv._grid(lays, 2048)["B"])) > len(np.unique(sv._grid(lays, 256)["B"])) >= 30

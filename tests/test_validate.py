@@ -75,3 +75,21 @@ def test_cli_validate_json():
     assert d["n"] == len(d["rows"]) and d["median_abs_error"] <= MEDIAN_ERROR_BOUND
     errs = [r["abs_error"] for r in d["rows"]]
     assert d["p90_abs_error"] == pytest.approx(float(np.percentile(errs, 90)))
+
+
+def test_held_out_mlperf_rows_sourced_and_reported(report):
+    from chalk.analyses.validate import HELD_OUT_PREFIX
+    rows = [r for r in load_rows() if r.id.startswith(HELD_OUT_PREFIX)]
+    assert len(rows) >= 8
+    assert {r.hardware for r in rows} >= {"h100", "h200", "b200", "mi300x", "mi325x"}
+    for r in rows:
+        assert r.source.startswith("https://github.com/mlcommons/inference_results_v")
+        assert r.kind == "search" and r.metric == "output_tokens_per_s_per_gpu" and r.precision in ("fp8", "fp4")
+        assert 250 < r.output_len < 320  # MLPerf Llama-2-70B reference: 294.45 tokens per sample
+    g = report["groups"]
+    assert g["held_out_mlperf"]["n"] == len(rows)
+    assert g["dense"]["n"] + g["moe"]["n"] == report["n"]
+    # held out of the fit, still within the calibrated model's reach
+    assert g["held_out_mlperf"]["median_abs_error"] < 0.3
+    by_id = {o["id"]: o for o in report["rows"]}
+    assert all(0.5 < by_id[r.id]["predicted"] / r.measured < 2 for r in rows)

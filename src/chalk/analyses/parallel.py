@@ -17,6 +17,7 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
+from chalk.equations import moe as MOE
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
@@ -179,13 +180,28 @@ def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
 
 
 # --------------------------------------------------------------------------- one stage step
+def _expert_slowdown(m: ModelSpec, tokens, attn_dp, ep, cal: Calibration):
+    """Factor (>= 1) on the routed-expert FLOPs of a stage step: grouped expert GEMMs with few tokens per expert
+    run below dense-GEMM efficiency, and under expert parallelism the chip holding the busiest experts sets the
+    pace (balls in bins over the EP chips). 1 for dense models and for the ideal calibration."""
+    if not m.is_moe:
+        return 1.0
+    copies = np.asarray(tokens, dtype=float) * m.experts_per_token  # routed token copies in the step
+    eta = MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1), cal.moe_gemm_half_tokens)
+    bins = np.where(np.asarray(attn_dp, dtype=float) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+    imbalance = MOE.max_load_factor(copies, bins) if cal.moe_load_imbalance else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(eta > 0, imbalance / np.maximum(eta, 1e-300), 1.0)
+
+
 def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context,
                prompt_len, cal: Calibration, *, overlap: str = "auto"):
     """Time of one pipeline-stage step of a replica (arrays broadcast together), and its parts.
 
     A step carries `decode_seqs / pp` decode tokens (one micro-batch per stage) plus `prefill_tokens / pp`
     chunked-prefill tokens. Calibrated: GEMMs and attention are separate kernels, each its own roofline,
-    summed with communication and overhead. Ideal (`cal.label == 'ideal'`): one roofline for the step.
+    summed with communication and overhead; routed-expert FLOPs take longer by `_expert_slowdown` (grouped GEMMs
+    with few tokens per expert, the busiest EP chip). Ideal (`cal.label == 'ideal'`): one roofline for the step.
     """
     chip, m = system.chip, costs.model
     tp, a, pp, ep = (np.asarray(x, dtype=float) for x in (tp, attn_dp, pp, ep))
@@ -206,6 +222,7 @@ def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_se
     f_dense = (B / (pp * a) + c_rank) * (costs.gemm_flops_per_token - costs.expert_flops_per_token) / (pp * tp)
     f_exp = tokens * costs.expert_flops_per_token / (pp * stage_gpus)  # experts: spread evenly over EP
     f_gemm = f_dense + f_exp
+    f_gemm_eff = f_dense + f_exp * _expert_slowdown(m, tokens, a, ep, cal)  # the time the expert FLOPs take
     f_attn = ((B / (pp * a)) * costs.attention_flops(context)
               + c_rank * costs.prefill_attention_flops_per_token(prompt_len)) / (pp * tp)
     w_dense = costs.dense_read_bytes / (tp * pp)
@@ -243,21 +260,22 @@ def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_se
     t_ovh = np.full_like(t_comm, cal.overhead_s(layers_stage))
 
     if ideal:
-        t_c = f_gemm / peak_g + f_attn / peak_a
+        t_c = f_gemm_eff / peak_g + f_attn / peak_a
         t_m = (w_bytes + kv_bytes) / bw
         t_gemm, t_attn = np.maximum(t_c, t_m), np.zeros_like(t_c)
         t = t_gemm + t_comm
         mode = np.full(np.shape(t), "none", dtype=object)
     else:
         ec, em = cal.compute, cal.memory
-        t_gemm = np.maximum(f_gemm / (peak_g * ec), w_bytes / (bw * em))
+        t_gemm = np.maximum(f_gemm_eff / (peak_g * ec), w_bytes / (bw * em))
         t_attn = np.maximum(f_attn / (peak_a * ec), kv_bytes / (bw * em))
         t_none = t_gemm + t_attn + t_comm + t_ovh
         t = t_none
         mode = np.full(np.shape(t), "none", dtype=object)
         if m.is_moe and overlap in ("auto", "two-microbatch"):
             w_half = w_bytes - (costs.expert_read_bytes(tokens) - costs.expert_read_bytes(tokens / 2)) / (ep * pp)
-            gemm2 = 2 * np.maximum(f_gemm / 2 / (peak_g * ec), w_half / (bw * em))
+            f_half = f_dense / 2 + f_exp / 2 * _expert_slowdown(m, tokens / 2, a, ep, cal)
+            gemm2 = 2 * np.maximum(f_half / (peak_g * ec), w_half / (bw * em))
             t_tbo = P.overlapped_time_s(gemm2 + t_attn, t_comm, cal.overlap) + t_ovh
             use = (a > 1) & ((t_tbo < t_none) | (overlap == "two-microbatch"))
             t = np.where(use, t_tbo, t_none)

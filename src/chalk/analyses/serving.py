@@ -45,8 +45,13 @@ def deployment_sizes(system: System) -> list[int]:
     return sorted({n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= d} | {d})
 
 
-def _grid(layouts: list[Layout], cap: int, points: int = 40):
+#: Geometric step of the batch grid (sequences per scheduler): 15% apart, from 1 to the scheduler cap.
+BATCH_GRID_STEP = 1.15
+
+
+def _grid(layouts: list[Layout], cap: int, points: int | None = None):
     """Flattened (layout, batch) grid: batch per replica = s * attn_dp * pp, s per scheduler micro-batch."""
+    points = points or max(40, int(np.ceil(np.log(max(cap, 2)) / np.log(BATCH_GRID_STEP))) + 1)
     s = np.unique(np.round(np.geomspace(1, cap, points)))
     la = layout_arrays(layouts)
     n, k = len(layouts), len(s)

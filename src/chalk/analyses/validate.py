@@ -8,6 +8,8 @@ Row kinds:
   fixed    aggregated serving at a stated layout and concurrency (an engine's measured operating point).
   prefill  a prefill pool at a stated layout and tokens per GPU per step.
 The error of a row is predicted / measured - 1; its residual is log(measured / predicted).
+Rows whose id starts with `mlperf` (MLPerf Inference Offline results) were held out of the last refit of the
+calibration constants; `validate()` reports them, and the dense and MoE rows, as separate groups.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from chalk.specs.precision import canonical
 #: Recorded bound on the median |error| of the calibrated model over the validation set; a test fails if
 #: `chalk validate` regresses past it.
 MEDIAN_ERROR_BOUND = 0.20
+
+#: Rows with this id prefix (MLPerf Inference Offline results) were held out of the last calibration refit.
+HELD_OUT_PREFIX = "mlperf"
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,14 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
                     "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
                     "measured": r.measured, "predicted": p, "error": err,
                     "abs_error": None if err is None else abs(err), "source": r.source, "error_note": note})
+    moe = {r.model: load_model(r.model).is_moe for r in load_rows()}
+    groups = {"dense": lambda o: not moe[o["model"]], "moe": lambda o: moe[o["model"]],
+              "held_out_mlperf": lambda o: o["id"].startswith(HELD_OUT_PREFIX)}
+    by_group = {}
+    for g, pick in groups.items():
+        e = np.array([o["abs_error"] for o in out if o["abs_error"] is not None and pick(o)])
+        by_group[g] = {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else None,
+                       "p90_abs_error": float(np.percentile(e, 90)) if e.size else None}
     errs = np.array([o["abs_error"] for o in out if o["abs_error"] is not None])
     res = np.array([np.log(o["measured"] / o["predicted"]) for o in out if o["predicted"]])
     failed = sum(o["predicted"] is None for o in out)
@@ -154,4 +167,4 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             if errs.size else None,
             "residual_p10": float(np.percentile(res, 10)) if res.size else None,
             "residual_p90": float(np.percentile(res, 90)) if res.size else None,
-            "median_error_bound": MEDIAN_ERROR_BOUND}
+            "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group}
