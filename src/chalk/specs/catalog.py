@@ -14,8 +14,9 @@ from chalk.specs.hardware import Chip, System
 from chalk.specs.model import ModelSpec, model_from_config
 
 
-def _catalog_dir(kind: str):
-    return resources.files("chalk") / "catalog" / kind
+def _catalog_dir(kind: str = ""):
+    d = resources.files("chalk") / "catalog"
+    return d / kind if kind else d
 
 
 def _read_text(path, where: str) -> str:
@@ -57,24 +58,23 @@ def read_json(path, where: str | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- chips and systems
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=None)
+def _yaml_files(kind: str) -> dict[str, dict]:
+    """Every `<id>.yaml` in one catalog folder (chips, systems), parsed once, keyed by id."""
+    out = {}
+    for f in sorted(_catalog_dir(kind).iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".yaml"):
+            d = read_yaml(f, f"catalog {kind[:-1]} {f.name}")
+            out[str(d.get("id", f.name[:-5]))] = d
+    return out
+
+
 def _chip_files() -> dict[str, dict]:
-    out = {}
-    for f in sorted(_catalog_dir("chips").iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".yaml"):
-            d = read_yaml(f, f"catalog chip {f.name}")
-            out[str(d.get("id", f.name[:-5]))] = d
-    return out
+    return _yaml_files("chips")
 
 
-@lru_cache(maxsize=1)
 def _system_files() -> dict[str, dict]:
-    out = {}
-    for f in sorted(_catalog_dir("systems").iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".yaml"):
-            d = read_yaml(f, f"catalog system {f.name}")
-            out[str(d.get("id", f.name[:-5]))] = d
-    return out
+    return _yaml_files("systems")
 
 
 def chip_ids() -> list[str]:

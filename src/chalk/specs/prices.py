@@ -21,10 +21,8 @@ import math
 import re
 from collections.abc import Iterable
 from functools import lru_cache
-from importlib import resources
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -36,6 +34,7 @@ from pydantic import (
 )
 
 from chalk.errors import SpecError, UnknownNameError
+from chalk.specs.catalog import _catalog_dir, read_yaml
 
 __all__ = [
     "MTOK",
@@ -407,21 +406,6 @@ class _StorageFile(BaseModel):
 # ----------------------------------------------------------------------------- loading
 
 
-def _catalog_dir():
-    return resources.files("chalk") / "catalog"
-
-
-def _read_yaml(resource, label: str) -> Any:
-    try:
-        text = resource.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read {label}: {exc}") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{label} is not valid YAML: {exc}") from exc
-
-
 def _first_error(exc: ValidationError) -> str:
     errs = exc.errors()
     parts = []
@@ -462,7 +446,7 @@ def _sheets() -> tuple[PriceSheet, ...]:
     sheets = []
     for p in entries:
         stem = p.name[: -len(".yaml")]
-        sheets.append(_parse_sheet(_read_yaml(p, f"prices/{p.name}"), f"prices/{p.name}", stem))
+        sheets.append(_parse_sheet(read_yaml(p, f"prices/{p.name}"), f"prices/{p.name}", stem))
     ids = [s.id for s in sheets]
     if len(set(ids)) != len(ids):
         raise SpecError(f"duplicate price sheet ids in prices/: {sorted(ids)}")
@@ -509,9 +493,7 @@ def load_price_sheet(id: str) -> PriceSheet:  # noqa: A002 - the catalog's own w
 @lru_cache(maxsize=1)
 def _storage() -> tuple[StorageTier, ...]:
     label = "storage.yaml"
-    data = _read_yaml(_catalog_dir() / "storage.yaml", label)
-    if not isinstance(data, dict):
-        raise SpecError(f"{label}: expected a mapping with a 'tiers' list")
+    data = read_yaml(_catalog_dir() / "storage.yaml", label)
     try:
         tiers = tuple(t.to_si() for t in _StorageFile.model_validate(data).tiers)
     except ValidationError as exc:
