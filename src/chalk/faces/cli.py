@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from enum import Enum
 from typing import Optional
 
 import typer
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (console, emit_json, fail, num, pct, seconds, si, table, usd)
+from chalk.faces.cli_common import (console, emit_json, fail, num, pct, seconds, si, table, usd, write_plot)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.")
@@ -31,14 +30,6 @@ ESTIMATE_KEYS = ("step_time_s", "compute_time_s", "weight_time_s", "kv_time_s", 
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
-
-
-def _maybe_plot(kind: str, plot: Optional[str], **kwargs) -> None:
-    if plot:
-        from chalk.faces import plots
-
-        path = plots.plot(kind, output=plot, **kwargs)
-        sys.stderr.write(f"wrote {path}\n")
 
 
 @app.command()
@@ -76,7 +67,7 @@ def estimate(
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
-    _maybe_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=chips,
+    write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=chips,
                 precision=precision, kv_precision=kv_precision, ideal=ideal)
     if as_json:
         d = r.to_dict()
@@ -141,7 +132,7 @@ def sweep(
                    phase=phase.value, chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if csv:
         df.to_csv(csv, index=False)
-    _maybe_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(df["context"].iloc[0]),
+    write_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(df["context"].iloc[0]),
                 chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if as_json:
         emit_json({"meta": {k: v for k, v in df.attrs.items()}, "rows": df.to_dict(orient="records")})

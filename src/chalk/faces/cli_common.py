@@ -134,6 +134,19 @@ def num(value, digits: int = 4) -> str:
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.{digits}g}"
 
 
+def wrote(path) -> None:
+    """Say on stderr which file a command wrote (stdout stays clean for --json)."""
+    sys.stderr.write(f"wrote {path}\n")
+
+
+def write_plot(kind: str, output, **kwargs) -> None:
+    """The `--plot FILE` option of a command: draw plot `kind` to `output` when one was given."""
+    if output:
+        from chalk.faces import plots
+
+        wrote(plots.plot(kind, output=output, **kwargs))
+
+
 def run_guarded(fn, *args, **kwargs):
     """Call fn; map ChalkError (and a few input errors) to one line and exit 2."""
     try:

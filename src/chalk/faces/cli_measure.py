@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, pct, seconds, si, table
+from chalk.faces.cli_common import console, emit_json, pct, seconds, si, table, wrote
 
 
 def register(app: typer.Typer) -> None:
@@ -38,11 +38,9 @@ def register(app: typer.Typer) -> None:
                 r = run_measure(device=device, quick=quick, model=model, out_dir=out_dir,
                                 progress=lambda msg: bar.update(task, description=str(msg)))
         if plot:
-            import sys
-
             from chalk.faces import plots
 
-            sys.stderr.write(f"wrote {plots.plot_measured(r, output=plot)}\n")
+            wrote(plots.plot_measured(r, output=plot))
         if as_json:
             emit_json(r.to_dict())
             return

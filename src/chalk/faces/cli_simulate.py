@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, num, pct, seconds, table
+from chalk.faces.cli_common import console, emit_json, num, pct, seconds, table, write_plot
 
 
 class Scheduler(str, Enum):
@@ -53,12 +53,7 @@ def register(app: typer.Typer) -> None:
         else:
             r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
                                         prefill_chunk_tokens=prefill_chunk)
-        if plot:
-            import sys
-
-            from chalk.faces import plots
-
-            sys.stderr.write(f"wrote {plots.plot('batch-train', output=plot, model=model, hardware=hardware)}\n")
+        write_plot("batch-train", plot, model=model, hardware=hardware)
         if as_json:
             emit_json(r.to_dict())
             return

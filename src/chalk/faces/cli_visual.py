@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import fail
+from chalk.faces.cli_common import fail, write_plot, wrote
 
 PLOT_KINDS = ("latency-vs-batch", "cost-vs-batch", "cost-vs-context", "pareto", "hardware-ratio", "pipeline",
               "batch-train", "training-pools")
@@ -40,8 +39,6 @@ def plot(
     compare: Optional[str] = typer.Option(None, "--compare", help="pareto: comma-separated hardware to compare."),
 ):
     """Draw one of the lecture's graphs to a PNG or SVG file."""
-    from chalk.faces import plots
-
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
     kw = dict(model=model, hardware=hardware, context=context, chips=chips, precision=precision,
@@ -54,8 +51,7 @@ def plot(
         kw.update(stages=stages, microbatches=microbatches, schedule=schedule)
     if kind == "pareto" and compare:
         kw["compare"] = compare
-    path = plots.plot(kind, output=output, **kw)
-    sys.stderr.write(f"wrote {path}\n")
+    write_plot(kind, output, **kw)
 
 
 def web(
@@ -86,4 +82,4 @@ def report(
 
     path = write_report(output, model=model, hardware=hardware, context=context, batch=batch, chips=chips,
                         precision=precision, kv_precision=kv_precision, ideal=ideal)
-    sys.stderr.write(f"wrote {path}\n")
+    wrote(path)
