@@ -124,3 +124,16 @@ def test_custom_chip_yaml_works(tmp_path):
     assert rc == 0, err
     d = json.loads(out)
     assert d["chips"] == 1 and d["critical_batch"] == pytest.approx(1000 / 4 / 2 * 2 * 8.03 / 7.5, rel=0.1)
+
+
+@pytest.mark.parametrize("args", [
+    ["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "500"],
+    ["train", "-m", "llama-3.1-405b"],
+])
+def test_plot_option_writes_an_image(tmp_path, args):
+    out = tmp_path / "fig.png"
+    rc, stdout, err = run(*args, "--json", "--plot", str(out))
+    assert rc == 0, err
+    json.loads(stdout)  # stdout stays pure JSON; the "wrote" line goes to stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert f"wrote {out}" in err

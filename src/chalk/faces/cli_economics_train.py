@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from chalk.errors import InputError
-from chalk.faces.cli_common import console, emit_json, num, pct, seconds, si, table, usd
+from chalk.faces.cli_common import console, emit_json, num, pct, seconds, si, table, usd, write_plot
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)\s*$", re.IGNORECASE)
@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
         inference_inefficiency: float = typer.Option(
             3.0, "--inference-inefficiency", help="Pretraining MFU / serving MFU."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        plot: Optional[str] = typer.Option(None, "--plot", help="Also write the training pools to this .png/.svg."),
     ):
         """Pretraining time, GPU-hours and cost at a calibrated MFU; Chinchilla; eq. 7's pools."""
         from chalk.analyses.training import train_estimate
@@ -78,6 +79,12 @@ def register(app: typer.Typer) -> None:
             deployment_days=deployment_days, obsolescence_probability=obsolescence,
             rl_tokens=parse_count(rl_tokens, "rl-tokens"), rl_flops_per_param=rl_flops_per_param,
             rl_inefficiency=rl_inefficiency, inference_inefficiency=inference_inefficiency)
+        write_plot("training-pools", plot, model=model, hardware=hardware, gpus=gpus,
+                   tokens=parse_count(tokens, "tokens"), precision=precision,
+                   inference_tokens_per_s=parse_count(inference_tokens_per_s, "inference-tokens-per-s"),
+                   deployment_days=deployment_days, obsolescence_probability=obsolescence,
+                   rl_flops_per_param=rl_flops_per_param, rl_inefficiency=rl_inefficiency,
+                   inference_inefficiency=inference_inefficiency)
         if as_json:
             emit_json(e)
             return

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, fail, num, pct, seconds, si, table, usd
+from chalk.faces.cli_common import console, emit_json, fail, num, pct, seconds, si, table, usd, write_plot
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
@@ -108,6 +108,7 @@ def throughput(
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also write the pareto frontier to this .png/.svg."),
 ):
     """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints."""
     from chalk.analyses.serving import throughput as run
@@ -116,6 +117,8 @@ def throughput(
     r = run(m, system, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
             kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
             disaggregated=disaggregated, pareto=pareto, ideal=ideal)
+    write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
+               kv_precision=kv_precision, ideal=ideal, input_len=input_len, output_len=output_len)
     if as_json:
         emit_json(r)
         return
