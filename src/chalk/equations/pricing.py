@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chalk.equations import roofline as R
+
 #: The lecture's hardware ratio for eq. 6: multiplies per byte of HBM traffic (~300).
 LECTURE_MULTIPLIES_PER_BYTE = 300.0
 
@@ -20,7 +22,7 @@ def multiplies_per_byte(peak_flops_per_s, bandwidth_bytes_per_s, flops_per_multi
     Assumes: KV bytes are counted as bytes, so no bytes-per-parameter factor enters; with 2-byte
         weights eq. 5's ratio is twice this one (the lecture uses one "300" for both).
     """
-    return (np.asarray(peak_flops_per_s, dtype=float) / flops_per_multiply) / bandwidth_bytes_per_s
+    return R.hardware_ratio(peak_flops_per_s, bandwidth_bytes_per_s, 1.0, flops_per_multiply)
 
 
 def kv_bytes_per_token_at_cliff(active_params, cliff_context_tokens,
@@ -79,7 +81,7 @@ def kv_recompute_time_s(flops_per_token, peak_flops_per_s):
     Ref: lecture ("loading KVs from memory is much cheaper than recomputing").
     Assumes: prefill runs at peak (compute-bound).
     """
-    return np.asarray(flops_per_token, dtype=float) / peak_flops_per_s
+    return R.compute_time_s(flops_per_token, peak_flops_per_s)
 
 
 def kv_load_time_s(kv_bytes_per_token, bandwidth_bytes_per_s):
@@ -89,7 +91,7 @@ def kv_load_time_s(kv_bytes_per_token, bandwidth_bytes_per_s):
     Ref: lecture eq. 3 (memory time = bytes / bandwidth).
     Assumes: streaming reads at the tier's quoted bandwidth, one tier device per chip.
     """
-    return np.asarray(kv_bytes_per_token, dtype=float) / bandwidth_bytes_per_s
+    return R.memory_time_s(kv_bytes_per_token, bandwidth_bytes_per_s)
 
 
 def breakeven_load_bandwidth_bytes_per_s(kv_bytes_per_token, recompute_time_s, price_fraction):
