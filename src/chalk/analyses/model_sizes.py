@@ -257,7 +257,3 @@ class ModelSizes:
             "source": m.source,
         }
         return d
-
-
-def sizes(model: ModelSpec) -> ModelSizes:
-    return ModelSizes(model)

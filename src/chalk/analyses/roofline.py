@@ -15,8 +15,7 @@ from chalk.equations import roofline as R
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
-from chalk.specs.precision import canonical
-from chalk.specs.workload import positive
+from chalk.specs.workload import Workload, positive
 
 
 @dataclass(frozen=True)
@@ -152,14 +151,11 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
 
     batch and context may be numpy arrays (broadcast together) for vectorised sweeps.
     """
-    batch = positive("batch", batch)
-    context = positive("context", context)
-    if phase not in ("decode", "prefill"):
-        raise InputError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    w = Workload(batch, context, phase, precision or None, kv_precision)
+    batch, context, phase, precision, kv_precision = w.batch, w.context, w.phase, w.precision, w.kv_precision
     n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
-    kv_precision = canonical(kv_precision)
     sz = ModelSizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = precision or sz.default_precision()
     chip = system.chip
     cprec = chip.compute_precision(prec)
     peak = chip.flops_per_s[cprec] * n

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from chalk.errors import ChalkError
 
 EXIT_BAD_INPUT = 2
 
@@ -145,11 +144,3 @@ def write_plot(kind: str, output, **kwargs) -> None:
         from chalk.faces import plots
 
         wrote(plots.plot(kind, output=output, **kwargs))
-
-
-def run_guarded(fn, *args, **kwargs):
-    """Call fn; map ChalkError (and a few input errors) to one line and exit 2."""
-    try:
-        return fn(*args, **kwargs)
-    except ChalkError as e:
-        fail(str(e))

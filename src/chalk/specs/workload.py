@@ -35,7 +35,11 @@ def fraction(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class Workload:
-    """One roofline question: `batch` sequences at `context` tokens (prompt length for prefill)."""
+    """One roofline question: `batch` sequences at `context` tokens (prompt length for prefill).
+
+    batch and context may be numpy arrays (a grid). Validation lives here, once, for every analysis;
+    precision None means the checkpoint's own precision.
+    """
 
     batch: float
     context: float
@@ -44,8 +48,8 @@ class Workload:
     kv_precision: str = "bf16"
 
     def __post_init__(self):
-        positive("batch", self.batch)
-        positive("context", self.context)
+        object.__setattr__(self, "batch", positive("batch", self.batch))
+        object.__setattr__(self, "context", positive("context", self.context))
         if self.phase not in ("decode", "prefill"):
             raise InputError(f"phase must be 'decode' or 'prefill', got {self.phase!r}")
         if self.precision is not None:
