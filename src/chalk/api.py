@@ -5,25 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from chalk.analyses.roofline import Efficiency, RooflineResult, step
-from chalk.specs.catalog import load_model, resolve_hardware
-from chalk.specs.hardware import System
-from chalk.specs.model import ModelSpec
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.workload import positive
-
-
-def _model(model) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else load_model(str(model))
-
-
-def _system(hardware) -> System:
-    return hardware if isinstance(hardware, System) else resolve_hardware(str(hardware))
 
 
 def default_efficiency(ideal: bool, model=None) -> Efficiency:
     """The pure roofline with `ideal`, else chalk's calibrated efficiency for this model's depth."""
     from chalk.analyses.calibration import default_efficiency as _default
 
-    return _default(ideal, _model(model).num_layers if model is not None else None)
+    return _default(ideal, as_model(model).num_layers if model is not None else None)
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", chips: int | None = None,
@@ -35,9 +25,9 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", c
     model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
     hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
     """
-    model = _model(model)
+    model = as_model(model)
     eff = efficiency or default_efficiency(ideal, model)
-    return step(model, _system(hardware), batch, context, phase=phase, chips=chips, precision=precision,
+    return step(model, as_system(hardware), batch, context, phase=phase, chips=chips, precision=precision,
                 kv_precision=kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law,
                 strict_fit=strict_fit)
 

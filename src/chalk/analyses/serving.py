@@ -19,9 +19,8 @@ from chalk.analyses.parallel import (Layout, enumerate_layouts, layout_arrays, m
                                      resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
 from chalk.errors import FitError
-from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
-from chalk.specs.model import ModelSpec
 from chalk.specs.precision import canonical
 from chalk.specs.workload import positive
 
@@ -29,14 +28,6 @@ from chalk.specs.workload import positive
 #: EP blog runs 16,384 tokens per device).
 PREFILL_CHUNK_TOKENS = 16384
 SPEEDUPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
-
-
-def _model(m) -> ModelSpec:
-    return m if isinstance(m, ModelSpec) else load_model(str(m))
-
-
-def _system(h) -> System:
-    return h if isinstance(h, System) else resolve_hardware(str(h))
 
 
 def deployment_sizes(system: System) -> list[int]:
@@ -130,7 +121,7 @@ def throughput(model, hardware, *, input_len: float, output_len: float, gpus: in
 
     `calibration_override` replaces the efficiency constants (used when fitting them).
     """
-    m, system = _model(model), _system(hardware)
+    m, system = as_model(model), as_system(hardware)
     I = float(positive("input_len", input_len))
     O = float(positive("output_len", output_len))
     if min_user_tps is not None:

@@ -18,8 +18,7 @@ import numpy as np
 from chalk.analyses.roofline import Efficiency, RooflineResult, _jsonable, _scalar
 from chalk.equations import speculative as S
 from chalk.errors import InputError
-from chalk.specs.catalog import load_model
-from chalk.specs.model import ModelSpec
+from chalk.specs.catalog import as_model
 from chalk.specs.workload import positive
 
 ASSUMPTIONS = (
@@ -99,7 +98,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     if result.phase != "decode":
         raise InputError("speculative decoding applies to decode steps, not prefill")
     k, a = _validate(draft_tokens, acceptance)
-    spec = model if isinstance(model, ModelSpec) else load_model(str(model))
+    spec = as_model(model)
     if refined is None:
         refined = not result.weights_read.startswith("all weights") or not spec.is_moe
     B = np.asarray(result.batch, dtype=float)
@@ -158,7 +157,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
 
     k, a = _validate(draft_tokens, acceptance)
     context = float(positive("context", context))
-    spec = model if isinstance(model, ModelSpec) else load_model(str(model))
+    spec = as_model(model)
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
 
     def at(b):

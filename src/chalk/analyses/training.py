@@ -22,9 +22,8 @@ from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.roofline import _jsonable
 from chalk.equations import training as T
 from chalk.errors import InputError
-from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
-from chalk.specs.model import ModelSpec
 from chalk.specs.precision import canonical
 from chalk.specs.workload import fraction, positive
 
@@ -233,13 +232,13 @@ def _dp_reduction_s(sz: ModelSizes, system: System, lay: TrainingLayout) -> floa
 
 # --------------------------------------------------------------------------- the estimate
 def _resolve(model, hardware, gpus, tokens, precision, seq_len, global_batch_tokens):
-    spec = model if isinstance(model, ModelSpec) else load_model(str(model))
+    spec = as_model(model)
     ref = PUBLISHED.get(spec.id)
     d = dict(GENERIC_DEFAULTS)
     if ref is not None:
         d.update(hardware=ref.hardware, gpus=ref.gpus, tokens=ref.tokens, seq_len=ref.seq_len,
                  global_batch_tokens=ref.global_batch_tokens)
-    system = hardware if isinstance(hardware, System) else resolve_hardware(str(hardware or d["hardware"]))
+    system = as_system(hardware or d["hardware"])
     gpus = int(positive("gpus", gpus if gpus is not None else d["gpus"], integer=True))
     tokens = float(positive("tokens", tokens if tokens is not None else d["tokens"]))
     seq_len = int(positive("sequence length", seq_len if seq_len is not None else d["seq_len"], integer=True))
@@ -350,7 +349,7 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
 
     published = None
     if ref is not None:
-        same = abs(tokens - ref.tokens) <= 1e-9 * ref.tokens and chip.id == resolve_hardware(ref.hardware).chip.id
+        same = abs(tokens - ref.tokens) <= 1e-9 * ref.tokens and chip.id == as_system(ref.hardware).chip.id
         published = {
             "gpu_hours_pretrain": ref.gpu_hours_pretrain, "gpu_hours_total": ref.gpu_hours_total,
             "gpus": ref.gpus, "tokens": ref.tokens, "hardware": ref.hardware, "source": ref.source,

@@ -43,9 +43,10 @@ def register(app: typer.Typer) -> None:
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses import simulate as sim
-        from chalk.api import _model, _system, default_efficiency
+        from chalk.api import default_efficiency
+        from chalk.specs.catalog import as_model, as_system
 
-        sc = sim.StepCost.from_roofline(_model(model), _system(hardware), chips=chips, precision=precision,
+        sc = sim.StepCost.from_roofline(as_model(model), as_system(hardware), chips=chips, precision=precision,
                                         kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
         reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len, seed)
         if scheduler is Scheduler.train:

@@ -58,10 +58,10 @@ def default_batch(r) -> int:
 
 def cost_components_per_mtok(r, hardware):
     """Eq. 4 applied to each time component of a decode roofline: {name: $ per M tokens over r.batch}."""
-    from chalk.api import _system
+    from chalk.specs.catalog import as_system
     from chalk.equations.roofline import cost_per_token_usd
 
-    price = _system(hardware).chip.price_usd_per_s
+    price = as_system(hardware).chip.price_usd_per_s
     n = r.chips
     return {k: cost_per_token_usd(getattr(r, f"{k}_time_s"), price, n, r.batch) * 1e6
             for k in ("compute", "weight", "kv", "memory")}

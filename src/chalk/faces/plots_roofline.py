@@ -143,9 +143,9 @@ def cost_vs_context(model=None, hardware=None, context=4096, chips=None, precisi
 
 
 def _attention_label(model) -> str:
-    from chalk.api import _model
+    from chalk.specs.catalog import as_model
 
-    m = _model(model)
+    m = as_model(model)
     s = f"{m.attention.upper()} attention"
     if getattr(m, "sliding_window", None):
         s += f" (+ sliding window {num(m.sliding_window)})"

@@ -18,6 +18,7 @@ import numpy as np
 
 from chalk.errors import ChalkError, InputError
 from chalk.faces.cli_common import num, pct, seconds, si, usd
+from chalk.specs.catalog import as_model, as_system
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,6 @@ class Step:
     formula: str
     rows: list  # [(quantity, [value per batch, ...])]
     note: str = ""
-
-
-def _system(hardware):
-    from chalk.api import _system
-
-    return _system(hardware)
 
 
 def operating_batch(r1) -> int:
@@ -55,7 +50,7 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
     r1 = api.estimate(model, hardware, 1, context, **kw)
     b = float(batch) if batch else float(operating_batch(r1))
     rs = [r1] if b == 1 else [r1, api.estimate(model, hardware, b, context, **kw)]
-    chip = _system(hardware).chip
+    chip = as_system(hardware).chip
     n = r1.chips
     eff = api.default_efficiency(ideal)
     peak = f"{n} × {si(chip.flops_per_s[r1.compute_precision], 'FLOP/s')} ({r1.compute_precision})"
@@ -120,16 +115,15 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
 
 def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, str, str]]:
     """Every assumption and source behind the numbers: (item, value, source)."""
-    from chalk.api import _model
     from chalk.equations import roofline as R
     from chalk.specs.catalog import model_meta
 
     from chalk.api import default_efficiency
 
     eff = default_efficiency(ideal)
-    sysm = _system(hardware)
+    sysm = as_system(hardware)
     chip = sysm.chip
-    m = _model(model)
+    m = as_model(model)
     meta = model_meta(m.id)
     src = chip.sources
     rows = [

@@ -186,6 +186,16 @@ def _model_aliases() -> dict[str, str]:
     return m
 
 
+def as_model(model) -> ModelSpec:
+    """`model` itself if it is a ModelSpec, else `load_model(model)` (id, alias, HF repo name or path)."""
+    return model if isinstance(model, ModelSpec) else load_model(str(model))
+
+
+def as_system(hardware) -> System:
+    """`hardware` itself if it is a System, else `resolve_hardware(hardware)` (chip, system or YAML path)."""
+    return hardware if isinstance(hardware, System) else resolve_hardware(str(hardware))
+
+
 def model_ids() -> list[str]:
     return list(_model_dirs())
 
