@@ -13,12 +13,15 @@ class ChalkError(Exception):
 class UnknownNameError(ChalkError, KeyError):
     """A catalog id (chip, system, model, precision, price sheet, ...) that does not exist."""
 
-    def __init__(self, kind: str, name: str, choices: Iterable[str]):
+    def __init__(self, kind: str, name: str, choices: Iterable[str], known: Iterable[str] | None = None):
+        """`choices`: every accepted spelling (ids and aliases), searched for suggestions;
+        `known`: what to list (the ids; default: the choices)."""
         self.kind, self.name = kind, name
         self.choices = sorted(set(choices))
         close = difflib.get_close_matches(str(name).lower(), self.choices, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        shown = ", ".join(self.choices[:12]) + (" ..." if len(self.choices) > 12 else "")
+        listed = sorted(set(known)) if known is not None else self.choices
+        shown = ", ".join(listed[:16]) + (" ..." if len(listed) > 16 else "")
         super().__init__(f"unknown {kind} '{name}'{hint} (known: {shown})")
 
     def __str__(self) -> str:  # KeyError would quote the message

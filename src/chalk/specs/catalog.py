@@ -100,7 +100,7 @@ def load_chip(name: str) -> Chip:
     files = _chip_files()
     cid = _alias_map(files).get(str(name).lower())
     if cid is None:
-        raise UnknownNameError("chip", name, _alias_map(files))
+        raise UnknownNameError("chip", name, _alias_map(files), files)
     return Chip.from_yaml_dict(files[cid], f"catalog chip {cid}")
 
 
@@ -110,7 +110,7 @@ def load_system(name: str) -> System:
     files = _system_files()
     sid = _alias_map(files).get(str(name).lower())
     if sid is None:
-        raise UnknownNameError("system", name, _alias_map(files))
+        raise UnknownNameError("system", name, _alias_map(files), files)
     return _system_from_dict(files[sid], f"catalog system {sid}")
 
 
@@ -160,7 +160,7 @@ def resolve_hardware(name: str) -> System:
         if chip.default_system:
             return load_system(chip.default_system)
         return System(id=chip.id, name=chip.name, chip=chip, chips=1, kind="chip")
-    raise UnknownNameError("hardware", name, {**chips, **systems})
+    raise UnknownNameError("hardware", name, {**chips, **systems}, [*_chip_files(), *_system_files()])
 
 
 # --------------------------------------------------------------------------- models
@@ -216,7 +216,7 @@ def load_model(name: str) -> ModelSpec:
         return model_from_config(cfg, id=str(mid), source=str(p), meta=meta)
     mid = _model_aliases().get(name.lower())
     if mid is None:
-        raise UnknownNameError("model", name, _model_aliases())
+        raise UnknownNameError("model", name, _model_aliases(), _model_dirs())
     d = _model_dirs()[mid]
     meta_path = d / "meta.yaml"
     meta = read_yaml(meta_path, f"catalog model {mid}/meta.yaml") if meta_path.is_file() else {}
