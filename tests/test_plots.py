@@ -144,3 +144,11 @@ def test_cli_plot_errors_are_one_line_exit_2(tmp_path):
         p = _cli(*args)
         assert p.returncode == 2, (args, p.stderr)
         assert p.stderr.startswith("chalk: error:") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_cli_help_lists_every_plot_kind():
+    # cli_visual keeps its own list so `chalk --help` need not import the plotting modules; it must not drift
+    from chalk.faces import plots
+    from chalk.faces.cli_visual import PLOT_KINDS
+
+    assert set(PLOT_KINDS) == set(plots.kinds())
