@@ -18,7 +18,7 @@ def run(*args):
 
 def test_estimate_json_keys_and_values():
     rc, out, err = run("estimate", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--batch", "64",
-                       "--context", "4096", "--ideal", "--json")
+                       "--context", "4096", "--ideal", "--json", "--aggregate")
     assert rc == 0, err
     d = json.loads(out)
     for k in ESTIMATE_KEYS:
@@ -27,6 +27,20 @@ def test_estimate_json_keys_and_values():
     assert d["kv_bytes_per_token"] == 327680
     assert d["total_params"] == pytest.approx(70.55e9, rel=0.001)
     assert d["step_time_s"] == pytest.approx(max(d["compute_time_s"], d["weight_time_s"] + d["kv_time_s"]))
+
+
+def test_estimate_ops_add_up_to_the_step():
+    """The layout view: the ops sum to the step time, overhead is a visible row, and each op names its source."""
+    rc, out, err = run("estimate", "-m", "deepseek-v3", "-H", "gb200-nvl72", "-b", "64", "-c", "4096",
+                       "--layout", "tp=1,ep=8,pp=1,attn_dp=8", "--ops", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["layout"]["tp"] == 1 and d["layout"]["attn_dp"] == 8 and d["view"] == "layout"
+    assert sum(o["time_s"] for o in d["ops"]) == pytest.approx(d["step_time_s"], rel=0.01)
+    names = {o["name"] for o in d["ops"]}
+    assert {"overhead", "experts", "attention_decode", "alltoall"} <= names
+    for o in d["ops"]:
+        assert set(o) >= {"name", "flops", "bytes", "time_s", "bound", "source"} and o["time_s"] >= 0
 
 
 def test_estimate_prefill_and_strict_fit():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.analyses.roofline import Efficiency, RooflineResult, step
-from chalk.specs.catalog import as_model, as_system
+from chalk.analyses.roofline import Efficiency, RooflineResult
+from chalk.specs.catalog import as_model
 from chalk.specs.workload import positive
 
 
@@ -16,20 +16,12 @@ def default_efficiency(ideal: bool, model=None) -> Efficiency:
     return _default(ideal, as_model(model).num_layers if model is not None else None)
 
 
-def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", chips: int | None = None,
-             precision: str | None = None, kv_precision: str = "bf16", ideal: bool = False,
-             efficiency: Efficiency | None = None, refined: bool = True, sparse_law: str | None = None,
-             strict_fit: bool = False) -> RooflineResult:
-    """Roofline estimate of one decode step (or a prefill of `batch` prompts of `context` tokens).
+def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult:
+    """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout;
+    see `chalk.analyses.estimate.estimate` for every option (layout, aggregate, gpus, precision, ...)."""
+    from chalk.analyses.estimate import estimate as _estimate
 
-    model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
-    hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
-    """
-    model = as_model(model)
-    eff = efficiency or default_efficiency(ideal, model)
-    return step(model, as_system(hardware), batch, context, phase=phase, chips=chips, precision=precision,
-                kv_precision=kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law,
-                strict_fit=strict_fit)
+    return _estimate(model, hardware, batch, context, **kwargs)
 
 
 SWEEP_COLUMNS = ("batch", "context", "step_time_s", "compute_time_s", "weight_time_s", "kv_time_s", "bound",

@@ -43,6 +43,9 @@ class Calibration:
     moe_gemm_half_tokens: float = 0.0
     moe_load_imbalance: bool = False
     vendor: tuple = ()
+    #: time GEMMs, attention and MoE from the measured kernel tables (`chalk.specs.kernels`) instead of the
+    #: roofline at `compute` / `memory`
+    use_kernel_tables: bool = False
     label: str = "calibrated"
 
     def vendor_factors(self, vendor: str) -> tuple[float, float]:

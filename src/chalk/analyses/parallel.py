@@ -17,7 +17,6 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
-from chalk.equations import moe as MOE
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
@@ -80,6 +79,8 @@ class ModelCosts:
     expert_flops_per_token: float
     kv_bytes_per_token: float
     head_shardable: bool
+    dense_precision: str = "bf16"   # non-expert weights (the checkpoint's own when no precision is asked)
+    expert_precision: str = "bf16"  # routed-expert weights
 
     @property
     def model(self) -> ModelSpec:
@@ -117,7 +118,9 @@ def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> M
                       expert_weight_bytes=expert, dense_read_bytes=dense_read,
                       gemm_flops_per_token=2 * sz.active_matmul_params,
                       expert_flops_per_token=2 * model.n_moe_layers * model.experts_per_token * sz.params_per_expert,
-                      kv_bytes_per_token=sz.kv_bytes_per_token(kvp), head_shardable=model.attention != "mla")
+                      kv_bytes_per_token=sz.kv_bytes_per_token(kvp), head_shardable=model.attention != "mla",
+                      dense_precision=canonical(wp or model.native_precision),
+                      expert_precision=canonical(wp or model.expert_precision or model.native_precision))
 
 
 def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system: System) -> str:
@@ -138,6 +141,14 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
+def valid_tp(model: ModelSpec, tp: int) -> bool:
+    """Whether `tp` ranks can split the attention heads (and the KV heads, or be divided by them)."""
+    if tp < 1 or model.num_heads % tp:
+        return False
+    kv = model.num_kv_heads
+    return not (model.attention == "gqa" and not (kv % tp == 0 or tp % kv == 0))
+
+
 def enumerate_layouts(model: ModelSpec, gpus: int, domain: int) -> list[Layout]:
     """Every sensible layout of `gpus` chips: TP within the scale-up domain dividing the heads (and the KV
     heads, or divided by them); attention-DP only for MoE; PP up to 8 stages dividing into the layers."""
@@ -147,10 +158,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, domain: int) -> list[Layout]:
     moe = model.is_moe
     out = []
     for tp in _pow2_upto(min(gpus, domain, model.num_heads)):
-        if model.num_heads % tp:
-            continue
-        kv = model.num_kv_heads
-        if model.attention == "gqa" and not (kv % tp == 0 or tp % kv == 0):
+        if not valid_tp(model, tp):
             continue
         for pp in (1, 2, 4, 8):
             if pp > model.num_layers or gpus % (tp * pp):
@@ -180,112 +188,31 @@ def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
 
 
 # --------------------------------------------------------------------------- one stage step
-def _expert_slowdown(m: ModelSpec, tokens, attn_dp, ep, cal: Calibration):
-    """Factor (>= 1) on the routed-expert FLOPs of a stage step: grouped expert GEMMs with few tokens per expert
-    run below dense-GEMM efficiency, and under expert parallelism the chip holding the busiest experts sets the
-    pace (balls in bins over the EP chips). 1 for dense models and for the ideal calibration."""
-    if not m.is_moe:
-        return 1.0
-    copies = np.asarray(tokens, dtype=float) * m.experts_per_token  # routed token copies in the step
-    eta = MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1), cal.moe_gemm_half_tokens)
-    bins = np.where(np.asarray(attn_dp, dtype=float) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
-    imbalance = MOE.max_load_factor(copies, bins) if cal.moe_load_imbalance else 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(eta > 0, imbalance / np.maximum(eta, 1e-300), 1.0)
-
-
 def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context,
-               prompt_len, cal: Calibration, *, overlap: str = "auto"):
-    """Time of one pipeline-stage step of a replica (arrays broadcast together), and its parts.
+               prompt_len, cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None,
+               query_tokens=1.0):
+    """Time of one pipeline-stage step of a replica (arrays broadcast together), its parts and its ops.
 
-    A step carries `decode_seqs / pp` decode tokens (one micro-batch per stage) plus `prefill_tokens / pp`
-    chunked-prefill tokens. Calibrated: GEMMs and attention are separate kernels, each its own roofline,
-    summed with communication and overhead; routed-expert FLOPs take longer by `_expert_slowdown` (grouped GEMMs
-    with few tokens per expert, the busiest EP chip). Ideal (`cal.label == 'ideal'`): one roofline for the step.
-    """
-    chip, m = system.chip, costs.model
-    tp, a, pp, ep = (np.asarray(x, dtype=float) for x in (tp, attn_dp, pp, ep))
-    B = np.asarray(decode_seqs, dtype=float)
-    c = np.asarray(prefill_tokens, dtype=float)
-    tokens = (B + c) / pp
-    stage_gpus = tp * a
-    ideal = cal.label == "ideal"
+    The one step model (`chalk.analyses.step_model.stage_ops`); see there. `kernels` defaults to the chip's
+    measured kernel profile when chalk has one (`default_kernels`)."""
+    from chalk.analyses.step_model import stage_ops
 
-    v_c, v_m = cal.vendor_factors(chip.vendor)
-    peak_g = chip.peak_flops_per_s(costs.precision) * v_c
-    peak_a = chip.peak_flops_per_s("bf16") * v_c  # attention matmuls run at 16 bits even over an FP8 cache
-    bw = chip.hbm_bandwidth_bytes_per_s * v_m
-    # Attention-DP ranks meet at every MoE layer, so the rank holding a whole prompt chunk sets the pace:
-    # its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step, not the mean c / DP_attn.
-    c_rank = np.where(a > 1, np.minimum(c / pp, np.maximum(c / (pp * a), np.asarray(prompt_len, dtype=float))),
-                      c / (pp * a))
-    f_dense = (B / (pp * a) + c_rank) * (costs.gemm_flops_per_token - costs.expert_flops_per_token) / (pp * tp)
-    f_exp = tokens * costs.expert_flops_per_token / (pp * stage_gpus)  # experts: spread evenly over EP
-    f_gemm = f_dense + f_exp
-    f_gemm_eff = f_dense + f_exp * _expert_slowdown(m, tokens, a, ep, cal)  # the time the expert FLOPs take
-    f_attn = ((B / (pp * a)) * costs.attention_flops(context)
-              + c_rank * costs.prefill_attention_flops_per_token(prompt_len)) / (pp * tp)
-    w_dense = costs.dense_read_bytes / (tp * pp)
-    w_bytes = w_dense + costs.expert_read_bytes(tokens) / (ep * pp)
-    if m.is_moe:  # routed copies gathered into expert order and scattered back (TP ranks each shuffle all)
-        copies = tokens * m.experts_per_token / np.where(a > 1, ep, 1.0)
-        w_bytes = w_bytes + copies * m.n_moe_layers / pp * cal.moe_shuffle_passes * m.hidden_size * ACTIVATION_BYTES
-    shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
-    kv_bytes = ((B / pp) / a * costs.kv_read_bytes(context) + (c / pp) / a * costs.kv_bytes_per_token) * shard / pp
+    if kernels is None:
+        kernels = default_kernels(system.chip, cal)
+    return stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len, cal,
+                     overlap=overlap, kernels=kernels or None, overhead_s=overhead_s, query_tokens=query_tokens)
 
-    # communication on the right link
-    H, up, out = m.hidden_size, chip.scaleup_bandwidth_bytes_per_s, chip.scaleout_bandwidth_bytes_per_s
-    domain = system.chips
-    eta, a_up, a_out = cal.link, cal.scaleup_latency_s, cal.scaleout_latency_s
-    up_eff = up if up > 0 else out  # a chip without a scale-up fabric talks over its NIC
-    layers_stage = m.num_layers / pp
-    n_ar = np.where(a > 1, 1.0, 2.0) * layers_stage * (tp > 1)
-    t_ar = n_ar * P.ring_allreduce_time_s(tokens / a * H * ACTIVATION_BYTES, tp, up_eff, a_up, eta)
-    t_a2a = np.zeros_like(t_ar)
-    if m.is_moe:
-        narrow = bytes_per_element(costs.precision) <= 1 and "fp8" in chip.flops_per_s
-        b_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
-        k = m.experts_per_token
-        intra, _ = P.ep_remote_fractions(ep, domain)
-        sent = P.alltoall_bytes_per_chip(tokens / ep, k, H, b_elem)
-        lat = 2 * (cal.alltoall_latency_s + np.where(ep > domain, a_out, 0.0))  # dispatch + combine
-        one = P.alltoall_time_s(sent * intra, sent * P.remote_domain_copies(k, ep, domain) / k, up_eff, out, lat,
-                                eta)
-        t_a2a = np.where(a > 1, one * m.n_moe_layers / pp, 0.0)
-    cross = tp * a * pp > domain
-    hop = P.p2p_time_s(tokens * H * ACTIVATION_BYTES / (tp * a), np.where(cross, out, up_eff),
-                       np.where(cross, a_out, a_up), eta)
-    t_pp = np.where(pp > 1, hop, 0.0)
-    t_comm = t_ar + t_a2a + t_pp
-    t_ovh = np.full_like(t_comm, cal.overhead_s(layers_stage))
 
-    if ideal:
-        t_c = f_gemm_eff / peak_g + f_attn / peak_a
-        t_m = (w_bytes + kv_bytes) / bw
-        t_gemm, t_attn = np.maximum(t_c, t_m), np.zeros_like(t_c)
-        t = t_gemm + t_comm
-        mode = np.full(np.shape(t), "none", dtype=object)
-    else:
-        ec, em = cal.compute, cal.memory
-        t_gemm = np.maximum(f_gemm_eff / (peak_g * ec), w_bytes / (bw * em))
-        t_attn = np.maximum(f_attn / (peak_a * ec), kv_bytes / (bw * em))
-        t_none = t_gemm + t_attn + t_comm + t_ovh
-        t = t_none
-        mode = np.full(np.shape(t), "none", dtype=object)
-        if m.is_moe and overlap in ("auto", "two-microbatch"):
-            w_half = w_bytes - (costs.expert_read_bytes(tokens) - costs.expert_read_bytes(tokens / 2)) / (ep * pp)
-            f_half = f_dense / 2 + f_exp / 2 * _expert_slowdown(m, tokens / 2, a, ep, cal)
-            gemm2 = 2 * np.maximum(f_half / (peak_g * ec), w_half / (bw * em))
-            t_tbo = P.overlapped_time_s(gemm2 + t_attn, t_comm, cal.overlap) + t_ovh
-            use = (a > 1) & ((t_tbo < t_none) | (overlap == "two-microbatch"))
-            t = np.where(use, t_tbo, t_none)
-            mode = np.where(use, "two-microbatch", mode)
-    t = t * (1 + cal.pipeline_bubble * (pp - 1))  # micro-batch imbalance and stage syncs, per extra stage
-    bound = np.where(f_gemm / peak_g >= w_bytes / bw, "compute", "memory")
-    return {"stage_time_s": t, "gemm_time_s": t_gemm, "attention_time_s": t_attn, "allreduce_time_s": t_ar,
-            "alltoall_time_s": t_a2a, "pp_transfer_time_s": t_pp, "comm_time_s": t_comm,
-            "overhead_s": t_ovh, "overlap": mode, "gemm_bound": bound, "weight_read_bytes": w_bytes,
-            "kv_read_bytes": kv_bytes, "flops": f_gemm + f_attn}
+def default_kernels(chip, cal: Calibration, framework: str | None = None):
+    """The kernel profile the step model times ops with: measured tables (or their curve family) unless the
+    calibration is ideal or asks for the plain roofline; False when none applies."""
+    if cal.label == "ideal" or not cal.use_kernel_tables:
+        return False
+    try:
+        from chalk.specs.kernels import kernel_profile
+    except ImportError:
+        return False
+    return kernel_profile(chip, framework)
 
 
 # --------------------------------------------------------------------------- reports

@@ -89,6 +89,14 @@ class RooflineResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: [low, high] for step time, tokens/s and cost from the calibration residuals (equal to the value when ideal)
     range: dict = field(default_factory=dict)
+    #: 'aggregate': every chip summed into one communication-free chip (the lecture's bound);
+    #: 'layout': one replica on a real layout, timed op by op (`chalk.analyses.step_model`)
+    view: str = "aggregate"
+    layout: dict | None = None
+    #: the step's operations (layout view, scalar batch and context): name, kind, flops, bytes, time_s, bound, source
+    ops: tuple = ()
+    comm_time_s: object = 0.0
+    overhead_time_s: object = 0.0
 
     def to_dict(self) -> dict:
         return {k: _jsonable(v) for k, v in asdict(self).items()}
@@ -238,4 +246,5 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
         memory_needed_bytes=_scalar(need), hbm_bytes=hbm, max_batch_fit=_scalar(max_b), fits=_scalar(fits),
         total_params=sz.total_params, active_params=sz.active_params, flops=_scalar(flops),
         bytes_moved=_scalar(bytes_moved), notes=tuple(notes), range=spread,
+        overhead_time_s=float(efficiency.overhead_s),
     )

@@ -85,33 +85,50 @@ def _validate(draft_tokens, acceptance) -> tuple[int, float]:
 
 
 def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: int, acceptance: float,
-                         chips: int | None = None, precision: str | None = None, kv_precision: str = "bf16",
+                         chips: int | None = None, precision: str | None = None, kv_precision: str = "auto",
                          ideal: bool = False, *, efficiency: Efficiency | None = None, refined: bool | None = None,
-                         sparse_law: str | None = None, draft_layers: float = 1.0) -> SpeculativeResult:
+                         sparse_law: str | None = None, draft_layers: float = 1.0, layout=None,
+                         aggregate: bool | None = None) -> SpeculativeResult:
     """Speculative decoding with `draft_tokens` drafts at `acceptance`, against the plain decode `result`.
 
-    `result` is the plain step for the same model, hardware, batch and context (`chalk.api.estimate`).
-    `refined` defaults to what `result` used; `draft_layers` is the cost of one draft in main-model layers.
+    `result` is the plain step for the same model, hardware, batch and context (`chalk.estimate`); its view
+    (a real layout, or the lecture's aggregate) is kept. `draft_layers` is the cost of one draft in main-model layers.
     """
-    from chalk import api
+    from chalk.analyses.estimate import layout_estimate
+    from chalk.analyses.roofline import step
+    from chalk.specs.catalog import as_system
 
     if result.phase != "decode":
         raise InputError("speculative decoding applies to decode steps, not prefill")
     k, a = _validate(draft_tokens, acceptance)
     spec = as_model(model)
-    if refined is None:
-        refined = not result.weights_read.startswith("all weights") or not spec.is_moe
+    system = as_system(hardware)
     B = np.asarray(result.batch, dtype=float)
     L = np.asarray(result.context, dtype=float)
-    v = api.estimate(spec, hardware, S.verification_tokens(B, k), L, phase="decode", chips=chips,
-                     precision=precision, kv_precision=kv_precision, ideal=ideal, efficiency=efficiency,
-                     refined=refined, sparse_law=sparse_law)
     t_plain = np.asarray(result.step_time_s, dtype=float)
-    overhead = t_plain - np.maximum(result.compute_time_s, result.memory_time_s)
-    t_c = np.asarray(v.compute_time_s, dtype=float)
-    t_w = np.asarray(v.weight_time_s, dtype=float)
-    t_kv = np.asarray(result.kv_time_s, dtype=float)  # each sequence's cache read once, as in the plain step
-    t_verify = np.maximum(t_c, t_w + t_kv) + overhead
+    if aggregate is None:
+        aggregate = result.view == "aggregate"
+    if not aggregate:  # the one step model: K + 1 query tokens per sequence, its KV read once
+        v = layout_estimate(spec, system, B, L, phase="decode", layout=layout or result.layout, gpus=chips,
+                            precision=precision, kv_precision=result.kv_precision, ideal=ideal,
+                            query_tokens=k + 1)
+        t_c = np.asarray(v.compute_time_s, dtype=float)
+        t_w = np.asarray(v.weight_time_s, dtype=float)
+        t_kv = np.asarray(v.kv_time_s, dtype=float)
+        t_verify = np.asarray(v.step_time_s, dtype=float)
+    else:
+        from chalk.analyses.calibration import default_efficiency
+
+        if refined is None:
+            refined = not result.weights_read.startswith("all weights") or not spec.is_moe
+        eff = efficiency or default_efficiency(ideal, spec.num_layers)
+        v = step(spec, system, S.verification_tokens(B, k), L, phase="decode", chips=chips, precision=precision,
+                 kv_precision=result.kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law)
+        overhead = t_plain - np.maximum(result.compute_time_s, result.memory_time_s)
+        t_c = np.asarray(v.compute_time_s, dtype=float)
+        t_w = np.asarray(v.weight_time_s, dtype=float)
+        t_kv = np.asarray(result.kv_time_s, dtype=float)  # each sequence's cache read once, as in the plain step
+        t_verify = np.maximum(t_c, t_w + t_kv) + overhead
     t_draft = S.mtp_draft_time_s(t_plain, k, spec.num_layers, draft_layers)
     t = t_verify + t_draft
     e = float(S.expected_tokens_per_step(a, k))
@@ -153,7 +170,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
 
     Speed-up falls with batch: ~E (tokens per step) while memory-bound, ~E / (k + 1) < 1 once compute-bound.
     """
-    from chalk import api
+    from chalk.analyses import estimate as api
 
     k, a = _validate(draft_tokens, acceptance)
     context = float(positive("context", context))

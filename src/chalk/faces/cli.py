@@ -36,56 +36,76 @@ HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system
 def estimate(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    batch: float = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step (per replica)."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens (prompt length for prefill)."),
     phase: Phase = typer.Option(Phase.decode, "--phase"),
-    chips: Optional[int] = typer.Option(None, "--chips", help="Chips (default: the system's scale-up domain)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "
+                                         "(default: the smallest TP group in the scale-up domain that fits)."),
+    aggregate: bool = typer.Option(False, "--aggregate", help="The lecture's view: every chip summed into one "
+                                   "communication-free chip (an upper bound, not a deployment)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs available (default: the system's "
+                                       "scale-up domain); with --aggregate, the chips summed."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute: bf16, fp8, fp4..."),
-    kv_precision: str = typer.Option("bf16", "--kv-precision", help="KV cache precision."),
+    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision (auto: FP8 with 8-bit "
+                                     "weights on chips with an FP8 rate, else BF16)."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     lecture_weights: bool = typer.Option(False, "--lecture-weights",
-                                         help="Read all weights every step (the lecture's form) instead of "
-                                              "only the experts a batch touches."),
-    sparse_law: Optional[str] = typer.Option(None, "--sparse-law", help="'sqrt': the lecture's square-root law."),
+                                         help="Read all weights every step (the lecture's form; implies "
+                                              "--aggregate) instead of only the experts a batch touches."),
+    sparse_law: Optional[str] = typer.Option(None, "--sparse-law", help="'sqrt': the lecture's square-root law "
+                                             "(implies --aggregate)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
     acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    show_ops: bool = typer.Option(False, "--ops", help="Print the step op by op: FLOPs, bytes, intensity, bound, "
+                                  "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Also write latency-vs-batch to this .png/.svg."),
 ):
-    """Roofline estimate of one decode step (or prefill) with its breakdown."""
+    """One decode step (or prefill) on a real layout, timed op by op; --aggregate for the lecture's bound."""
     from chalk import api
 
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
-    r = api.estimate(model, hardware, batch, context, phase=phase.value, chips=chips, precision=precision,
-                     kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
-                     strict_fit=strict_fit)
+    r = api.estimate(model, hardware, batch, context, phase=phase.value, layout=layout, aggregate=aggregate,
+                     gpus=gpus, precision=precision, kv_precision=kv_precision, ideal=ideal,
+                     refined=not lecture_weights, sparse_law=sparse_law, strict_fit=strict_fit)
     spec = None
     if mtp:
         from chalk.analyses.speculative import speculative_estimate
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
-                                    chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
-    write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=chips,
-                precision=precision, kv_precision=kv_precision, ideal=ideal)
+                                    chips=gpus, precision=precision, kv_precision=r.kv_precision, ideal=ideal,
+                                    layout=r.layout, aggregate=r.view == "aggregate")
+    write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=gpus,
+                precision=precision, kv_precision=r.kv_precision, ideal=ideal)
     if as_json:
         d = r.to_dict()
+        d["step_time_s"] = r.step_time_s
         if spec is not None:
             d["speculative"] = spec.to_dict()
         emit_json(d)
         return
     c = console()
-    t = table(f"{r.model} on {r.chips} x {r.hardware} · {r.phase} · batch {num(r.batch)} · context {num(r.context)}"
+    where = (f"{r.layout['label']} ({r.chips} GPUs) of {r.hardware}" if r.view == "layout"
+             else f"{r.chips} x {r.hardware} summed into one chip (aggregate: communication-free bound)")
+    t = table(f"{r.model} on {where} · {r.phase} · batch {num(r.batch)} · context {num(r.context)}"
               f" · {r.precision} weights ({r.compute_precision} compute), {r.kv_precision} KV · {r.efficiency}",
               ["quantity", "value"])
     rows = [
         ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
                                                 f"{seconds(r.range['step_time_s'][1])})"
                                                 if r.efficiency != "ideal" else "")),
-        ("  compute", seconds(r.compute_time_s)),
+        ("  compute (all FLOPs at achieved rate)", seconds(r.compute_time_s)),
         ("  weight read", seconds(r.weight_time_s) + f"  (lecture form, all weights: {seconds(r.weight_time_lecture_s)})"),
         ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
+    ]
+    if r.view == "layout":
+        rows += [("  communication (exposed)", seconds(r.comm_time_s)),
+                 ("  overhead (launches, scheduling, pipeline sync)", seconds(r.overhead_time_s))]
+    else:
+        rows += [("  overhead", seconds(r.overhead_time_s))]
+    rows += [
         ("bound", str(r.bound)), ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),
         ("throughput", f"{num(r.tokens_per_s)} tokens/s"), ("per user", f"{num(r.user_tokens_per_s)} tokens/s"),
         ("cost", f"{usd(r.cost_per_mtok_usd)} per M tokens"),
@@ -99,12 +119,22 @@ def estimate(
         ("parameters total / active", f"{si(r.total_params)} / {si(r.active_params)}"),
     ]
     if spec is not None:
-        rows.append((f"with {mtp} draft tokens at acceptance {acceptance}",
+        rows.append((f"with {mtp} draft token{'s' if mtp != 1 else ''} at acceptance {acceptance}",
                      f"{num(spec.tokens_per_step)} tokens/step, {num(spec.user_tokens_per_s)} tokens/s per user, "
                      f"{usd(spec.cost_per_mtok_usd)} per M tokens"))
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)
+    if show_ops and r.ops:
+        ot = table("the step op by op (times on the busiest GPU; they add up to the step time)",
+                   ["op", "FLOPs", "bytes", "FLOP/B", "bound", "time", "source"])
+        for o in r.ops:
+            ai = o.get("intensity_flops_per_byte")
+            ot.add_row(o["name"], si(o["flops"]), si(o["bytes"], "B"), num(ai) if ai is not None else "-",
+                       o["bound"], seconds(o["time_s"]), o["source"])
+        c.print(ot)
+    elif show_ops:
+        c.print("[dim]note: --ops needs the layout view (no --aggregate) and one batch and context[/dim]")
     for n in r.notes:
         c.print(f"[dim]note: {n}[/dim]")
 

@@ -1,0 +1,247 @@
+"""`chalk estimate` on a real layout: one replica of tp x attn_dp x pp GPUs, its step from the one step model.
+
+The lecture's summed-chip view (every chip of a system as one communication-free chip) stays available as
+`aggregate=True` (`chalk.analyses.roofline.step`): a bound, not a deployment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from chalk.analyses import roofline as RF
+from chalk.analyses.calibration import Calibration, calibration
+from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.parallel import (Layout, memory_per_chip, model_costs, resolve_kv_precision, stage_step,
+                                     valid_tp)
+from chalk.analyses.step_model import ops_table
+from chalk.equations import parallel as P
+from chalk.equations import roofline as R
+from chalk.errors import FitError, InputError
+from chalk.specs.hardware import System
+from chalk.specs.model import ModelSpec
+from chalk.specs.precision import canonical
+from chalk.specs.workload import Workload, positive
+
+
+def parse_layout(text) -> dict:
+    """`tp=8,ep=8,pp=1,attn_dp=8` -> {'tp': 8, 'ep': 8, 'pp': 1, 'attn_dp': 8}; keys tp, ep, pp, attn_dp (or dp)."""
+    if isinstance(text, dict):
+        items = [(k, v) for k, v in text.items() if k in ("tp", "ep", "pp", "attn_dp")]
+    else:
+        parts = [p.strip() for p in str(text).replace(" ", "").split(",") if p.strip()]
+        if not parts:
+            raise InputError(f"layout must look like tp=8,ep=8,pp=1,attn_dp=8, got {text!r}")
+        items = []
+        for p in parts:
+            k, sep, v = p.partition("=")
+            if not sep:
+                raise InputError(f"layout must look like tp=8,ep=8,pp=1,attn_dp=8, got {text!r}")
+            items.append((k, v))
+    out = {}
+    for k, v in items:
+        key = {"dp_attn": "attn_dp", "attention_dp": "attn_dp", "dp_attention": "attn_dp"}.get(str(k).lower(), str(k).lower())
+        if key not in ("tp", "ep", "pp", "attn_dp"):
+            raise InputError(f"layout key {k!r} is not one of tp, ep, pp, attn_dp (replicas: use --gpus with "
+                             "chalk throughput)")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"layout {key} must be a whole number >= 1, got {v!r}") from None
+        if not np.isfinite(f) or f < 1 or f != int(f) or f > 1 << 20:
+            raise InputError(f"layout {key} must be a whole number >= 1, got {v!r}")
+        if key in out:
+            raise InputError(f"layout gives {key} twice")
+        out[key] = int(f)
+    return out
+
+
+def make_layout(model: ModelSpec, spec) -> Layout:
+    """A validated one-replica Layout from `parse_layout` output (or its text)."""
+    d = parse_layout(spec)
+    tp, pp, a = d.get("tp", 1), d.get("pp", 1), d.get("attn_dp", 1)
+    if not valid_tp(model, tp):
+        raise InputError(f"layout tp={tp} does not divide {model.id}'s {model.num_heads} attention heads"
+                         + ("" if model.attention == "mla" else f" / {model.num_kv_heads} KV heads"))
+    if pp > model.num_layers:
+        raise InputError(f"layout pp={pp} exceeds {model.id}'s {model.num_layers} layers")
+    if not model.is_moe:
+        if a > 1:
+            raise InputError(f"attention data parallelism needs a MoE model; {model.id} is dense (use replicas)")
+        if d.get("ep", 1) != 1:
+            raise InputError(f"{model.id} is dense: ep must be 1, got {d['ep']}")
+    else:
+        ep = d.get("ep", tp * a)
+        if ep != tp * a:
+            raise InputError(f"ep must equal tp x attn_dp = {tp * a} (experts spread over the stage's GPUs), got {ep}")
+        if ep > model.num_experts:
+            raise InputError(f"ep={ep} exceeds {model.id}'s {model.num_experts} experts")
+    return Layout(tp=tp, attn_dp=a, pp=pp, dp=1, moe=model.is_moe)
+
+
+def default_layout(model: ModelSpec, system: System, costs, batch: float, context: float, gpus: int,
+                   cal: Calibration) -> tuple[Layout, bool]:
+    """The smallest tensor-parallel group (within the scale-up domain and `gpus`) whose memory holds the weights
+    and `batch` sequences of `context` tokens; the largest one if none does. Returns (layout, fits)."""
+    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    cands = [t for t in (1, 2, 4, 8, 16, 32, 64, 128) if t <= min(gpus, system.chips) and valid_tp(model, t)
+             and (not model.is_moe or t <= model.num_experts)] or [1]
+    for t in cands:
+        ep = t if model.is_moe else 1
+        w, kv = memory_per_chip(costs, t, 1, 1, ep, batch, context)
+        if float(np.max(w + kv)) <= usable:
+            return Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=model.is_moe), True
+    return Layout(tp=cands[-1], attn_dp=1, pp=1, dp=1, moe=model.is_moe), False
+
+
+def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",
+                    layout=None, gpus: int | None = None, precision: str | None = None,
+                    kv_precision: str | None = "auto", ideal: bool = False, cal: Calibration | None = None,
+                    efficiency: RF.Efficiency | None = None, sparse_law: str | None = None,
+                    strict_fit: bool = False, overhead_s: float | None = None, kernels=None,
+                    query_tokens: float = 1.0) -> RF.RooflineResult:
+    """One decode step (or prefill of `batch` prompts of `context` tokens) of one replica on a real layout.
+
+    batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
+    balance context) are those of the replica's chips; step time, bound, MFU and cost come from the step model.
+    """
+    cal = cal or calibration(ideal)
+    sz = ModelSizes(model)
+    prec = canonical(precision) if precision else sz.default_precision()
+    kvp = resolve_kv_precision(kv_precision, prec, system)
+    w = Workload(batch, context, phase, precision or None, kvp)
+    if sparse_law is not None:
+        raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
+    costs = model_costs(model, precision, kvp)
+    B = np.asarray(w.batch, dtype=float)
+    L = np.asarray(w.context, dtype=float)
+    n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True))
+    notes = []
+    if layout is None:
+        lay, fits_any = default_layout(model, system, costs, float(np.max(B)) if phase == "decode" else 0.0,
+                                       float(np.max(L)), n_avail, cal)
+        notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights and "
+                     "this batch's KV" if fits_any else
+                     f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs holds "
+                     "the weights and this batch's KV")
+    else:
+        lay = layout if isinstance(layout, Layout) else make_layout(model, layout)
+    G = lay.replica_gpus
+    if G > system.chips:
+        notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
+                     "traffic between domains crosses the scale-out network")
+    if gpus is not None and gpus > system.chips and layout is None:
+        notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one replica "
+                     "inside it; use `chalk throughput` for a deployment of replicas")
+
+    if phase == "decode":
+        r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, 0.0, L, 1.0, cal, kernels=kernels,
+                       overhead_s=overhead_s, query_tokens=query_tokens)
+        tokens = B
+        user_tokens = np.ones_like(B * L)
+        kv_seq = costs.kv_bytes(L + 1)
+        mem_seqs = B
+    else:
+        r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, B * L, L, L, cal, kernels=kernels,
+                       overhead_s=overhead_s)
+        tokens = B * L
+        user_tokens = L * np.ones_like(B)
+        kv_seq = costs.kv_bytes(L)
+        mem_seqs = B
+    stage = np.asarray(r["stage_time_s"], dtype=float)
+    t = P.pipeline_token_latency_s(stage, lay.pp)
+    chip = system.chip
+    cprec = chip.compute_precision(prec)
+    tm_ec = 1.0 if cal.label == "ideal" else cal.compute
+    tm_em = 1.0 if cal.label == "ideal" else cal.memory
+    peak = chip.flops_per_s[cprec] * G
+    bw = chip.hbm_bandwidth_bytes_per_s * G
+    ops = r["ops"]
+    flops = sum(np.asarray(o.flops, float) for o in ops.values()) * G
+    w_bytes = np.asarray(r["weight_read_bytes"], float) * G
+    kv_bytes = np.asarray(r["kv_read_bytes"], float) * G
+    other = sum(np.asarray(o.bytes, float) for n, o in ops.items()
+                if o.kind == "elementwise") * G
+    t_c = flops / (peak * tm_ec)
+    t_w = w_bytes / (bw * tm_em)
+    t_kv = kv_bytes / (bw * tm_em)
+    bound = np.where(t_c >= t_w + t_kv, "compute", "memory")
+    w_chip, kv_chip = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, mem_seqs, L)
+    usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
+    fits = (w_chip + kv_chip) <= usable_chip
+    kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.pp * lay.attn_dp), L)[1]
+    max_b = np.floor(np.maximum(usable_chip - w_chip, 0.0) / np.where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
+    if strict_fit and not np.all(fits):
+        raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
+                       f"{float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
+    if not np.all(fits):
+        notes.append(f"does not fit: {float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB needed per GPU, "
+                     f"{usable_chip / 1e9:.1f} GB usable")
+    eff = efficiency or RF.Efficiency(compute=tm_ec, memory=tm_em, overhead_s=0.0, memory_reserve=cal.memory_reserve,
+                                      label=cal.label, residual_low=cal.residual_low, residual_high=cal.residual_high)
+    # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
+    agg = RF.step(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
+                  efficiency=dataclasses.replace(eff, overhead_s=0.0), refined=True)
+    price = chip.price_usd_per_s
+    cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
+    slow, fast = np.exp(-cal.residual_low), np.exp(-cal.residual_high)
+    sc = RF._scalar
+    spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
+              "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
+              "cost_per_mtok_usd": [sc(cost * fast), sc(cost * slow)]}
+    ops_rows = ()
+    if np.ndim(t) == 0:
+        ops_rows = tuple(ops_table(ops))
+        if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
+            for d in ops_rows:
+                d["time_s"] *= lay.pp
+    notes += [n for n in agg.notes if "price" in n or "rate" in n]
+    return dataclasses.replace(
+        agg, chips=G, efficiency=cal.label, step_time_s=sc(t), compute_time_s=sc(t_c), weight_time_s=sc(t_w),
+        kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv), bound=sc(bound),
+        mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
+        tokens_per_s=sc(tokens / t), user_tokens_per_s=sc(user_tokens / t), cost_per_mtok_usd=sc(cost),
+        memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, max_batch_fit=sc(max_b),
+        fits=sc(fits), flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other), notes=tuple(notes), range=spread,
+        kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(), ops=ops_rows,
+        comm_time_s=sc(np.asarray(r["comm_time_s"], float) * lay.pp),
+        overhead_time_s=sc(np.asarray(r["overhead_s"], float) * lay.pp), view="layout")
+
+
+def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
+             chips: int | None = None, gpus: int | None = None, precision: str | None = None,
+             kv_precision: str | None = "auto", ideal: bool = False, efficiency: RF.Efficiency | None = None,
+             refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False) -> RF.RooflineResult:
+    """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout.
+
+    model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
+    hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
+    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' (default: the smallest tensor-parallel group in the
+    scale-up domain that holds the weights and this batch's KV); `batch` counts sequences per replica.
+    aggregate: the lecture's view instead: every chip (`chips`, default the system's) summed into one
+    communication-free chip, an upper bound.
+    """
+    from chalk.analyses.calibration import default_efficiency
+    from chalk.specs.catalog import as_model, as_system
+
+    m, system = as_model(model), as_system(hardware)
+    n = gpus if gpus is not None else chips
+    kvp = kv_precision
+    if aggregate or sparse_law is not None or not refined:
+        if kvp is None or str(kvp).lower() == "auto":
+            from chalk.analyses.parallel import resolve_kv_precision
+            from chalk.analyses.model_sizes import ModelSizes
+            from chalk.specs.precision import canonical
+
+            kvp = resolve_kv_precision(kvp, canonical(precision) if precision else ModelSizes(m).default_precision(),
+                                       system)
+        if layout is not None:
+            from chalk.errors import InputError
+
+            raise InputError("--layout and --aggregate exclude each other: the aggregate view has no layout")
+        eff = efficiency or default_efficiency(ideal, m.num_layers)
+        return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
+                    efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
+    return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
+                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit)

@@ -1,0 +1,370 @@
+"""The one step model: a decode or prefill step of one pipeline stage, as a list of timed operations.
+
+Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput`, `simulate`, `plan`, `report`,
+`pricing margin`, the web explorer) takes it from `stage_ops`. A step of one attention rank of one stage is:
+
+  attention projections (QKV/O, MLA down/up)  GEMM, m = tokens on the rank
+  attention                                   decode (KV read) and prefill (causal), by kernel family
+  dense MLP / shared experts / router         GEMMs
+  routed experts                              grouped GEMM over the tokens each expert receives
+  LM head and sampling                        one logit row per sequence that emits a token
+  norms, residuals, activations, MoE permute  memory-bound elementwise kernels
+  TP all-reduce, EP all-to-all, PP send        on the link they cross (NVLink inside the domain, NIC outside)
+  overhead                                    launches, scheduling, host sync: fixed + per layer (calibrated)
+  pipeline sync                               micro-batch imbalance per extra stage (calibrated)
+
+Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth). Achieved rates come from the
+measured kernel tables where chalk has them for the chip (`chalk.specs.kernels`), else from the calibrated
+fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
+throughput search times thousands of points in one call. The op times add up to the stage step time exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from chalk.analyses.calibration import Calibration
+from chalk.equations import moe as MOE
+from chalk.equations import ops as O
+from chalk.equations import parallel as P
+from chalk.specs.precision import bytes_per_element
+
+ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
+
+#: Op kinds, in the order they are reported.
+OP_ORDER = ("attn_proj", "attention_decode", "attention_prefill", "mlp", "shared_experts", "router", "experts",
+            "lm_head", "sampling", "elementwise", "moe_permute", "allreduce", "alltoall", "pp_send", "overhead",
+            "pipeline_sync")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a stage step on one GPU: FLOPs, HBM (or link) bytes, time, what binds, where the time came
+    from. Fields are floats or numpy arrays (one value per evaluated point)."""
+
+    name: str
+    kind: str  # gemm | attention | moe | elementwise | comm | overhead
+    flops: object
+    bytes: object
+    time_s: object
+    bound: object  # compute | memory | link | latency
+    source: str  # roofline | calibrated roofline | measured table | fitted curve | fitted
+    detail: str = ""
+
+    def at(self, i=None) -> dict:
+        """The op as plain floats (point `i` of an array evaluation)."""
+        def pick(v):
+            a = np.asarray(v)
+            return a.item() if a.ndim == 0 else a.ravel()[i].item()
+        return {"name": self.name, "kind": self.kind, "flops": float(pick(self.flops)),
+                "bytes": float(pick(self.bytes)), "time_s": float(pick(self.time_s)),
+                "bound": str(pick(self.bound)), "source": self.source, "detail": self.detail}
+
+
+def _short(detail: str) -> str:
+    """The source category of a timing description."""
+    d = detail.lower()
+    if d.startswith("measured"):
+        return "measured table"
+    if d.startswith("curve"):
+        return "fitted curve"
+    if d.startswith("fitted") or d.startswith("engine"):
+        return "fitted"
+    if "calibrated" in d:
+        return "calibrated roofline"
+    return "roofline"
+
+
+def _bound(compute_s, memory_s):
+    return np.where(np.asarray(compute_s) >= np.asarray(memory_s), "compute", "memory")
+
+
+class _Timer:
+    """Achieved-rate timing of compute ops: measured kernel tables when the chip has them, else the calibrated
+    fractions of peak. Both paths return (time, compute-time, memory-time, source)."""
+
+    def __init__(self, system, costs, cal: Calibration, kernels):
+        chip = system.chip
+        self.ideal = cal.label == "ideal"
+        v_c, v_m = (1.0, 1.0) if self.ideal else cal.vendor_factors(chip.vendor)
+        self.ec = 1.0 if self.ideal else cal.compute * v_c
+        self.em = 1.0 if self.ideal else cal.memory * v_m
+        self.dense_dtype = chip.compute_precision(costs.dense_precision)
+        self.expert_dtype = chip.compute_precision(costs.expert_precision)
+        self.peak_dense = chip.peak_flops_per_s(costs.dense_precision)
+        self.peak_expert = chip.peak_flops_per_s(costs.expert_precision)
+        self.peak_attn = chip.peak_flops_per_s("bf16")  # attention matmuls run at 16 bits even over an FP8 cache
+        self.bw = chip.hbm_bandwidth_bytes_per_s
+        self.kernels = None if self.ideal else kernels
+        self.roofline_source = "roofline (peak)" if self.ideal else \
+            f"roofline x calibrated efficiency ({self.ec:.2f} FLOP/s, {self.em:.2f} HBM)"
+
+    def roofline(self, flops, bytes_, peak):
+        c = np.asarray(flops, dtype=float) / (peak * self.ec)
+        m = np.asarray(bytes_, dtype=float) / (self.bw * self.em)
+        return np.maximum(c, m), c, m
+
+    def gemm(self, m, n, k, flops, bytes_, dtype, peak, count=1.0):
+        """`count` identical GEMMs of [m x k] @ [k x n] per GPU (e.g. one per layer)."""
+        t, c, mm = self.roofline(flops, bytes_, peak)
+        kp = self.kernels
+        if kp is not None:
+            tk = np.asarray(kp.gemm_time_s(np.maximum(m, 1.0), n, k, dtype), dtype=float) * count
+            t = np.where(np.asarray(m) > 0, tk, 0.0)
+            return t, c, mm, kp.source("gemm")
+        return t, c, mm, self.roofline_source
+
+    def elementwise(self, bytes_):
+        m = np.asarray(bytes_, dtype=float) / (self.bw * self.em)
+        return m, self.roofline_source
+
+
+def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
+              cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0):
+    """The ops of one pipeline-stage step of a replica, on its busiest GPU, and their total.
+
+    tp, attn_dp, pp, ep: the layout (arrays broadcast together with the rest). decode_seqs: sequences decoding in
+    the replica (all micro-batches); prefill_tokens: prompt tokens the replica's step carries (chunked prefill);
+    context: the decode sequences' context; prompt_len: prompt length of the prefill tokens. A stage step carries
+    decode_seqs / pp sequences and prefill_tokens / pp prompt tokens (one micro-batch per stage).
+    `overhead_s` replaces the calibrated per-step overhead (an engine profile's). `query_tokens`: tokens each
+    decode sequence runs through the model this step (K + 1 when verifying K speculative drafts: K + 1 times the
+    GEMM and attention work, one read of the sequence's KV). Returns a dict with `ops`
+    (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
+    """
+    chip, m, sz = system.chip, costs.model, costs.sizes
+    tp, a, pp, ep = (np.asarray(x, dtype=float) for x in (tp, attn_dp, pp, ep))
+    B = np.asarray(decode_seqs, dtype=float)
+    c = np.asarray(prefill_tokens, dtype=float)
+    I = np.maximum(np.asarray(prompt_len, dtype=float), 1.0)
+    L = np.asarray(context, dtype=float)
+    ideal = cal.label == "ideal"
+    tm = _Timer(system, costs, cal, kernels)
+    H = float(m.hidden_size)
+    bw_d = bytes_per_element(costs.dense_precision)
+    bw_e = bytes_per_element(costs.expert_precision)
+
+    # tokens: a stage step carries one micro-batch; attention-DP ranks meet at every MoE layer, so the rank holding
+    # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
+    q = np.asarray(query_tokens, dtype=float)
+    B_rank = B / (pp * a)
+    c_rank = np.where(a > 1, np.minimum(c / pp, np.maximum(c / (pp * a), I)), c / (pp * a))
+    T_rank = B_rank * q + c_rank                   # tokens through this GPU's attention and dense GEMMs
+    T_stage = (B * q + c) / pp                     # tokens through the stage's MoE layers (all ranks)
+    rows = B_rank * q + c_rank / I                 # logit rows: every decode query token, one per prompt
+    n_layers = m.num_layers / pp
+    n_moe = m.n_moe_layers / pp
+    n_dense = (m.num_layers - m.n_moe_layers) / pp
+    ops: dict[str, Op] = {}
+
+    def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None):
+        b = _bound(c_s, m_s) if bound is None else bound
+        ops[name] = Op(name, kind, flops, bytes_, t, b, source or _short(detail), detail)
+
+    def gemm(name, params_per_layer, layers, rows_, dtype, peak, bpe, shard):
+        """A weight GEMM repeated over `layers` layers: params sharded `shard` ways, `rows_` tokens."""
+        if np.all(np.asarray(params_per_layer) <= 0):
+            return
+        n = params_per_layer / (shard * H)
+        f = O.matmul_flops(rows_, H, n) * layers
+        by = O.gemm_bytes(rows_, H, n, bpe, ACTIVATION_BYTES) * layers
+        t, c_s, m_s, src = tm.gemm(rows_, n, H, f, by, dtype, peak, count=layers)
+        add(name, "gemm", f, by, t, c_s, m_s, src)
+
+    # ---- GEMMs of the dense part
+    gemm("attn_proj", sz.attention_params_per_layer, n_layers, T_rank, tm.dense_dtype, tm.peak_dense, bw_d, tp)
+    gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, T_rank, tm.dense_dtype, tm.peak_dense, bw_d, tp)
+    if m.is_moe:
+        gemm("shared_experts", sz.shared_expert_params_per_layer, n_moe, T_rank, tm.dense_dtype, tm.peak_dense,
+             bw_d, tp)
+        gemm("router", sz.router_params_per_layer, n_moe, T_rank, "bf16", tm.peak_attn, ACTIVATION_BYTES, 1.0)
+    lm = sz.lm_head_params or sz.embedding_params
+    gemm("lm_head", lm / pp, 1.0, rows, tm.dense_dtype, tm.peak_dense, bw_d, tp)  # last stage; averaged over stages
+
+    # ---- attention (per rank; KV heads shard over TP unless MLA)
+    shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
+    f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
+    kv_read = B_rank * costs.kv_read_bytes(L) * shard / pp
+    t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
+    t, src = np.maximum(t_c, t_m), tm.roofline_source
+    kp = tm.kernels
+    if kp is not None:
+        kind = "mla" if m.attention == "mla" else "mha"
+        L_eff = costs.kv_read_bytes(L) / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
+        heads = np.maximum(m.num_heads / tp, 1.0)
+        kvh = np.maximum(m.num_kv_heads * shard, 1.0)
+        tk = np.asarray(kp.attention_time_s("decode", kind, np.maximum(B_rank, 1.0), q, np.maximum(L_eff, 1.0),
+                                            heads, kvh, m.head_dim, costs.kv_precision), dtype=float) * n_layers
+        t, src = np.where(B_rank > 0, tk, 0.0), kp.source("attention")
+    add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
+
+    f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
+    kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
+    t_c, t_m = f_ap / (tm.peak_attn * tm.ec), kv_write / (tm.bw * tm.em)
+    t, src = np.maximum(t_c, t_m), tm.roofline_source
+    if kp is not None:
+        kind = "mla" if m.attention == "mla" else "mha"
+        heads = np.maximum(m.num_heads / tp, 1.0)
+        kvh = np.maximum(m.num_kv_heads * shard, 1.0)
+        seqs = np.maximum(c_rank / I, 1e-9)
+        tk = np.asarray(kp.attention_time_s("prefill", kind, seqs, I, I, heads, kvh, m.head_dim,
+                                            costs.kv_precision), dtype=float) * n_layers
+        t, src = np.where(c_rank > 0, tk, 0.0), kp.source("attention")
+    add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src)
+
+    # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
+    if m.is_moe:
+        copies = T_stage * m.experts_per_token           # routed token copies through one MoE layer of the stage
+        f_exp = copies * 2 * sz.params_per_expert * n_moe / (tp * a)
+        by_exp = costs.expert_read_bytes(T_stage) / (ep * pp)
+        bins = np.where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+        imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
+        t_m = by_exp / (tm.bw * tm.em)
+        if kp is not None:
+            tk = np.asarray(kp.moe_time_s(np.maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
+                                          m.experts_per_token, ep, tm.expert_dtype), dtype=float)
+            tk = tk * n_moe * imbalance / np.where(a > 1, 1.0, tp / np.maximum(ep, 1.0))
+            t_c = f_exp / (tm.peak_expert * tm.ec)
+            t, src = np.where(T_stage > 0, tk, 0.0), kp.source("moe")
+        else:
+            eta = 1.0 if ideal else MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1),
+                                                               cal.moe_gemm_half_tokens)
+            t_c = f_exp * imbalance / (tm.peak_expert * tm.ec * np.maximum(eta, 1e-300))
+            t, src = np.maximum(t_c, t_m), tm.roofline_source + (
+                "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
+        add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
+        # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all)
+        perm_copies = copies / np.where(a > 1, ep, 1.0)
+        by = perm_copies * n_moe * cal.moe_shuffle_passes * H * ACTIVATION_BYTES
+        t, src = tm.elementwise(by)
+        add("moe_permute", "elementwise", np.zeros_like(by), by, t, 0.0, t, src + f"; {cal.moe_shuffle_passes:g} "
+            "passes per routed copy (calibrated)", bound="memory")
+
+    # ---- elementwise kernels and sampling (memory-bound)
+    width = (m.intermediate_size * (m.num_layers - m.n_moe_layers)
+             + (m.moe_intermediate_size * m.experts_per_token if m.is_moe else 0.0) * m.n_moe_layers) / m.num_layers
+    by = T_rank * O.elementwise_bytes_per_token_layer(H, width / tp) * n_layers
+    t, src = tm.elementwise(by)
+    add("elementwise", "elementwise", np.zeros_like(by), by, t, 0.0, t, src, bound="memory")
+    by = rows * O.sampling_bytes_per_sequence(m.vocab_size) / (tp * pp)
+    t, src = tm.elementwise(by)
+    add("sampling", "elementwise", np.zeros_like(by), by, t, 0.0, t, src, bound="memory")
+
+    # ---- communication on the right link
+    up, out = chip.scaleup_bandwidth_bytes_per_s, chip.scaleout_bandwidth_bytes_per_s
+    domain = system.chips
+    eta, a_up, a_out = cal.link, cal.scaleup_latency_s, cal.scaleout_latency_s
+    up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
+    n_ar = np.where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
+    msg = T_rank * H * ACTIVATION_BYTES
+    t_ar = n_ar * P.ring_allreduce_time_s(msg, tp, up_eff, a_up, eta)
+    add("allreduce", "comm", np.zeros_like(t_ar), n_ar * P.allreduce_bytes_per_link(msg, tp), t_ar, 0.0, t_ar,
+        f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop", bound="link",
+        source="roofline (link)")
+    if m.is_moe:
+        narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
+        b_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
+        k = m.experts_per_token
+        intra, _ = P.ep_remote_fractions(ep, domain)
+        sent = P.alltoall_bytes_per_chip(T_stage / ep, k, H, b_elem)
+        lat = 2 * (cal.alltoall_latency_s + np.where(ep > domain, a_out, 0.0))  # dispatch + combine
+        one = P.alltoall_time_s(sent * intra, sent * P.remote_domain_copies(k, ep, domain) / k, up_eff,
+                                out if out > 0 else up_eff, lat, eta)
+        t_a2a = np.where(a > 1, one * m.n_moe_layers / pp, 0.0)
+        add("alltoall", "comm", np.zeros_like(t_a2a), np.where(a > 1, sent * m.n_moe_layers / pp, 0.0), t_a2a,
+            0.0, t_a2a, f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth", bound="link",
+            source="roofline (link)")
+    cross = tp * a * pp > domain
+    pp_bytes = T_stage * H * ACTIVATION_BYTES / (tp * a)
+    hop = P.p2p_time_s(pp_bytes, np.where(cross, out if out > 0 else up_eff, up_eff), np.where(cross, a_out, a_up),
+                       eta)
+    t_pp = np.where(pp > 1, hop, 0.0)
+    add("pp_send", "comm", np.zeros_like(t_pp), np.where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
+        "point-to-point activation send to the next stage", bound="link", source="roofline (link)")
+
+    # ---- overhead
+    ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
+    t_ovh = np.broadcast_to(np.asarray(0.0 if ideal else ovh, dtype=float), np.shape(t_pp)).astype(float)
+    add("overhead", "overhead", np.zeros_like(t_ovh), np.zeros_like(t_ovh), t_ovh, 0.0, 0.0,
+        "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
+        bound="latency")
+
+    # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
+    compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
+    comm_names = [n for n, o in ops.items() if o.kind == "comm"]
+    mode = np.full(np.shape(B * L * tp), "none", dtype=object)
+    if ideal:
+        flops = sum(np.asarray(ops[n].flops, float) for n in compute_names)
+        byts = sum(np.asarray(ops[n].bytes, float) for n in compute_names)
+        peak = tm.peak_dense
+        step_c, step_m = flops / peak, byts / tm.bw
+        whole = np.maximum(step_c, step_m)
+        naive = sum(np.asarray(ops[n].time_s, float) for n in compute_names)
+        scale = np.where(naive > 0, whole / np.where(naive > 0, naive, 1.0), 0.0)
+        for n in compute_names:  # attribute the single roofline to the ops in proportion to their own times
+            o = ops[n]
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.asarray(o.time_s, float) * scale, o.bound,
+                        "roofline", "peak rates; one roofline for the step's compute ops, shared in proportion")
+    elif m.is_moe and overlap in ("auto", "two-microbatch"):
+        # two micro-batches: each runs half the tokens (GEMMs less efficient), communication of one hides behind
+        # compute of the other, `cal.overlap` of the shorter hidden
+        half = stage_ops(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none", kernels=kernels,
+                         overhead_s=overhead_s, query_tokens=q)["ops"]
+        comp2 = sum(2 * np.asarray(half[n].time_s, float) for n in compute_names)
+        comm = sum(np.asarray(ops[n].time_s, float) for n in comm_names)
+        comp1 = sum(np.asarray(ops[n].time_s, float) for n in compute_names)
+        tbo = P.overlapped_time_s(comp2, comm, cal.overlap)
+        use = (a > 1) & ((tbo < comp1 + comm) | (overlap == "two-microbatch"))
+        hidden = comp2 + comm - tbo
+        keep = np.where(comm > 0, (comm - hidden) / np.where(comm > 0, comm, 1.0), 1.0)
+        for n in compute_names:
+            o = ops[n]
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.where(use, 2 * np.asarray(half[n].time_s, float),
+                                                                   o.time_s), o.bound, o.source, o.detail)
+        for n in comm_names:
+            o = ops[n]
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.where(use, np.asarray(o.time_s, float) * keep,
+                                                                   o.time_s), o.bound, o.source,
+                        o.detail + ("; exposed part under two-micro-batch overlap" if np.any(use) else ""))
+        mode = np.where(use, "two-microbatch", mode)
+
+    base = sum(np.asarray(o.time_s, float) for o in ops.values())
+    sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
+    add("pipeline_sync", "overhead", np.zeros_like(sync), np.zeros_like(sync), sync, 0.0, 0.0,
+        f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, stage syncs)",
+        bound="latency")
+    stage = base + sync
+
+    def total(names, attr="time_s"):
+        return sum((np.asarray(ops[n].__getattribute__(attr), float) for n in names if n in ops),
+                   np.zeros_like(stage))
+
+    gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
+    w_bytes = total(gemm_names, "bytes")
+    f_gemm = total(gemm_names, "flops")
+    return {"ops": ops, "stage_time_s": stage,
+            "gemm_time_s": total(gemm_names + ["elementwise", "moe_permute", "sampling"]),
+            "attention_time_s": total(["attention_decode", "attention_prefill"]),
+            "allreduce_time_s": total(["allreduce"]), "alltoall_time_s": total(["alltoall"]),
+            "pp_transfer_time_s": total(["pp_send"]), "comm_time_s": total(comm_names),
+            "overhead_s": total(["overhead", "pipeline_sync"]), "overlap": mode,
+            "gemm_bound": np.where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory"),
+            "weight_read_bytes": w_bytes, "kv_read_bytes": np.asarray(kv_read, float) + kv_write,
+            "flops": f_gemm + f_ad + f_ap}
+
+
+def ops_table(ops: dict, i=None) -> list[dict]:
+    """The ops of one evaluated point as plain dicts in report order (zero-time ops that do no work dropped),
+    each with its arithmetic intensity."""
+    out = []
+    for name in OP_ORDER:
+        if name not in ops:
+            continue
+        d = ops[name].at(i)
+        if d["time_s"] <= 0 and d["flops"] <= 0 and d["bytes"] <= 0:
+            continue
+        d["intensity_flops_per_byte"] = d["flops"] / d["bytes"] if d["bytes"] > 0 else None
+        out.append(d)
+    return out
