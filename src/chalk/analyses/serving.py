@@ -10,15 +10,19 @@ of work, runs prompt chunks; output per GPU counts both pools.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.parallel import (Layout, enumerate_layouts, layout_arrays, memory_per_chip, model_costs,
-                                     resolve_kv_precision, stage_step)
+from chalk.analyses.parallel import (Layout, default_kernels, enumerate_layouts, layout_arrays, memory_per_chip,
+                                     model_costs, resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
-from chalk.errors import FitError
+from chalk.equations import speculative as S
+from chalk.errors import FitError, InputError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.precision import canonical
@@ -53,27 +57,56 @@ def _grid(layouts: list[Layout], cap: int, points: int | None = None):
     return g
 
 
-def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool):
-    """Per-point metrics of the flattened grid (arrays)."""
-    L = I + O / 2
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding or MTP: `draft_tokens` drafts per step, each accepted with probability `acceptance`;
+    one draft costs `draft_layers` of the main model's layers (an MTP module is one block)."""
+
+    draft_tokens: int
+    acceptance: float
+    draft_layers: float = 1.0
+
+    def __post_init__(self):
+        k, a = self.draft_tokens, self.acceptance
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k > 64:
+            raise InputError(f"draft tokens (--mtp) must be a whole number from 1 to 64, got {k!r}")
+        if not (isinstance(a, (int, float)) and np.isfinite(a) and 0 < a < 1):
+            raise InputError(f"acceptance must be in (0, 1), got {a!r}")
+
+    @property
+    def tokens_per_step(self) -> float:
+        return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
+
+
+def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
+              spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
+    """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
+    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average."""
+    L = I + O / 2 if L is None else L
     B = g["B"]
     tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
     w, kv = memory_per_chip(costs, tp, a, pp, ep, B, L)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     fits = (w + kv) <= usable
-    c = np.zeros_like(B) if disaggregated else B * I / O
-    dec = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal)
-    tpot = P.pipeline_token_latency_s(dec["stage_time_s"], pp)
+    q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
+    c = np.zeros_like(B) if disaggregated else B * e * I / O
+    kw = dict(overhead_s=overhead_s, kernels=kernels, query_tokens=q)
+    dec = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, **kw)
+    st = np.asarray(dec["stage_time_s"], dtype=float)
+    if spec is not None:  # the MTP head drafts K tokens, one block each, before the verify step
+        st = st + S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
+    tpot = P.pipeline_token_latency_s(st, pp) / e
     out = {"fits": fits, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot, "output_per_gpu": B / tpot / G,
            "weight_bytes_per_gpu": w, "kv_bytes_per_gpu": kv, "overlap": dec["overlap"], "step": dec}
     if disaggregated:
         out["ttft_s"] = np.zeros_like(B)  # filled by the prefill pool
         out["prefill_share"] = np.zeros_like(B)
     else:
-        pure = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal)["stage_time_s"]
+        pure = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"]
         share = np.clip(1 - pure / dec["stage_time_s"], 0.0, 1.0)
-        first = stage_step(costs, system, tp, a, pp, ep, B, I, L, I, cal)["stage_time_s"]
-        out["ttft_s"] = P.pipeline_token_latency_s(first, pp)
+        piece = I if chunk is None else min(I, chunk)
+        first = stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, I, cal, **kw)["stage_time_s"]
+        out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
         out["prefill_share"] = share
     return out
 
@@ -113,41 +146,120 @@ def _pareto(user, thr):
     return np.array(keep[::-1], dtype=int)
 
 
-def throughput(model, hardware, *, input_len: float, output_len: float, gpus: int | None = None,
+def _length(name: str, spec):
+    """A length argument: a number (the mean) or a distribution (`chalk.specs.lengths.parse_lengths`)."""
+    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool):
+        return float(positive(name, spec)), None
+    from chalk.specs.lengths import parse_lengths
+
+    d = parse_lengths(spec)
+    return float(d.mean), d
+
+
+def _engine(engine):
+    if engine is None:
+        return None
+    from chalk.specs.engine import load_engine
+
+    return load_engine(engine) if isinstance(engine, str) else engine
+
+
+def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
+                   engine, cache_hit):
+    m, system = as_model(model), as_system(hardware)
+    I, di = _length("input_len", input_len)
+    O, do = _length("output_len", output_len)
+    F = 0.0 if cache_hit is None else float(cache_hit)
+    if not (np.isfinite(F) and 0 <= F < 1):
+        raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
+    cal = calibration_override or calibration(ideal)
+    eng = _engine(engine)
+    if eng is not None and cal.label != "ideal":
+        cal = dataclasses.replace(cal, max_seqs_per_scheduler=int(eng.max_num_seqs),
+                                  memory_reserve=1 - float(eng.kv_cache_memory_fraction),
+                                  label=f"{cal.label}, {eng.id} {eng.version} profile")
+    sz = ModelSizes(m)
+    prec = canonical(precision) if precision else sz.default_precision()
+    kvp = resolve_kv_precision(kv_precision, prec, system)
+    costs = model_costs(m, precision, kvp)
+    # a decoding sequence holds its prompt plus the output so far; with spread-out output lengths, long outputs hold
+    # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
+    o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O
+    L = I + o2 / (2 * O)
+    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None))
+    return m, system, I, O, L, F, cal, eng, costs, kern
+
+
+def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None,
                precision: str | None = None, kv_precision: str | None = "auto", min_user_tps: float | None = None,
                max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
-               ideal: bool = False, calibration_override: Calibration | None = None) -> dict:
-    """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints.
+               ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
+               concurrency: int | None = None, speculative: Speculation | None = None, engine=None,
+               cache_hit: float | None = None) -> dict:
+    """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
+    `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`).
 
+    input_len / output_len: means, or distributions ('lognormal:mean=3790,p99=15000', a lengths file).
+    speculative: also search with speculative decoding / MTP, and keep it where it serves more per GPU.
+    engine: 'vllm' | 'sglang' | 'trtllm': that engine's scheduler cap, KV memory fraction and kernels.
+    cache_hit: fraction of prompt tokens served from the prefix cache (no prefill compute; KV still read).
     `calibration_override` replaces the efficiency constants (used when fitting them).
     """
-    m, system = as_model(model), as_system(hardware)
-    I = float(positive("input_len", input_len))
-    O = float(positive("output_len", output_len))
+    if concurrency is not None or (layout is not None and concurrency is not None):
+        if layout is None:
+            raise InputError("--concurrency needs --layout: a fixed deployment is one layout at one concurrency")
+        return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
+                                output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
+                                ideal=ideal, calibration_override=calibration_override, speculative=speculative,
+                                engine=engine, cache_hit=cache_hit)
+    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
+                                                                  kv_precision, ideal, calibration_override,
+                                                                  engine, cache_hit)
     if min_user_tps is not None:
         positive("min_user_tps", min_user_tps)
     if max_ttft_s is not None:
         positive("max_ttft_s", max_ttft_s)
     if gpus is not None:
         gpus = int(positive("gpus", gpus, integer=True))
-    cal = calibration_override or calibration(ideal)
-    sz = ModelSizes(m)
-    prec = canonical(precision) if precision else sz.default_precision()
-    kvp = resolve_kv_precision(kv_precision, prec, system)
-    costs = model_costs(m, precision, kvp)
-    sizes = [gpus] if gpus else deployment_sizes(system)
-    layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
+        if gpus > 4096:
+            raise InputError(f"gpus must be at most 4096 for a layout search, got {gpus}")
+    if layout is not None:
+        from chalk.analyses.estimate import make_layout
+
+        lay = make_layout(m, layout)
+        layouts = [lay]
+        sizes = [lay.replica_gpus]
+    else:
+        sizes = [gpus] if gpus else deployment_sizes(system)
+        layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
     if not layouts:
         raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
     g = _grid(layouts, cal.max_seqs_per_scheduler)
-    ev = _evaluate(costs, system, g, I, O, cal, disaggregated)
+    Ip = I * (1 - F)  # prompt tokens that need prefill compute
+    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+    kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False)
+    ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
+    spec_used = None
+    if speculative is not None:  # search with and without speculation, keep the better per point
+        ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
+        better = ev_s["output_per_gpu"] > ev["output_per_gpu"]
+        if min_user_tps:
+            better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
+                                                                  | better)
+        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu", "ttft_s", "prefill_share"):
+            ev[key] = np.where(better, ev_s[key], ev[key])
+        ev["speculative"] = better
+        spec_used = speculative
+    else:
+        ev["speculative"] = np.zeros_like(g["B"], dtype=bool)
     pool = None
     if disaggregated:
-        pool = _prefill_pool(costs, system, layouts, I, cal, max_ttft_s)
+        pool = _prefill_pool(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
         if pool is None:
             raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
                            + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
-        ratio = ev["output_per_gpu"] * I / O / pool["input_tokens_per_s_per_gpu"]
+        ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
         per_gpu = ev["output_per_gpu"] / (1 + ratio)
         ev["ttft_s"] = np.full_like(per_gpu, pool["ttft_s"])
     else:
@@ -168,17 +280,129 @@ def throughput(model, hardware, *, input_len: float, output_len: float, gpus: in
         best_speed = float(np.max(np.where(feasible, ev["user_tokens_per_s"], 0)))
         raise FitError(f"no layout of {m.id} on {system.chip.id} meets the constraints "
                        f"(fastest that fits: {best_speed:.1f} tokens/s per user"
-                       + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "") + ")")
+                       + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
+                       + ("" if speculative else "; --mtp may reach further") + ")")
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     res = _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal))
+               notes=_notes(system, cal), engine=eng.id if eng is not None else None, cache_hit=F,
+               mean_decode_context=L)
+    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
     res["modes"] = _modes(front, ev, per_gpu, layouts, g, res, system)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, layouts, system) for j in front]
+    return res
+
+
+def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) -> dict | None:
+    """Whether the chosen point speculates, and what it bought over the best plain point under the same constraints."""
+    if spec is None:
+        return None
+    plain = ok & ~ev["speculative"]
+    best_plain = float(np.max(np.where(plain, per_gpu, -np.inf))) if np.any(plain) else None
+    return {"used": used, "draft_tokens": spec.draft_tokens, "acceptance": spec.acceptance,
+            "tokens_per_step": spec.tokens_per_step,
+            "best_plain_output_tokens_per_s_per_gpu": best_plain,
+            "gain_vs_plain": (float(per_gpu[i]) / best_plain) if best_plain else None}
+
+
+def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
+                     precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
+                     calibration_override: Calibration | None = None, speculative: Speculation | None = None,
+                     engine=None, cache_hit: float | None = None) -> dict:
+    """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
+    benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
+
+    Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
+    them, one token each per step, their prompts' prefill spread over the steps) or waiting for their prompt to be
+    prefilled; B is capped by the scheduler and by KV memory; by Little's law N = B + X * TTFT, with X = B /
+    (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap. p99s: TTFT of the p99
+    prompt, TPOT of a step that carries a whole prefill chunk.
+    """
+    from chalk.analyses.estimate import make_layout
+
+    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
+                                                                  kv_precision, ideal, calibration_override,
+                                                                  engine, cache_hit)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
+            not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
+        raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
+    N = int(concurrency)
+    lay = make_layout(m, layout)
+    G = lay.replica_gpus
+    gpus = G if gpus is None else int(positive("gpus", gpus, integer=True))
+    if gpus % G:
+        raise InputError(f"{gpus} GPUs do not divide into replicas of {G} ({lay.label()})")
+    R = gpus // G
+    if N < R:
+        raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
+    Nr = N / R
+    tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
+    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L)[1])
+    w = float(memory_per_chip(costs, tp, a, pp, ep, 0.0, L)[0])
+    if w >= usable:
+        raise FitError(f"{m.id} weights ({w / 1e9:.0f} GB per GPU on {lay.label()}) do not fit the "
+                       f"{usable / 1e9:.0f} GB usable on {system.chip.id}")
+    fit = float(P.max_sequences_fit(usable, w, kv1)) * a * pp if kv1 > 0 else float("inf")
+    cap = min(float(cal.max_seqs_per_scheduler * a * pp), fit)
+    if cap < 1:
+        raise FitError(f"not one sequence of {L:.0f} tokens fits beside the weights on {lay.label()}")
+    q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
+    Ip = I * (1 - F)
+    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+    piece = Ip if not chunk else min(Ip, float(chunk))
+    n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
+
+    def times(B):
+        c = B * e * Ip / O
+        kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
+        st = float(stage_step(costs, system, tp, a, pp, ep, B, c, L, max(I, 1.0), cal, **kw)["stage_time_s"])
+        st_chunk = float(stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, max(I, 1.0), cal,
+                                    **kw)["stage_time_s"])
+        if speculative is not None:
+            st += float(S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers))
+            st_chunk += float(S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
+                                                 speculative.draft_layers))
+        tpot = float(P.pipeline_token_latency_s(st, pp)) / e
+        ttft0 = float(P.pipeline_token_latency_s(st_chunk, pp)) * n_chunks
+        return tpot, ttft0, float(P.pipeline_token_latency_s(st_chunk, pp)) / e
+
+    B = min(Nr, cap)
+    for _ in range(30):  # Little's law: N = B + X * TTFT0, X = B / (O * TPOT): a fixed point in B
+        tpot, ttft0, _ = times(B)
+        B_new = min(cap, Nr / (1 + ttft0 / (O * tpot)))
+        if abs(B_new - B) <= 1e-6 * max(B, 1.0):
+            break
+        B = 0.5 * (B + B_new)
+    tpot, ttft0, tpot_chunk = times(B)
+    X = B / (O * tpot)                               # requests completed per second per replica
+    waiting = max(Nr - B - X * ttft0, 0.0)           # requests held back by the cap
+    ttft = ttft0 + waiting / X
+    out_gpu = X * O / G
+    p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
+        else I
+    res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
+           "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
+           "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
+           "decoding_per_replica": B, "batch_cap_per_replica": cap,
+           "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
+           "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
+           "ttft_p99_s": ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X, "tpot_p99_s": max(tpot_chunk, tpot),
+           "input_len": I, "output_len": O, "mean_decode_context": L, "cache_hit": F,
+           "engine": eng.id if eng is not None else None, "efficiency": cal.label,
+           "speculative": None if speculative is None else {
+               "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
+               "tokens_per_step": e},
+           "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
+           "notes": _notes(system, cal) + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
+                                            f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])}
+    res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
+                                                    out_gpu * np.exp(cal.residual_high)]}
     return res
 
 

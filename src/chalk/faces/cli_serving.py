@@ -99,30 +99,50 @@ def throughput(
     gpus: Optional[int] = GPUS_OPT,
     precision: Optional[str] = PREC_OPT,
     kv_precision: str = KV_OPT,
-    input_len: float = typer.Option(..., "--input-len", help="Prompt tokens per request."),
-    output_len: float = typer.Option(..., "--output-len", help="Output tokens per request."),
+    input_len: str = typer.Option(..., "--input-len", help="Prompt tokens per request: a mean, a distribution "
+                                  "(lognormal:mean=2000,p99=8000) or a file of lengths."),
+    output_len: str = typer.Option(..., "--output-len", help="Output tokens per request: as --input-len."),
     min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Minimum output tokens/s per user."),
     max_ttft_s: Optional[float] = typer.Option(None, "--max-ttft-s", help="Maximum time to first token, s."),
     disaggregated: bool = typer.Option(False, "--disaggregated",
                                        help="Separate prefill and decode pools (--gpus sizes the decode pool)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8: search "
+                                         "only the batch (with --concurrency: that exact deployment)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight across the deployment "
+                                              "(closed loop, as serving benchmarks run): needs --layout."),
+    mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
+    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    speculative: Optional[str] = typer.Option(None, "--speculative", help="METHOD,K,A, e.g. eagle,3,0.7 "
+                                              "(same as --mtp K --acceptance A)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: that engine's scheduler "
+                                         "cap, KV memory fraction, prefill chunk and overhead (default: none)."),
+    cache_hit: float = typer.Option(0.0, "--cache-hit", help="Fraction of prompt tokens served from the prefix "
+                                    "cache: no prefill compute, KV still read."),
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Also write the pareto frontier to this .png/.svg."),
 ):
-    """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints."""
+    """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints; with --layout and
+    --concurrency, what that exact deployment does."""
     from chalk.analyses.serving import throughput as run
 
     m, system = _resolve(model, hardware)
-    r = run(m, system, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
-            kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-            disaggregated=disaggregated, pareto=pareto, ideal=ideal)
-    write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
-               kv_precision=kv_precision, ideal=ideal, input_len=input_len, output_len=output_len)
+    spec = _speculation(mtp, acceptance, speculative)
+    r = run(m, system, input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
+            precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
+            disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
+            speculative=spec, engine=engine, cache_hit=cache_hit)
+    if r.get("mode") != "fixed":
+        write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
+                   kv_precision=kv_precision, ideal=ideal, input_len=r["input_len"], output_len=r["output_len"])
     if as_json:
         emit_json(r)
         return
     c = console()
+    if r.get("mode") == "fixed":
+        _print_fixed(c, r, system)
+        return
     lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
     t = table(f"{r['model']} on {system.name} · {r['precision']} weights, {r['kv_precision']} KV · "
               f"{num(r['input_len'])} in / {num(r['output_len'])} out · {r['mode']} · {r['efficiency']}",
@@ -160,6 +180,59 @@ def throughput(
             t.add_row(num(f["user_tokens_per_s"]), num(f["output_tokens_per_s_per_gpu"]),
                       usd(f["cost_per_mtok_output_usd"]), seconds(f["ttft_s"]), num(f["concurrency"]), f["layout"])
         c.print(t)
+    for n in r["notes"]:
+        c.print(f"[dim]note: {n}[/dim]")
+
+
+def _len_arg(v: str):
+    """A length option: a plain number stays a number; anything else is a distribution or a file."""
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def _speculation(mtp, acceptance, speculative):
+    from chalk.analyses.serving import Speculation
+    from chalk.errors import InputError
+
+    if speculative:
+        parts = speculative.split(",")
+        if len(parts) != 3:
+            raise InputError(f"--speculative must be METHOD,K,A (e.g. eagle,3,0.7), got {speculative!r}")
+        try:
+            k, a = float(parts[1]), float(parts[2])
+        except ValueError:
+            raise InputError(f"--speculative must be METHOD,K,A (e.g. eagle,3,0.7), got {speculative!r}") from None
+        if k != int(k):
+            raise InputError(f"draft tokens must be a whole number, got {parts[1]!r}")
+        return Speculation(int(k), a, draft_layers=1.0)
+    if mtp is None:
+        return None
+    return Speculation(mtp, acceptance)
+
+
+def _print_fixed(c, r, system):
+    t = table(f"{r['model']} on {system.name} · {r['layout']} x {r['replicas']} · {r['concurrency']} requests in "
+              f"flight · {num(r['input_len'])} in / {num(r['output_len'])} out · {r['efficiency']}",
+              ["quantity", "value"])
+    lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
+    rows = [("output throughput", f"{num(r['output_tokens_per_s_per_gpu'])} tokens/s per GPU "
+                                  f"(range {num(lo)} - {num(hi)})"),
+            ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
+            ("time per output token, mean / p99", f"{seconds(r['tpot_s'])} / {seconds(r['tpot_p99_s'])}"),
+            ("time to first token, mean / p99", f"{seconds(r['ttft_s'])} / {seconds(r['ttft_p99_s'])}"),
+            ("per user", f"{num(r['user_tokens_per_s'])} tokens/s"),
+            ("decoding per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
+                                     f"in flight (cap {num(r['batch_cap_per_replica'])})"),
+            ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
+    if r.get("speculative"):
+        sp = r["speculative"]
+        rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance {sp['acceptance']}: "
+                                             f"{num(sp['tokens_per_step'])} tokens per step"))
+    for k, v in rows:
+        t.add_row(k, v)
+    c.print(t)
     for n in r["notes"]:
         c.print(f"[dim]note: {n}[/dim]")
 
