@@ -96,6 +96,61 @@ class StepCost:
                    label=f"{model.id} on {n} x {chip.id} ({prec}, KV {kvp}, {efficiency.label})")
 
     @classmethod
+    def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
+                        prefill_tokens: float = 0.0, precision: str | None = None, kv_precision: str | None = "auto",
+                        cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
+        """The one step model (`chalk.analyses.step_model`) on one replica `layout`, as the simulator's linear step
+        cost: its tangent at `batch` decoding sequences of `context` tokens plus `prefill_tokens` prompt tokens.
+
+        Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + dT/dc * (c - c0), written
+                 on the StepCost's compute line with peak 1 (its coefficients are seconds); T is the token step
+                 (PP stage steps). Exact at the reference point, first-order around it.
+        """
+        from chalk.analyses.calibration import calibration
+        from chalk.analyses.estimate import make_layout
+        from chalk.analyses.parallel import (default_kernels, memory_per_chip, model_costs, resolve_kv_precision,
+                                             stage_step)
+        from chalk.equations import parallel as P
+        from chalk.specs.catalog import as_model, as_system
+
+        model, system = as_model(model), as_system(system)
+        cal = cal or calibration(ideal)
+        lay = make_layout(model, layout)
+        prec = canonical(precision) if precision else ModelSizes(model).default_precision()
+        kvp = resolve_kv_precision(kv_precision, prec, system)
+        costs = model_costs(model, precision, kvp)
+        kern = default_kernels(system.chip, cal) or False
+        B = float(positive("batch", batch))
+        L = float(positive("context", context))
+        I = float(positive("prompt length", prompt_len))
+        c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True))
+
+        def T(b, ctx, c):
+            st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
+                            overhead_s=overhead_s)["stage_time_s"]
+            return float(P.pipeline_token_latency_s(st, lay.pp))
+
+        t0 = T(B, L, c0)
+        db = max(B * 0.05, 1.0)
+        d_seq = (T(B + db, L, c0) - T(max(B - db, 1e-3), L, c0)) / (B + db - max(B - db, 1e-3))
+        dl = max(L * 0.05, 1.0)
+        d_ctx = max((T(B, L + dl, c0) - T(B, max(L - dl, 1.0), c0)) / (L + dl - max(L - dl, 1.0)) / B, 0.0)
+        dc = max(c0 * 0.05, I)
+        d_tok = max((T(B, L, c0 + dc) - T(B, L, max(c0 - dc, 0.0))) / (c0 + dc - max(c0 - dc, 0.0)), 0.0)
+        per_seq = max(d_seq - d_ctx * L - d_tok, 0.0)
+        ovh = max(t0 - (d_tok * (B + c0) + per_seq * B + d_ctx * B * L), 0.0)
+        w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
+        usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+        seqs = max(float(usable - w), 0.0) / float(kv1) * lay.attn_dp * lay.pp if float(kv1) > 0 else math.inf
+        return cls(flops_per_token=d_tok, attn_flops_per_context_token=d_ctx, attn_flops_per_sequence=per_seq,
+                   prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0, weight_dense_bytes=0.0,
+                   expert_bytes_all=0.0, log1m_expert_fraction=0.0, kv_read_bytes_per_context_token=0.0,
+                   kv_read_bytes_per_sequence=0.0, kv_write_bytes_per_token=0.0, bandwidth_bytes_per_s=1.0,
+                   overhead_s=max(ovh, 1e-9), kv_capacity_tokens=seqs * L,
+                   label=f"{model.id} on {lay.label()} of {system.chip.id} ({costs.precision}, KV {kvp}; step model "
+                         f"tangent at {B:.0f} sequences of {L:.0f} tokens, {cal.label})")
+
+    @classmethod
     def constant(cls, step_time_s: float) -> StepCost:
         """A step that always takes `step_time_s` whatever it holds (the lecture's idealised train)."""
         return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,

@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
         prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk",
                                                     help="Max prompt tokens per step (chunked prefill)."),
         seed: int = typer.Option(0, "--seed"),
+        layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8: step times from the step "
+                                             "model on that layout (default: the aggregate roofline)."),
+        concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
+                                                  "flight (as serving benchmarks run); needs --layout."),
         as_json: bool = typer.Option(False, "--json"),
         plot: Optional[str] = typer.Option(None, "--plot", help="Write the batch-train picture to .png/.svg."),
     ):
@@ -46,9 +50,28 @@ def register(app: typer.Typer) -> None:
         from chalk.api import default_efficiency
         from chalk.specs.catalog import as_model, as_system
 
-        sc = sim.StepCost.from_roofline(as_model(model), as_system(hardware), chips=chips, precision=precision,
-                                        kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
-        reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len, seed)
+        if concurrency is not None and layout is None:
+            from chalk.errors import InputError
+
+            raise InputError("--concurrency needs --layout")
+        if layout is not None:
+            ref = float(concurrency or max_batch)
+            sc = sim.StepCost.from_step_model(as_model(model), as_system(hardware), layout, batch=ref,
+                                              context=input_len + output_len / 2, prompt_len=input_len,
+                                              prefill_tokens=ref * input_len / output_len, precision=precision,
+                                              kv_precision=kv_precision, ideal=ideal)
+        else:
+            sc = sim.StepCost.from_roofline(as_model(model), as_system(hardware), chips=chips, precision=precision,
+                                            kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
+        if concurrency is not None:
+            from chalk.specs.workload import positive
+
+            positive("concurrency", concurrency, integer=True)
+            max_batch = concurrency
+            reqs = sim.Requests.from_arrays([0.0] * requests, [input_len] * requests, [output_len] * requests)
+        else:
+            reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len,
+                                                                            seed)
         if scheduler is Scheduler.train:
             r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
         else:
