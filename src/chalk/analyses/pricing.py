@@ -22,6 +22,7 @@ from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.roofline import step
 from chalk.equations import pricing as P
+from chalk.equations import prefix_cache as PC
 from chalk.errors import InputError
 from chalk.specs.catalog import load_model, resolve_hardware
 from chalk.specs.precision import canonical
@@ -322,7 +323,9 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     request of `input_len` / `output_len`. Decode runs `batch` sequences (default `batch_per_chip`
     per chip, capped by what fits in HBM) at `context` KV tokens (default DeepSeek's 4,989, or input_len + output_len / 2);
     prefill runs prompts of `prompt_len` (default `context`, or input_len) at 16,384 tokens per chip.
-    Cache-hit tokens cost no chip time (their KV is loaded from storage). Efficiency: chalk's
+    Cache hits: only each prompt's uncached suffix is prefilled, still attending to the cached
+    prefix (equations.prefix_cache: cost per input token c(P) - h c(hP), not (1 - h) c(P)); loading
+    the cached KV from storage is not charged. Efficiency: chalk's
     calibrated one unless `ideal` (or an explicit Efficiency).
     """
     from chalk.analyses.calibration import default_efficiency
@@ -366,7 +369,15 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     rev = float(P.daily_revenue_usd(input_tokens, h, tier.input_usd_per_token, hit, output_tokens,
                                     tier.output_usd_per_token))
     c_in, c_out = float(pre.cost_per_mtok_usd) / MTOK, float(dec.cost_per_mtok_usd) / MTOK
-    cost = input_tokens * (1 - h) * c_in + output_tokens * c_out
+    c_in_eff = c_in
+    if h > 0 and h * prompt_len >= 1:  # prefill only the uncached suffix, attending to the whole prompt
+        hit_len = h * prompt_len
+        pre_hit = step(m, system, max(1.0, round(n * PREFILL_TOKENS_PER_CHIP / hit_len)), hit_len,
+                       phase="prefill", **kw)
+        c_in_eff = float(PC.cached_prefill_cost_per_token(c_in, float(pre_hit.cost_per_mtok_usd) / MTOK, h))
+    elif h > 0:
+        c_in_eff = (1 - h) * c_in
+    cost = input_tokens * c_in_eff + output_tokens * c_out
     price_h = system.chip.price_usd_per_hour
     return {"model": m.id, "hardware": system.id, "chips": n, "sheet": s.id, "tier": tier.name, "per": per,
             "efficiency": eff.label, "decode_batch": float(B), "context": float(context),
@@ -374,7 +385,8 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
             "output_tokens": float(output_tokens), "cache_hit_fraction": h,
             "input_usd_per_mtok": tier.input_usd_per_token * MTOK,
             "cache_read_usd_per_mtok": hit * MTOK, "output_usd_per_mtok": tier.output_usd_per_token * MTOK,
-            "cost_input_usd_per_mtok": c_in * MTOK, "cost_output_usd_per_mtok": c_out * MTOK,
+            "cost_input_usd_per_mtok": c_in * MTOK, "cost_input_effective_usd_per_mtok": c_in_eff * MTOK,
+            "cost_output_usd_per_mtok": c_out * MTOK,
             "margin_input": float(P.margin(tier.input_usd_per_token, c_in)) if c_in else None,
             "margin_output": float(P.margin(tier.output_usd_per_token, c_out)) if c_out else None,
             "revenue_usd": rev, "cost_usd": cost, "margin": float(P.margin(rev, cost)) if cost else None,

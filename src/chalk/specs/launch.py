@@ -1,0 +1,299 @@
+"""Launch commands: one deployment rendered as `vllm serve`, SGLang `launch_server` and `trtllm-serve`.
+
+Flag names come from each engine profile (catalog/engines/<id>.yaml), which also records every
+flag the engine accepted at the version the profile was read from; tests check that each
+rendered flag is in that list.
+
+Parallelism, as chalk counts it for one replica: `tp` x `attn_dp` x `pp` GPUs. `attn_dp` > 1 is
+data-parallel attention inside one instance (MoE experts shared across the ranks, `ep` of them);
+`dp` > 1 is plain data parallelism (independent copies behind the engine's own load balancer).
+`max_num_seqs` counts sequences across the whole launch; it is split per rank where the engine
+counts per rank (vLLM per DP rank, TensorRT-LLM per attention-DP rank; SGLang counts in total).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from chalk.errors import InputError
+from chalk.specs.catalog import load_model, model_meta
+from chalk.specs.engine import ENGINES, EngineProfile, load_engine
+from chalk.specs.precision import canonical
+
+TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding to launch with: 'mtp' (the model's own next-token heads) or 'eagle'
+    (a separate draft model, `draft_model` its HF repo), proposing `k` tokens per step."""
+
+    method: str
+    k: int
+    draft_model: str | None = None
+
+    def __post_init__(self):
+        if self.method not in ("mtp", "eagle"):
+            raise InputError(f"speculative method must be 'mtp' or 'eagle', got {self.method!r}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise InputError(f"speculative K must be an integer >= 1, got {self.k!r}")
+        if self.method == "eagle" and not self.draft_model:
+            raise InputError("eagle speculation needs its draft model (a Hugging Face repo id)")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's layout and limits, engine-neutral. None means: leave the engine's default."""
+
+    model: str
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    attn_dp: int = 1
+    dp: int = 1
+    max_num_seqs: int | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "bf16"
+    memory_fraction: float | None = None      # in the engine's own meaning (see EngineProfile)
+    chunked_prefill_tokens: int | None = None
+    cuda_graph_max_batch: int | None = None
+    speculative: Speculation | None = None
+    trust_remote_code: bool | None = None      # None: on for catalog models whose HF code needs it
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "ep", "attn_dp", "dp"):
+            _whole(name, getattr(self, name))
+        for name in ("max_num_seqs", "max_model_len", "chunked_prefill_tokens", "cuda_graph_max_batch"):
+            if getattr(self, name) is not None:
+                _whole(name, getattr(self, name))
+        if self.attn_dp > 1 and self.dp > 1:
+            raise InputError("give attention data parallelism (attn_dp) or plain replicas (dp), not both")
+        world = self.tp * self.attn_dp * self.dp
+        if self.ep > world or world % self.ep:
+            raise InputError(f"ep={self.ep} must divide the {world} GPUs per pipeline stage (tp x attn_dp x dp)")
+        if self.memory_fraction is not None:
+            f = self.memory_fraction
+            if not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 < f <= 1:
+                raise InputError(f"memory fraction must be in (0, 1], got {f!r}")
+        object.__setattr__(self, "kv_cache_dtype", canonical(self.kv_cache_dtype))
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.attn_dp * self.dp * self.pp
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """A rendered launch: `argv` (the command's tokens), `config_yaml` (TensorRT-LLM's options file,
+    else None), `text` (a shell snippet that writes the file and runs the command), `notes`."""
+
+    engine: str
+    version: str
+    argv: tuple[str, ...]
+    config_yaml: str | None
+    notes: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return " ".join(shlex.quote(a) if not a.startswith("-") else a for a in self.argv)
+
+    @property
+    def text(self) -> str:
+        head = f"# {self.engine} {self.version.split(' (')[0]}\n" + "".join(f"# note: {n}\n" for n in self.notes)
+        if self.config_yaml is None:
+            return head + self.command
+        return head + f"cat > {TRTLLM_OPTIONS_FILE} <<'EOF'\n{self.config_yaml}EOF\n{self.command}"
+
+    @property
+    def flags(self) -> list[str]:
+        """The flag names the command uses (tokens starting with '--', values stripped)."""
+        return [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
+
+
+def hf_repo(model) -> str:
+    """The Hugging Face repo id to serve: the catalog's hf_repo, or `model` itself if it names a repo."""
+    mid = getattr(model, "id", None) or str(model)
+    if "/" in mid and not mid.startswith((".", "/")):
+        try:
+            load_model(mid)
+        except Exception:  # not in the catalog: take it as a repo id as given
+            return mid
+    spec = load_model(mid) if not hasattr(model, "id") else model
+    repo = model_meta(spec.id).get("hf_repo")
+    if not repo:
+        raise InputError(f"model {spec.id!r} has no hf_repo in its catalog meta.yaml; pass the repo id")
+    return str(repo)
+
+
+def _needs_remote_code(model: str) -> bool:
+    try:
+        spec = load_model(model)
+    except Exception:
+        return False
+    return spec.model_type.startswith(("deepseek", "kimi")) or spec.id.startswith("kimi")
+
+
+def _whole(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _model_type(model: str) -> str:
+    try:
+        return load_model(model).model_type
+    except Exception:
+        return ""
+
+
+# ----------------------------------------------------------------------------- renderers
+def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None) -> LaunchCommand:
+    """Render `dep` for one engine ('vllm' | 'sglang' | 'trtllm' or an alias). `profile`: the engine
+    profile to take unset limits from (e.g. load_engine(...).for_gpu(...)); default: the catalog's."""
+    prof = profile or load_engine(engine)
+    repo = hf_repo(dep.model)
+    trust = _needs_remote_code(dep.model) if dep.trust_remote_code is None else dep.trust_remote_code
+    render = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[prof.id]
+    argv, cfg, notes = render(prof, dep, repo, trust)
+    return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes))
+
+
+def launch_commands(dep: Deployment, engines=ENGINES, profiles: dict | None = None) -> dict[str, str]:
+    """Engine id -> launch text for every engine in `engines` (the plan JSON's `launch` mapping)."""
+    profiles = profiles or {}
+    return {load_engine(e).id: render_launch(e, dep, profiles.get(e)).text for e in engines}
+
+
+def _fraction(prof: EngineProfile, dep: Deployment) -> str:
+    return f"{dep.memory_fraction if dep.memory_fraction is not None else prof.kv_cache_memory_fraction:g}"
+
+
+def _vllm(prof, dep, repo, trust):
+    f, notes = prof.flags, []
+    ranks = dep.attn_dp * dep.dp
+    argv = ["vllm", "serve", repo, f["tp"], str(dep.tp)]
+    if dep.pp > 1:
+        argv += [f["pp"], str(dep.pp)]
+    if ranks > 1:
+        argv += [f["dp"], str(ranks)]
+    if dep.ep > 1:
+        argv.append(f["ep"])
+        if dep.ep != dep.tp * ranks:
+            notes.append(f"vLLM sets the expert-parallel size to TP x DP = {dep.tp * ranks}, not {dep.ep}")
+    if dep.max_num_seqs is not None:
+        argv += [f["max_num_seqs"], str(math.ceil(dep.max_num_seqs / ranks))]
+        if ranks > 1:
+            notes.append(f"--max-num-seqs is per DP rank: {dep.max_num_seqs} sequences over {ranks} ranks")
+    if dep.max_model_len is not None:
+        argv += [f["max_model_len"], str(dep.max_model_len)]
+    argv += [f["kv_cache_dtype"], prof.kv_dtype(dep.kv_cache_dtype)]
+    argv += [f["memory_fraction"], _fraction(prof, dep)]
+    if dep.chunked_prefill_tokens is not None:
+        argv += [f["chunked_prefill_tokens"], str(dep.chunked_prefill_tokens)]
+    if dep.cuda_graph_max_batch is not None:
+        k = dep.speculative.k if dep.speculative else 0
+        argv += [f["cuda_graph_max_batch"], str(dep.cuda_graph_max_batch * (1 + k))]
+    if dep.speculative is not None:
+        s = dep.speculative
+        if s.method == "mtp":
+            methods = prof.speculative["mtp_method"]
+            cfg = {"method": methods.get(_model_type(dep.model), methods["default"]), "num_speculative_tokens": s.k}
+        else:
+            cfg = {"method": prof.speculative["eagle_method"], "model": s.draft_model, "num_speculative_tokens": s.k}
+        argv += [f["speculative"], json.dumps(cfg, separators=(",", ":"))]
+    if trust:
+        argv.append(f["trust_remote_code"])
+    return argv, None, notes
+
+
+def _sglang(prof, dep, repo, trust):
+    f, notes = prof.flags, []
+    ranks = dep.attn_dp * dep.dp
+    argv = ["python", "-m", "sglang.launch_server", f["model"], repo, f["tp"], str(dep.tp * dep.attn_dp)]
+    if dep.pp > 1:
+        argv += [f["pp"], str(dep.pp)]
+    if ranks > 1:
+        argv += [f["dp"], str(ranks)]
+    if dep.attn_dp > 1:
+        argv.append(f["attn_dp"])
+    if dep.dp > 1:
+        notes.append(f"--dp-size {dep.dp} without DP attention runs {dep.dp} copies of a TP-{dep.tp} model")
+    if dep.ep > 1:
+        argv += [f["ep"], str(dep.ep)]
+    if dep.max_num_seqs is not None:
+        argv += [f["max_num_seqs"], str(dep.max_num_seqs)]
+    if dep.max_model_len is not None:
+        argv += [f["max_model_len"], str(dep.max_model_len)]
+    argv += [f["kv_cache_dtype"], prof.kv_dtype(dep.kv_cache_dtype)]
+    argv += [f["memory_fraction"], _fraction(prof, dep)]
+    if dep.chunked_prefill_tokens is not None:
+        argv += [f["chunked_prefill_tokens"], str(dep.chunked_prefill_tokens)]
+    if dep.cuda_graph_max_batch is not None:
+        argv += [f["cuda_graph_max_batch"], str(dep.cuda_graph_max_batch)]
+    if dep.speculative is not None:
+        s = dep.speculative
+        algo = prof.speculative["mtp_algorithm" if s.method == "mtp" else "eagle_algorithm"]
+        argv += [f["speculative"], algo, f["speculative_steps"], str(s.k), f["speculative_topk"], "1",
+                 f["speculative_draft_tokens"], str(s.k + 1)]
+        if s.method == "eagle":
+            argv += [f["speculative_draft_model"], s.draft_model]
+    if trust:
+        argv.append(f["trust_remote_code"])
+    return argv, None, notes
+
+
+def _trtllm(prof, dep, repo, trust):
+    f, notes = prof.flags, []
+    world = dep.tp * dep.attn_dp
+    if dep.dp > 1:
+        notes.append(f"trtllm-serve runs one replica: launch {dep.dp} of these behind a router")
+    argv = ["trtllm-serve", repo, f["backend"], "pytorch", f["tp"], str(world)]
+    if dep.pp > 1:
+        argv += [f["pp"], str(dep.pp)]
+    if dep.ep > 1:
+        argv += [f["ep"], str(dep.ep)]
+    if dep.max_num_seqs is not None:
+        ranks = dep.attn_dp * dep.dp
+        argv += [f["max_num_seqs"], str(math.ceil(dep.max_num_seqs / ranks))]
+        if ranks > 1:
+            notes.append(f"--max_batch_size is per {'attention-DP rank' if dep.attn_dp > 1 else 'replica'}: "
+                         f"{dep.max_num_seqs} sequences over {ranks}")
+    if dep.chunked_prefill_tokens is not None:
+        argv += [f["chunked_prefill_tokens"], str(dep.chunked_prefill_tokens)]
+    if dep.max_model_len is not None:
+        argv += [f["max_model_len"], str(dep.max_model_len)]
+    argv += [f["memory_fraction"], _fraction(prof, dep)]
+    if trust:
+        argv.append(f["trust_remote_code"])
+    opts: dict = {}
+    if dep.attn_dp > 1:
+        opts["enable_attention_dp"] = True
+    opts["kv_cache_config"] = {"dtype": prof.kv_dtype(dep.kv_cache_dtype)}
+    if dep.cuda_graph_max_batch is not None:
+        opts["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": dep.cuda_graph_max_batch}
+    if dep.speculative is not None:
+        s = dep.speculative
+        if s.method == "mtp":
+            opts["speculative_config"] = {"decoding_type": prof.speculative["mtp_decoding_type"],
+                                          "num_nextn_predict_layers": s.k}
+        else:
+            opts["speculative_config"] = {"decoding_type": prof.speculative["eagle_decoding_type"],
+                                          "max_draft_len": s.k, "speculative_model_dir": s.draft_model}
+    argv += [f["extra_options"], TRTLLM_OPTIONS_FILE]
+    return argv, yaml.safe_dump(opts, sort_keys=False), notes
+
+
+def yaml_keys(text: str) -> list[str]:
+    """Dotted key paths of a YAML mapping (two levels), e.g. ['kv_cache_config', 'kv_cache_config.dtype']."""
+    data = yaml.safe_load(text) or {}
+    out = []
+    for k, v in data.items():
+        out.append(str(k))
+        if isinstance(v, dict):
+            out += [f"{k}.{kk}" for kk in v]
+    return out

@@ -1,0 +1,148 @@
+"""Engine profiles: every default sourced, aliases, the GPU-dependent rules, and typed errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from chalk.equations import engine as EQ
+from chalk.errors import ChalkError, InputError, UnknownNameError
+from chalk.specs.engine import ENGINES, EngineProfile, engine_defaults_table, load_engine
+
+FIELDS = ("max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction", "chunked_prefill_tokens",
+          "step_overhead_s")
+
+
+@pytest.mark.parametrize("eid", ENGINES)
+def test_every_default_has_a_source_and_a_version(eid):
+    p = load_engine(eid)
+    assert isinstance(p, EngineProfile) and p.id == eid and p.kernel_framework == eid
+    assert p.version and any(ch.isdigit() for ch in p.version)
+    for f in FIELDS:
+        src = p.sources.get(f, "")
+        assert len(src) > 30, f"{eid}.{f} has no real source"
+        # a source names the code (path or URL) it was read from, and its commit or version where code
+        assert "/" in src
+    assert p.kv_cache_memory_fraction_of in ("total", "free")
+    assert 0 < p.kv_cache_memory_fraction <= 1
+    assert p.max_num_seqs >= p.cuda_graph_max_batch >= 1 or eid == "vllm"
+    if p.step_overhead_estimated:
+        assert "ESTIMATE" in p.sources["step_overhead_s"]
+
+
+def test_golden_defaults_as_read_from_the_engines():
+    """Values read from the engines' code at the versions recorded in catalog/engines/*.yaml."""
+    v, s, t = (load_engine(e) for e in ENGINES)
+    # vLLM arg_utils._set_default_args (OPENAI_API_SERVER, >= 70 GiB non-A100), CacheConfig, _set_cudagraph_sizes
+    assert (v.max_num_seqs, v.chunked_prefill_tokens, v.kv_cache_memory_fraction, v.cuda_graph_max_batch) == \
+        (1024, 8192, 0.9, 512)
+    assert v.kv_cache_memory_fraction_of == "total"
+    # SGLang _handle_gpu_memory_settings on an 80 GB GPU at TP 1; request pool ceiling 4096
+    assert (s.max_num_seqs, s.chunked_prefill_tokens, s.cuda_graph_max_batch) == (4096, 8192, 256)
+    assert s.kv_cache_memory_fraction_of == "total"
+    # TensorRT-LLM serve.py: kv_cache_free_gpu_memory_fraction 0.9 of FREE memory; CudaGraphConfig default 128
+    assert (t.kv_cache_memory_fraction, t.kv_cache_memory_fraction_of, t.cuda_graph_max_batch) == (0.9, "free", 128)
+    assert (t.max_num_seqs, t.chunked_prefill_tokens) == (2048, 8192)
+
+
+def test_aliases_and_unknown():
+    assert load_engine("tensorrt-llm").id == "trtllm"
+    assert load_engine("trt-llm").id == "trtllm"
+    assert load_engine("  VLLM ").id == "vllm"
+    with pytest.raises(UnknownNameError) as e:
+        load_engine("tgi")
+    assert isinstance(e.value, ChalkError) and "vllm" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UnknownNameError, match="did you mean"):
+        load_engine("sglng")
+
+
+def test_vllm_rule_depends_on_memory_and_a100():
+    v = load_engine("vllm")
+    h100 = v.for_gpu(80e9, chip="h100-sxm")
+    a100 = v.for_gpu(80e9, chip="a100-sxm")
+    small = v.for_gpu(48e9, chip="l40s")
+    assert (h100.max_num_seqs, h100.chunked_prefill_tokens, h100.cuda_graph_max_batch) == (1024, 8192, 512)
+    assert (a100.max_num_seqs, a100.chunked_prefill_tokens) == (256, 2048)
+    assert (small.max_num_seqs, small.chunked_prefill_tokens, small.cuda_graph_max_batch) == (256, 2048, 512)
+    # graph sizes count tokens: K = 3 speculative tokens leave 512 / 4 = 128 sequences in graphs
+    assert v.decode_graph_batch(3) == 128 and v.decode_graph_batch(0) == 512
+    assert "h100" in h100.resolved_for
+
+
+@pytest.mark.parametrize("hbm, tp, chunk, graph, frac", [
+    # hand-worked from _handle_gpu_memory_settings: reserved = 512 + 1.5 max(C,2048) + 2 G + 1024 tp/8 MiB
+    (80e9, 1, 8192, 256, round((80e9 / 2**20 - (512 + 12288 + 512 + 128)) / (80e9 / 2**20), 3)),
+    (80e9, 8, 8192, 512, round((80e9 / 2**20 - (512 + 12288 + 1024 + 1024)) / (80e9 / 2**20), 3)),
+    (141e9, 8, 8192, 512, round((141e9 / 2**20 - 14848) / (141e9 / 2**20), 3)),
+    (192e9, 8, 16384, 512, round((192e9 / 2**20 - (512 + 24576 + 1024 + 1024)) / (192e9 / 2**20), 3)),
+    (40e9, 1, 4096, 32, round((40e9 / 2**20 - (512 + 6144 + 64 + 128)) / (40e9 / 2**20), 3)),
+])
+def test_sglang_memory_rule(hbm, tp, chunk, graph, frac):
+    p = load_engine("sglang").for_gpu(hbm, tp=tp)
+    assert (p.chunked_prefill_tokens, p.cuda_graph_max_batch) == (chunk, graph)
+    assert p.kv_cache_memory_fraction == pytest.approx(frac, abs=1e-12)
+    assert load_engine("sglang").kv_cache_memory_fraction == 0.824  # the catalog default is the 80e9 B, TP 1 case
+
+
+def test_sglang_floor_dp_attention_and_speculation():
+    s = load_engine("sglang")
+    base = s.for_gpu(141e9, tp=8)
+    dpa = s.for_gpu(141e9, tp=8, dp=8, attn_dp=True)
+    spec = s.for_gpu(141e9, tp=8, speculative=True)
+    assert dpa.kv_cache_memory_fraction < base.kv_cache_memory_fraction
+    assert spec.kv_cache_memory_fraction < base.kv_cache_memory_fraction
+    # on a >60 GiB GPU the reserve is floored at 10 GiB
+    r = EQ.sglang_reserved_memory_mib(2048, 8, 1, 1, 70 * 1024)
+    assert r == 10240.0
+
+
+def test_sglang_request_pool():
+    s = load_engine("sglang")
+    assert s.scheduler_limit(kv_tokens=2_000_000, context_len=8192) == 4096      # capped
+    assert s.scheduler_limit(kv_tokens=500_000, context_len=131072) == 2048      # floored
+    assert s.scheduler_limit(kv_tokens=1000, context_len=131072) == 500          # KV // 2
+    assert load_engine("vllm").scheduler_limit(kv_tokens=1000, context_len=8192) == 1024
+
+
+def test_kv_cache_budget_total_vs_free():
+    """80 GB, 40 GB weights, 2 GB other: vLLM 0.9 of total -> 72 - 42 = 30 GB; TRT-LLM 0.9 of free -> 34.2 GB."""
+    v, t = load_engine("vllm"), load_engine("trtllm")
+    assert v.kv_cache_bytes(80e9, 40e9, 2e9) == pytest.approx(30e9)
+    assert t.kv_cache_bytes(80e9, 40e9, 2e9) == pytest.approx(34.2e9)
+    assert v.kv_cache_bytes(80e9, 79e9, 0) == 0.0  # never negative
+
+
+def test_kv_dtypes():
+    assert load_engine("vllm").kv_dtype("fp8") == "fp8"
+    assert load_engine("sglang").kv_dtype("fp8") == "fp8_e4m3"
+    assert load_engine("trtllm").kv_dtype("bf16") == "auto"
+    with pytest.raises(InputError):
+        load_engine("vllm").kv_dtype("fp4")
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, "80GB"])
+def test_for_gpu_bad_memory(bad):
+    with pytest.raises(InputError):
+        load_engine("sglang").for_gpu(bad)
+
+
+def test_for_gpu_bad_parallelism():
+    with pytest.raises(InputError):
+        load_engine("vllm").for_gpu(80e9, tp=0)
+    with pytest.raises(InputError):
+        load_engine("vllm").for_gpu(80e9, tp=1.5)
+
+
+def test_profiles_are_immutable():
+    p = load_engine("vllm")
+    with pytest.raises(Exception):
+        p.max_num_seqs = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        p.flags["tp"] = "--x"  # type: ignore[index]
+
+
+def test_defaults_table_covers_engines_and_fields():
+    rows = engine_defaults_table()
+    assert {(r["engine"], r["field"]) for r in rows} == {(e, f) for e in ENGINES for f in FIELDS}
+    assert all(r["source"] for r in rows)
