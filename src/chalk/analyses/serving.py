@@ -312,7 +312,7 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
 def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
                      precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
-                     engine=None, cache_hit: float | None = None) -> dict:
+                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -321,6 +321,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     prefilled; B is capped by the scheduler and by KV memory; by Little's law N = B + X * TTFT, with X = B /
     (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap. p99s: TTFT of the p99
     prompt, TPOT of a step that carries a whole prefill chunk.
+    `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
+    of `layout` (pure decode steps); the other GPUs prefill; TTFT is one prompt's prefill on the layout; output per
+    GPU counts all `gpus`.
     """
     from chalk.analyses.estimate import make_layout
 
@@ -334,9 +337,14 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     lay = make_layout(m, layout)
     G = lay.replica_gpus
     gpus = G if gpus is None else int(positive("gpus", gpus, integer=True))
-    if gpus % G:
+    disagg = decode_gpus is not None
+    if gpus % G and not disagg:
         raise InputError(f"{gpus} GPUs do not divide into replicas of {G} ({lay.label()})")
-    R = gpus // G
+    if disagg:
+        decode_gpus = int(positive("decode_gpus", decode_gpus, integer=True))
+        if decode_gpus % G or decode_gpus > gpus:
+            raise InputError(f"{decode_gpus} decode GPUs do not divide into replicas of {G} within {gpus} GPUs")
+    R = (decode_gpus if disagg else gpus) // G
     if N < R:
         raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
     Nr = N / R
@@ -359,31 +367,38 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
 
     def times(B):
-        c = B * e * Ip / O
+        B = np.asarray(B, dtype=float)
+        c = np.zeros_like(B) if disagg else B * e * Ip / O
         kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
-        st = float(stage_step(costs, system, tp, a, pp, ep, B, c, L, max(I, 1.0), cal, **kw)["stage_time_s"])
-        st_chunk = float(stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, max(I, 1.0), cal,
-                                    **kw)["stage_time_s"])
+        st = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, c, L, max(I, 1.0), cal, **kw)["stage_time_s"],
+                        dtype=float)
+        if disagg:  # one prompt alone through a prefill worker of the same layout, then the first decode step
+            st_chunk = st
+        else:
+            st_chunk = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, max(I, 1.0), cal,
+                                             **kw)["stage_time_s"], dtype=float)
         if speculative is not None:
-            st += float(S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers))
-            st_chunk += float(S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
-                                                 speculative.draft_layers))
-        tpot = float(P.pipeline_token_latency_s(st, pp)) / e
-        ttft0 = float(P.pipeline_token_latency_s(st_chunk, pp)) * n_chunks
-        return tpot, ttft0, float(P.pipeline_token_latency_s(st_chunk, pp)) / e
+            st = st + S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers)
+            st_chunk = st_chunk + S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
+                                                     speculative.draft_layers)
+        tpot = P.pipeline_token_latency_s(st, pp) / e
+        if disagg:
+            one = float(stage_step(costs, system, tp, a, pp, ep, 0.0, max(Ip, 1.0), L, max(I, 1.0), cal,
+                                   kernels=kern or False, overhead_s=ovh)["stage_time_s"])
+            return tpot, float(P.pipeline_token_latency_s(one, pp)) + tpot * e, tpot
+        return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
 
-    B = min(Nr, cap)
-    for _ in range(30):  # Little's law: N = B + X * TTFT0, X = B / (O * TPOT): a fixed point in B
-        tpot, ttft0, _ = times(B)
-        B_new = min(cap, Nr / (1 + ttft0 / (O * tpot)))
-        if abs(B_new - B) <= 1e-6 * max(B, 1.0):
-            break
-        B = 0.5 * (B + B_new)
-    tpot, ttft0, tpot_chunk = times(B)
+    # Little's law: N = B + X * TTFT0 with X = B / (O * TPOT): solve for the decoding count B on a grid, then refine
+    grid = np.unique(np.concatenate([np.geomspace(1.0, max(min(cap, Nr), 1.0), 48), [min(cap, Nr)]]))
+    tp_g, tt_g, _ = times(grid)
+    held = grid * (1 + np.asarray(tt_g) / (O * np.asarray(tp_g)))  # requests in flight that B decoding implies
+    held = np.maximum.accumulate(held)
+    B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
+    tpot, ttft0, tpot_chunk = (float(np.asarray(v)) for v in times(B))
     X = B / (O * tpot)                               # requests completed per second per replica
     waiting = max(Nr - B - X * ttft0, 0.0)           # requests held back by the cap
     ttft = ttft0 + waiting / X
-    out_gpu = X * O / G
+    out_gpu = X * O * R / gpus
     p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
         else I
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,

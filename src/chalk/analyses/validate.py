@@ -25,7 +25,7 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.parallel import memory_per_chip, model_costs, resolve_kv_precision, stage_step
-from chalk.analyses.serving import throughput
+from chalk.analyses.serving import fixed_deployment, throughput
 from chalk.errors import ChalkError, SpecError
 from chalk.specs.catalog import load_model, resolve_hardware
 from chalk.specs.precision import canonical
@@ -60,6 +60,12 @@ class Row:
     measured: float
     source: str
     notes: str
+    group: str = ""
+    engine: str | None = None
+    concurrency: int | None = None
+    ep: int | None = None
+    mtp: int | None = None
+    acceptance: float | None = None
 
 
 def _num(s: str, cast=float):
@@ -81,7 +87,10 @@ def load_rows() -> tuple[Row, ...]:
                 batch=_num(d["batch"]), tp=_num(d["tp"], int), attn_dp=_num(d["attn_dp"], int),
                 pp=_num(d["pp"], int), min_user_tps=_num(d["min_user_tps"]),
                 disaggregated=bool(_num(d["disaggregated"], int)), metric=d["metric"],
-                measured=float(d["measured"]), source=d["source"], notes=d.get("notes") or ""))
+                measured=float(d["measured"]), source=d["source"], notes=d.get("notes") or "",
+                group=d.get("group") or d["source"][:40], engine=(d.get("engine") or None),
+                concurrency=_num(d.get("concurrency"), int), ep=_num(d.get("ep"), int), mtp=_num(d.get("mtp"), int),
+                acceptance=_num(d.get("acceptance"))))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -96,14 +105,66 @@ def _pool(row: Row, cal: Calibration):
     return m, system, costs, tp, a, pp, ep
 
 
-def predict(row: Row, cal: Calibration | None = None) -> float:
-    """chalk's prediction of the row's metric."""
+#: Speculation assumed where a row ran MTP without saying how: one MTP module (DeepSeek-V3/R1 ship one) whose
+#: draft is accepted 85% of the time (DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3: "between 85%
+#: and 90%" for the second token).
+DEFAULT_MTP = (1, 0.85)
+
+#: Engines named in the validation set, mapped onto chalk's engine profiles.
+ENGINE_PROFILE = {"trtllm": "trtllm", "dynamo-trtllm": "trtllm", "sglang": "sglang", "dynamo-sglang": "sglang",
+                  "vllm": "vllm"}
+
+
+def _speculation(row: Row):
+    from chalk.analyses.serving import Speculation
+
+    uses = row.mtp or "-mtp" in row.id or "mtp on" in row.notes.lower() or "speculative decoding on" in \
+        row.notes.lower()
+    if not uses:
+        return None
+    k = row.mtp or DEFAULT_MTP[0]
+    a = row.acceptance if row.acceptance and 0 < row.acceptance < 1 else DEFAULT_MTP[1]
+    return Speculation(int(k), float(a))
+
+
+def _decode_gpus(row: Row) -> int | None:
+    """Decode GPUs of a disaggregated fixed row, from its notes ('decode 4x(TP8 EP1) = 32 GPUs')."""
+    import re
+
+    m = re.search(r"decode (\d+)x\([^)]*\)\s*=\s*(\d+) GPUs", row.notes)
+    return int(m.group(2)) if m else None
+
+
+def _layout(row: Row) -> str | None:
+    if not row.tp:
+        return None
+    return f"tp={row.tp},attn_dp={row.attn_dp or 1},pp={row.pp or 1}"
+
+
+@lru_cache(maxsize=512)
+def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus):
+    """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it)."""
+    return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
+                            gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
+                            speculative=spec, engine=engine, decode_gpus=decode_gpus)
+
+
+def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> float:
+    """chalk's prediction of the row's metric. `engines`: apply the engine profile the row names."""
     cal = cal or calibration()
+    eng = ENGINE_PROFILE.get(row.engine or "") if engines else None
+    if row.kind == "fixed" and row.concurrency:
+        r = _fixed(row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len, row.output_len,
+                   row.gpus, row.precision, row.kv_precision, cal, _speculation(row), eng,
+                   _decode_gpus(row) if row.disaggregated else None)
+        return float(r[row.metric])
     if row.kind == "search":
+        lay = _layout(row)
         r = throughput(row.model, row.hardware, input_len=row.input_len, output_len=row.output_len,
-                       gpus=row.gpus or None, precision=row.precision, kv_precision=row.kv_precision,
-                       min_user_tps=row.min_user_tps,
-                       disaggregated=row.disaggregated, calibration_override=cal)
+                       gpus=None if lay else (row.gpus or None), precision=row.precision,
+                       kv_precision=row.kv_precision, min_user_tps=row.min_user_tps,
+                       disaggregated=row.disaggregated, calibration_override=cal, layout=lay,
+                       speculative=_speculation(row), engine=eng)
         return float(r[row.metric])
     m, system, costs, tp, a, pp, ep = _pool(row, cal)
     G = tp * a * pp
