@@ -15,6 +15,7 @@ Nothing here reads a file: the constants are literals, `calibrated_efficiency()`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -177,6 +178,42 @@ CALIBRATION = Calibration(
     max_seqs_per_scheduler=MAX_SEQS_PER_SCHEDULER, vendor=VENDOR, residual_low=RESIDUAL_LOW,
     residual_high=RESIDUAL_HIGH, moe_gemm_half_tokens=MOE_GEMM_HALF_TOKENS, moe_load_imbalance=MOE_LOAD_IMBALANCE)
 
+#: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
+REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
+              "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables")
+
+
+def _apply_fitted(base: Calibration, d: dict) -> Calibration:
+    """`base` with the refitted fields of a calibration YAML (unknown keys ignored; types checked)."""
+    upd = {}
+    for k in REFITTABLE:
+        if k in d:
+            v = d[k]
+            if k == "use_kernel_tables":
+                upd[k] = bool(v)
+            elif k == "max_seqs_per_scheduler":
+                upd[k] = int(v)
+            else:
+                upd[k] = float(v)
+    return dataclasses.replace(base, **upd)
+
+
+def _fitted_file(base: Calibration) -> Calibration:
+    """The last `chalk calibrate --write` result shipped as package data, if any."""
+    from importlib import resources
+
+    try:
+        text = (resources.files("chalk") / "catalog" / "calibration.yaml").read_text()
+    except (FileNotFoundError, OSError):
+        return base
+    import yaml
+
+    d = yaml.safe_load(text) or {}
+    return _apply_fitted(base, d.get("fitted", {}))
+
+
+CALIBRATION = _fitted_file(CALIBRATION)
+
 #: The ideal counterpart: peak rates, no overhead, no reserve, full link bandwidth, no latency.
 IDEAL_CALIBRATION = Calibration(
     compute=1.0, memory=1.0, link=1.0, overhead_fixed_s=0.0, overhead_per_layer_s=0.0, overlap=1.0,
@@ -197,9 +234,10 @@ def calibrated_efficiency(layers: int | None = None) -> Efficiency:
     `CALIBRATION` directly.
     """
     n = TYPICAL_LAYERS if layers is None else layers
-    return Efficiency(compute=COMPUTE, memory=MEMORY, overhead_s=CALIBRATION.overhead_s(n),
-                      memory_reserve=MEMORY_RESERVE, label="calibrated",
-                      residual_low=RESIDUAL_LOW, residual_high=RESIDUAL_HIGH)
+    c = CALIBRATION
+    return Efficiency(compute=c.compute, memory=c.memory, overhead_s=c.overhead_s(n),
+                      memory_reserve=c.memory_reserve, label="calibrated",
+                      residual_low=c.residual_low, residual_high=c.residual_high)
 
 
 def default_efficiency(ideal: bool = False, layers: int | None = None) -> Efficiency:

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
     app.command("layout")(layout)
     app.command("throughput")(throughput)
     app.command("validate")(validate)
+    app.command("calibrate")(calibrate)
 
 
 def _resolve(model: str, hardware: str):
@@ -184,6 +185,44 @@ def throughput(
         c.print(f"[dim]note: {n}[/dim]")
 
 
+def calibrate(
+    rounds: int = typer.Option(2, "--rounds", help="Coordinate-descent rounds over the parameter grid."),
+    write: Optional[str] = typer.Option(None, "--write", help="Write the fit to this YAML (the package reads "
+                                        "src/chalk/catalog/calibration.yaml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Refit chalk's few global efficiency parameters on the validation set (minutes)."""
+    import datetime
+
+    import yaml
+
+    import os
+
+    from chalk.analyses import calibrate as C
+    from chalk.errors import InputError
+
+    if write and (os.path.isdir(write) or not os.path.isdir(os.path.dirname(os.path.abspath(write)))):
+        raise InputError(f"--write {write!r}: not a file in an existing folder")
+    cal, obj = C.fit(rounds=rounds)
+    lo, hi = C.residual_range(cal)
+    fitted = {k: getattr(cal, k) for k in C.FIT_GRID}
+    fitted.update(residual_low=round(lo, 3), residual_high=round(hi, 3), use_kernel_tables=cal.use_kernel_tables)
+    out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()),
+           "date": datetime.date.today().isoformat(),
+           "method": "coordinate descent over chalk.analyses.calibrate.FIT_GRID; objective median |log error| + "
+                     "0.5 mean(min(|log error|, log 3)) over throughput and TPOT rows of validation.csv"}
+    if write:
+        with open(write, "w") as f:
+            yaml.safe_dump(out, f, sort_keys=False)
+    if as_json:
+        emit_json(out)
+        return
+    t = table(f"calibration · {out['rows']} rows · objective {obj:.3f}", ["parameter", "value"])
+    for k, v in fitted.items():
+        t.add_row(k, str(v))
+    console().print(t)
+
+
 def _len_arg(v: str):
     """A length option: a plain number stays a number; anything else is a distribution or a file."""
     try:
@@ -239,10 +278,29 @@ def _print_fixed(c, r, system):
 
 def validate(
     ideal: bool = typer.Option(False, "--ideal", help="Validate the pure roofline instead."),
+    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out cross-validation: each source group "
+                            "predicted by a fit that never saw it (minutes)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
     from chalk.analyses.validate import validate as run
+
+    if cv:
+        from chalk.analyses.calibrate import cross_validate
+
+        r = cross_validate()
+        if as_json:
+            emit_json(r)
+            return
+        t = table(f"leave-one-source-out cross-validation · {r['n']} rows (throughput and TPOT)",
+                  ["held-out group", "rows", "median |error|", "p90 |error|"])
+        for g, v in r["groups"].items():
+            t.add_row(g, num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]))
+        c = console()
+        c.print(t)
+        c.print(f"all: median |error| {pct(r['cv_median_abs_error'])}, p90 {pct(r['cv_p90_abs_error'])}; "
+                f"TTFT rows (not fitted): median {pct(r['ttft_not_fitted']['median_abs_error'])}")
+        return
 
     r = run(ideal=ideal)
     if as_json:

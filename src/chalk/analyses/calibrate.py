@@ -1,0 +1,155 @@
+"""Calibration as code: refit chalk's few global efficiency parameters on the validation set, and judge the fit by
+leave-one-source-out cross-validation (each source group predicted by a fit that never saw it).
+
+The fitted parameters are physical and few: per-step overhead (per layer), MoE permute passes, two-micro-batch
+overlap, the scheduler cap, and the achieved fractions of peak FLOP/s and HBM bandwidth that time ops where no
+measured kernel table applies. Everything else comes from kernel or link data (`chalk.analyses.calibration`).
+The objective is robust: median |log error| + 0.5 * mean(min(|log error|, log 3)) over throughput and TPOT rows
+(TTFT rows are reported, not fitted: their measured values carry queueing that the benchmarks do not separate).
+Search is coordinate descent over a coarse grid; predictions are memoised per parameter vector, so the folds of
+the cross-validation share most of their work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from chalk.analyses.calibration import CALIBRATION, Calibration
+from chalk.errors import ChalkError
+
+#: The parameters refitted, and the grid each is searched over.
+FIT_GRID = {
+    "compute": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7),
+    "memory": (0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
+    "overhead_per_layer_s": (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6),
+    "moe_shuffle_passes": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0),
+    "overlap": (0.0, 0.25, 0.5, 0.75),
+    "max_seqs_per_scheduler": (256, 512, 1024, 2048),
+}
+
+#: Metrics in the objective and the headline figures.
+FITTED_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "user_tokens_per_s")
+
+
+def _rows():
+    from chalk.analyses.validate import load_rows
+
+    return load_rows()
+
+
+_CACHE: dict = {}
+
+
+def predictions(cal: Calibration) -> np.ndarray:
+    """Every validation row predicted under `cal` (NaN where chalk cannot answer); memoised."""
+    from chalk.analyses.validate import predict
+
+    key = cal
+    if key not in _CACHE:
+        out = []
+        for r in _rows():
+            try:
+                out.append(float(predict(r, cal)))
+            except ChalkError:
+                out.append(math.nan)
+        _CACHE[key] = np.array(out)
+    return _CACHE[key]
+
+
+def log_errors(pred: np.ndarray, rows=None) -> np.ndarray:
+    """log(predicted / measured) per row (NaN where unanswered)."""
+    rows = rows or _rows()
+    meas = np.array([r.measured for r in rows])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(pred / meas)
+
+
+def objective(le: np.ndarray) -> float:
+    """median |log error| + 0.5 * mean(min(|log error|, log 3)); an unanswered row counts as log 3."""
+    a = np.where(np.isfinite(le), np.abs(le), math.log(3))
+    if a.size == 0:
+        return math.inf
+    return float(np.median(a) + 0.5 * np.mean(np.minimum(a, math.log(3))))
+
+
+def _fitted_mask(rows) -> np.ndarray:
+    return np.array([r.metric in FITTED_METRICS for r in rows])
+
+
+def fit(mask: np.ndarray | None = None, start: Calibration = CALIBRATION, rounds: int = 2,
+        grid: dict | None = None) -> tuple[Calibration, float]:
+    """Coordinate descent of `grid`'s parameters from `start`, on the rows selected by `mask` (default: all fitted
+    metrics). Returns the calibration and its objective."""
+    rows = _rows()
+    sel = _fitted_mask(rows) if mask is None else (mask & _fitted_mask(rows))
+    grid = grid or FIT_GRID
+    best = start
+    best_obj = objective(log_errors(predictions(best), rows)[sel])
+    for _ in range(rounds):
+        moved = False
+        for name, values in grid.items():
+            for v in values:
+                if getattr(best, name) == v:
+                    continue
+                cand = dataclasses.replace(best, **{name: v})
+                obj = objective(log_errors(predictions(cand), rows)[sel])
+                if obj < best_obj - 1e-9:
+                    best, best_obj, moved = cand, obj, True
+        if not moved:
+            break
+    return best, best_obj
+
+
+def _summary(abs_err: np.ndarray) -> dict:
+    e = abs_err[np.isfinite(abs_err)]
+    return {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else None,
+            "p90_abs_error": float(np.percentile(e, 90)) if e.size else None}
+
+
+def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration = CALIBRATION) -> dict:
+    """Leave-one-source-out: for each source group, fit on the others (from `start`) and predict the group.
+
+    Reports the held-out |error| (predicted / measured - 1) over every fitted-metric row, per group, and for dense
+    and MoE models."""
+    from chalk.specs.catalog import load_model
+
+    rows = _rows()
+    groups = sorted({r.group for r in rows})
+    fitted = _fitted_mask(rows)
+    held = np.full(len(rows), math.nan)
+    per_group = {}
+    for gname in groups:
+        in_g = np.array([r.group == gname for r in rows])
+        cal, _ = fit(~in_g, start=start, rounds=rounds, grid=grid)
+        pred = predictions(cal)
+        meas = np.array([r.measured for r in rows])
+        err = pred / meas - 1
+        held[in_g] = err[in_g]
+        ge = np.abs(err[in_g & fitted])
+        per_group[gname] = {**_summary(ge), "fit": {k: getattr(cal, k) for k in (grid or FIT_GRID)}}
+    moe = np.array([load_model(r.model).is_moe for r in rows])
+    fixed = np.array([r.kind == "fixed" for r in rows])
+    a = np.abs(held)
+    out = {"n": int(np.sum(fitted & np.isfinite(a))), "groups": per_group,
+           "cv_median_abs_error": _summary(a[fitted])["median_abs_error"],
+           "cv_p90_abs_error": _summary(a[fitted])["p90_abs_error"],
+           "dense": _summary(a[fitted & ~moe]), "moe": _summary(a[fitted & moe]),
+           "fixed_throughput": _summary(a[fixed & np.array([r.metric == "output_tokens_per_s_per_gpu"
+                                                           for r in rows])]),
+           "fixed_tpot": _summary(a[fixed & np.array([r.metric == "tpot_s" for r in rows])]),
+           "ttft_not_fitted": _summary(a[np.array([r.metric == "ttft_s" for r in rows])]),
+           "rounds": rounds}
+    out["groups"]["dense"] = out["dense"]
+    out["groups"]["moe"] = out["moe"]
+    return out
+
+
+def residual_range(cal: Calibration) -> tuple[float, float]:
+    """p10 and p90 of log(measured / predicted) over the fitted rows: the [low, high] range of estimates."""
+    rows = _rows()
+    le = -log_errors(predictions(cal), rows)[_fitted_mask(rows)]
+    le = le[np.isfinite(le)]
+    return float(np.percentile(le, 10)), float(np.percentile(le, 90))
