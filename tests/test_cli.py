@@ -86,7 +86,7 @@ BAD = [
     (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--kv-precision", "q3"], "precision"),
     (["estimate", "-m", "/nonexistent/config.json", "-H", "h100"], "no such file"),
     (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--phase", "both"], "phase"),
-    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--chips", "0"], "chips"),
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100", "--chips", "0"], "gpus"),
     (["hardware", "show", "tpu-v99"], "unknown hardware"),
     (["models", "show", "gpt-5"], "unknown model"),
     (["estimate", "--bogus"], "no such option"),

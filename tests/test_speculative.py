@@ -46,7 +46,7 @@ def test_expected_tokens_vectorised_and_continuous_at_one():
 
 # -- the roofline cost of verifying k + 1 tokens ---------------------------------------------
 def _spec(model, hw, batch, context, k=1, a=0.8, **kw):
-    r = api.estimate(model, hw, batch, context, ideal=True, **kw)
+    r = api.estimate(model, hw, batch, context, ideal=True, **{"aggregate": True, **kw})
     # the exact call the CLI makes
     s = speculative_estimate(r, model=model, hardware=hw, draft_tokens=k, acceptance=a, chips=None,
                              precision=None, kv_precision="bf16", ideal=True)

@@ -228,7 +228,10 @@ def layout_step_report(model: ModelSpec, system: System, layout: Layout, batch_p
     w, kv = memory_per_chip(costs, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, context)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     tpot = float(P.pipeline_token_latency_s(r["stage_time_s"], layout.pp))
-    d = {k: (v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v) for k, v in r.items()}
+    from chalk.analyses.step_model import ops_table
+
+    d = {k: (v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v) for k, v in r.items() if k != "ops"}
+    d["ops"] = ops_table(r["ops"])
     d.update(layout.to_dict())
     d.update(weight_bytes_per_gpu=float(w), kv_bytes_per_gpu=float(kv), usable_hbm_bytes_per_gpu=usable,
              fits=bool(w + kv <= usable), tpot_s=tpot, user_tokens_per_s=1 / tpot,

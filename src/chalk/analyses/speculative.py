@@ -175,7 +175,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
     k, a = _validate(draft_tokens, acceptance)
     context = float(positive("context", context))
     spec = as_model(model)
-    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
+    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)
 
     def at(b):
         r = api.estimate(spec, hardware, b, context, **kw)

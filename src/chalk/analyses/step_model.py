@@ -121,6 +121,21 @@ class _Timer:
         return m, self.roofline_source
 
 
+def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
+    """Factor (>= 1) on the routed-expert FLOPs of a stage step where no measured MoE table applies: grouped expert
+    GEMMs with few tokens per expert run below dense-GEMM efficiency (m / (m + m_half), DeepGEMM's tables), and
+    under expert parallelism the chip holding the busiest experts sets the pace (balls in bins over the EP chips).
+    1 for dense models and for the ideal calibration."""
+    if not m.is_moe or cal.label == "ideal":
+        return np.ones_like(np.asarray(tokens, dtype=float)) if m.is_moe else 1.0
+    copies = np.asarray(tokens, dtype=float) * m.experts_per_token  # routed token copies in the step
+    eta = MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1), cal.moe_gemm_half_tokens)
+    bins = np.where(np.asarray(attn_dp, dtype=float) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+    imbalance = MOE.max_load_factor(copies, bins) if cal.moe_load_imbalance else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(eta > 0, imbalance / np.maximum(eta, 1e-300), 1.0)
+
+
 def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
               cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0):
     """The ops of one pipeline-stage step of a replica, on its busiest GPU, and their total.
@@ -229,9 +244,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
             t_c = f_exp / (tm.peak_expert * tm.ec)
             t, src = np.where(T_stage > 0, tk, 0.0), kp.source("moe")
         else:
-            eta = 1.0 if ideal else MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1),
-                                                               cal.moe_gemm_half_tokens)
-            t_c = f_exp * imbalance / (tm.peak_expert * tm.ec * np.maximum(eta, 1e-300))
+            t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / (tm.peak_expert * tm.ec)
             t, src = np.maximum(t_c, t_m), tm.roofline_source + (
                 "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
         add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
