@@ -160,6 +160,10 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     trust = _needs_remote_code(dep.model) if dep.trust_remote_code is None else dep.trust_remote_code
     render = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[prof.id]
     argv, cfg, notes = render(prof, dep, repo, trust)
+    if dep.speculative is not None and dep.speculative.method == "mtp" and \
+            not _model_type(dep.model).startswith("deepseek"):
+        notes.append("MTP needs next-token heads in the checkpoint; chalk knows them only for DeepSeek-V3-family "
+                     "models")
     return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes))
 
 
