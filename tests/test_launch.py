@@ -193,3 +193,14 @@ def test_mtp_on_a_model_without_heads_is_noted():
     for e in ENGINES:
         assert any("next-token heads" in n for n in render_launch(e, dep).notes)
     assert not any("next-token heads" in n for n in render_launch("vllm", R1_WIDE_EP).notes)
+
+
+def test_local_checkpoint_is_served_from_its_folder(tmp_path):
+    from chalk.specs.catalog import _catalog_dir
+    cfg = (_catalog_dir("models") / "llama-3.1-8b" / "config.json").read_text()
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(cfg)
+    assert hf_repo(str(d)) == str(d)
+    assert hf_repo(str(d / "config.json")) == str(d)
+    assert render_launch("vllm", Deployment(str(d))).argv[2] == str(d)
