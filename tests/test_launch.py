@@ -186,3 +186,21 @@ def test_unknown_engine_model_and_kv_dtype():
         render_launch("vllm", Deployment("no-such-model"))
     with pytest.raises(InputError, match="KV-cache dtype"):
         render_launch("vllm", Deployment("llama-3.1-70b", kv_cache_dtype="fp4"))
+
+
+def test_mtp_on_a_model_without_heads_is_noted():
+    dep = Deployment("llama-3.1-70b", tp=8, speculative=Speculation("mtp", 2))
+    for e in ENGINES:
+        assert any("next-token heads" in n for n in render_launch(e, dep).notes)
+    assert not any("next-token heads" in n for n in render_launch("vllm", R1_WIDE_EP).notes)
+
+
+def test_local_checkpoint_is_served_from_its_folder(tmp_path):
+    from chalk.specs.catalog import _catalog_dir
+    cfg = (_catalog_dir("models") / "llama-3.1-8b" / "config.json").read_text()
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(cfg)
+    assert hf_repo(str(d)) == str(d)
+    assert hf_repo(str(d / "config.json")) == str(d)
+    assert render_launch("vllm", Deployment(str(d))).argv[2] == str(d)

@@ -17,6 +17,7 @@ import json
 import math
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -116,8 +117,12 @@ class LaunchCommand:
 
 
 def hf_repo(model) -> str:
-    """The Hugging Face repo id to serve: the catalog's hf_repo, or `model` itself if it names a repo."""
+    """What to serve: the catalog's hf_repo, `model` itself if it names a repo outside the catalog, or a
+    local checkpoint's folder."""
     mid = getattr(model, "id", None) or str(model)
+    local = Path(mid)
+    if not hasattr(model, "id") and local.exists():  # a local checkpoint: engines serve its folder
+        return str(local.parent if local.is_file() else local)
     if "/" in mid and not mid.startswith((".", "/")):
         try:
             load_model(mid)
@@ -160,6 +165,10 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     trust = _needs_remote_code(dep.model) if dep.trust_remote_code is None else dep.trust_remote_code
     render = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[prof.id]
     argv, cfg, notes = render(prof, dep, repo, trust)
+    if dep.speculative is not None and dep.speculative.method == "mtp" and \
+            not _model_type(dep.model).startswith("deepseek"):
+        notes.append("MTP needs next-token heads in the checkpoint; chalk knows them only for DeepSeek-V3-family "
+                     "models")
     return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes))
 
 
