@@ -7,6 +7,7 @@ communication is free. Real layouts (TP/EP/PP with link costs) live in `chalk.an
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -128,12 +129,27 @@ def _scalar(x):
     return a.item() if a.ndim == 0 else a
 
 
+@lru_cache(maxsize=4096)
 def balance_context(sz: ModelSizes, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
                     kv_precision: str, sparse_law: str | None = None, lo: float = 1.0, hi: float = 1e9):
     """Context at which one sequence's KV read time equals its compute time (NaN if never).
 
-    Solved numerically (bisection in log-context) so sliding windows, DSA and the sqrt law all work.
+    Full attention has a closed form (KV bytes and attention FLOPs both linear in L):
+    L* = (2 N / peak) / (kv / bw - a / peak), kv the KV bytes per token, a the attention FLOPs per token of context.
+    Sliding windows, DSA and the sqrt law are solved numerically (bisection in log-context). Memoised: it depends
+    on the model, rates and precisions, never on the batch.
     """
+    m = sz.model
+    if sparse_law is None and not m.n_sliding_layers and not m.is_dsa and not m.index_topk:
+        kv = float(sz.kv_read_bytes_per_sequence(2.0, kv_precision) - sz.kv_read_bytes_per_sequence(1.0,
+                                                                                                   kv_precision))
+        a = float(sz.attention_flops_per_token(2.0) - sz.attention_flops_per_token(1.0))
+        base = float(sz.decode_flops_per_token(0.0))
+        den = kv / bandwidth_bytes_per_s - a / peak_flops_per_s
+        if den <= 0:
+            return float("nan")
+        L = base / peak_flops_per_s / den
+        return float(min(max(L, lo), hi)) if L <= hi else float("nan")
     def gap(L):
         return (sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law) / bandwidth_bytes_per_s
                 - sz.decode_flops_per_token(L, sparse_law) / peak_flops_per_s)

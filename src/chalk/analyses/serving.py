@@ -174,6 +174,8 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
         raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
     cal = calibration_override or calibration(ideal)
     eng = _engine(engine)
+    if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
+        eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     if eng is not None and cal.label != "ideal":
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=int(eng.max_num_seqs),
                                   memory_reserve=1 - float(eng.kv_cache_memory_fraction),
