@@ -28,6 +28,7 @@ FIT_GRID = {
     "moe_shuffle_passes": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0),
     "overlap": (0.0, 0.25, 0.5, 0.75),
     "max_seqs_per_scheduler": (256, 512, 1024, 2048),
+    "kv_reserve_output_fraction": (0.0, 0.5, 1.0),
 }
 
 #: Metrics in the objective and the headline figures.

@@ -47,6 +47,11 @@ class Calibration:
     #: time GEMMs, attention and MoE from the measured kernel tables (`chalk.specs.kernels`) instead of the
     #: roofline at `compute` / `memory`
     use_kernel_tables: bool = False
+    #: KV an engine holds back for the rest of each running request's output, as a fraction of its mean remaining
+    #: output: 0 allocates on demand (vLLM, with preemption), 1 reserves the whole output up front (TensorRT-LLM's
+    #: GUARANTEED_NO_EVICT capacity scheduler); SGLang's new_token_ratio sits between. Batch capacity is sized at a
+    #: context of I + O/2 + this * O/2.
+    kv_reserve_output_fraction: float = 0.0
     label: str = "calibrated"
 
     def vendor_factors(self, vendor: str) -> tuple[float, float]:
@@ -180,7 +185,8 @@ CALIBRATION = Calibration(
 
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
-              "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables")
+              "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
+              "kv_reserve_output_fraction")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:

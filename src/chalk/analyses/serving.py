@@ -85,7 +85,7 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     L = I + O / 2 if L is None else L
     B = g["B"]
     tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
-    w, kv = memory_per_chip(costs, tp, a, pp, ep, B, L)
+    w, kv = memory_per_chip(costs, tp, a, pp, ep, B, L + cal.kv_reserve_output_fraction * O / 2)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     fits = (w + kv) <= usable
     q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
@@ -352,7 +352,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     Nr = N / R
     tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L)[1])
+    kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L + cal.kv_reserve_output_fraction * O / 2)[1])
     w = float(memory_per_chip(costs, tp, a, pp, ep, 0.0, L)[0])
     if w >= usable:
         raise FitError(f"{m.id} weights ({w / 1e9:.0f} GB per GPU on {lay.label()}) do not fit the "
