@@ -13,7 +13,8 @@ from chalk.analyses import serving as sv
 from chalk.errors import FitError, InputError
 
 KEYS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "user_tokens_per_s", "ttft_s", "tpot_s",
-        "concurrency", "gpus", "parallelism", "cost_per_mtok_output_usd", "cost_per_mtok_input_usd", "range")
+        "concurrency", "gpus", "parallelism", "cost_per_mtok_output_usd", "cost_per_mtok_output_decode_share_usd",
+        "cost_per_mtok_input_prefill_share_usd", "range")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,10 @@ def test_result_keys_and_consistency(nvl72):
     # concurrency / TPOT = output tokens/s of the deployment
     assert r["concurrency"] / r["tpot_s"] / r["gpus"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=1e-9)
     assert r["gpus"] <= 72 and r["cost_per_mtok_output_usd"] > 0
+    # one cost under one key: the main answer and the speed-up-1 mode are the same point, all GPU time
+    same = next(mo for mo in r["modes"] if mo["speedup"] == 1.0)
+    assert same["cost_per_mtok_output_usd"] == pytest.approx(r["cost_per_mtok_output_usd"], rel=1e-9)
+    assert r["cost_per_mtok_output_decode_share_usd"] <= r["cost_per_mtok_output_usd"]
 
 
 def test_gb200_deepseek_plausible_vs_measured(nvl72):

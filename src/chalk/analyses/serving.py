@@ -434,14 +434,17 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
     in_gpu = out_gpu * I / O
     share = float(ev["prefill_share"][i])
     price = system.chip.price_usd_per_s
+    # two costs, two keys: all GPU time charged to output tokens (what a price per output token must cover), and
+    # the decode share alone with prefill's share charged to input tokens
     if disaggregated:
-        cost_out = float(_cost_per_mtok(system, ev["output_per_gpu"][i]))
+        cost_out_decode = float(_cost_per_mtok(system, ev["output_per_gpu"][i]))
         cost_in = float(_cost_per_mtok(system, pool["input_tokens_per_s_per_gpu"]))
         gpus = lay.gpus * (1 + float(ratio[i]))
     else:
-        cost_out = price * (1 - share) / out_gpu * 1e6
+        cost_out_decode = price * (1 - share) / out_gpu * 1e6
         cost_in = price * share / in_gpu * 1e6 if share > 0 else 0.0
         gpus = lay.gpus
+    cost_out = float(_cost_per_mtok(system, out_gpu))
     low, high = out_gpu * np.exp(cal.residual_low), out_gpu * np.exp(cal.residual_high)
     step = {k: float(np.asarray(v)[i]) for k, v in ev["step"].items()
             if k.endswith("_s") or k.endswith("_bytes") or k == "flops"}
@@ -451,7 +454,8 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
          "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "attn_dp": lay.attn_dp},
          "layout": lay.label(), "mode": "disaggregated" if disaggregated else "aggregated",
          "overlap": str(ev["overlap"][i]), "batch_per_replica": float(g["B"][i]),
-         "cost_per_mtok_output_usd": cost_out, "cost_per_mtok_input_usd": cost_in,
+         "cost_per_mtok_output_usd": cost_out, "cost_per_mtok_output_decode_share_usd": cost_out_decode,
+         "cost_per_mtok_input_prefill_share_usd": cost_in,
          "range": {"output_tokens_per_s_per_gpu": [float(low), float(high)]},
          "weight_bytes_per_gpu": float(ev["weight_bytes_per_gpu"][i]),
          "kv_bytes_per_gpu": float(ev["kv_bytes_per_gpu"][i]), "step": step,

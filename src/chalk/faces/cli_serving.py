@@ -158,8 +158,10 @@ def throughput(
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),
             ("memory per GPU", f"{si(r['weight_bytes_per_gpu'], 'B')} weights + {si(r['kv_bytes_per_gpu'], 'B')} KV"),
-            ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens, "
-                     f"{usd(r['cost_per_mtok_input_usd'])} per M input tokens")]
+            ("cost, all GPU time on output", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens"),
+            ("cost, split by phase", f"{usd(r['cost_per_mtok_output_decode_share_usd'])} per M output tokens "
+                                     f"(decode share) + {usd(r['cost_per_mtok_input_prefill_share_usd'])} per M "
+                                     "input tokens (prefill share)")]
     if "prefill" in r:
         p = r["prefill"]
         rows.append(("prefill pool", f"{p['layout']}: {num(p['input_tokens_per_s_per_gpu'])} input tokens/s per "
