@@ -67,9 +67,31 @@ def estimate(
 
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
-    r = api.estimate(model, hardware, batch, context, phase=phase.value, layout=layout, aggregate=aggregate,
-                     gpus=gpus, precision=precision, kv_precision=kv_precision, ideal=ideal,
-                     refined=not lecture_weights, sparse_law=sparse_law, strict_fit=strict_fit)
+    kw = dict(phase=phase.value, layout=layout, aggregate=aggregate, gpus=gpus, precision=precision,
+              kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
+              strict_fit=strict_fit)
+    if "," in hardware:
+        from chalk.analyses.compare import compare, hardware_list
+
+        rows = compare(lambda hardware: api.estimate(model, hardware, batch, context, **kw), hardware_list(hardware))
+        if as_json:
+            emit_json({"compare": [{**(o["result"].to_dict() if o["result"] is not None else {}),
+                                    "hardware": o["hardware"], "error": o["error"],
+                                    "system": o["result"].hardware if o["result"] is not None else None}
+                                   for o in rows]})
+            return
+        t = table(f"{model} · {phase.value} · batch {num(batch)} · context {num(context)} across chips",
+                  ["hardware", "layout", "step", "tokens/s", "per user", "$/M tok", "bound"])
+        for o in rows:
+            r = o["result"]
+            if r is None:
+                t.add_row(o["hardware"], "-", "-", "-", "-", "-", o["error"][:40])
+                continue
+            t.add_row(o["hardware"], r.layout["label"] if r.layout else f"{r.chips} summed", seconds(r.step_time_s),
+                      num(r.tokens_per_s), num(r.user_tokens_per_s), usd(r.cost_per_mtok_usd), str(r.bound))
+        console().print(t)
+        return
+    r = api.estimate(model, hardware, batch, context, **kw)
     spec = None
     if mtp:
         from chalk.analyses.speculative import speculative_estimate

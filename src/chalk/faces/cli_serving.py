@@ -128,12 +128,33 @@ def throughput(
     --concurrency, what that exact deployment does."""
     from chalk.analyses.serving import throughput as run
 
-    m, system = _resolve(model, hardware)
     spec = _speculation(mtp, acceptance, speculative)
-    r = run(m, system, input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
-            precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-            disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
-            speculative=spec, engine=engine, cache_hit=cache_hit)
+    kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
+              precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
+              disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
+              speculative=spec, engine=engine, cache_hit=cache_hit)
+    if "," in hardware:
+        from chalk.analyses.compare import compare, hardware_list
+
+        rows = compare(lambda hardware: run(model, hardware, **kw), hardware_list(hardware))
+        if as_json:
+            emit_json({"compare": [{**(o["result"] or {}), "hardware": o["hardware"], "error": o["error"],
+                                    "system": (o["result"] or {}).get("hardware")} for o in rows]})
+            return
+        t = table(f"{model} · {num(kw['input_len']) if isinstance(kw['input_len'], float) else input_len} in / "
+                  f"{num(kw['output_len']) if isinstance(kw['output_len'], float) else output_len} out across chips",
+                  ["hardware", "layout", "out tok/s/GPU", "per user", "TTFT", "$/M out"])
+        for o in rows:
+            r = o["result"]
+            if r is None:
+                t.add_row(o["hardware"], o["error"][:48], "-", "-", "-", "-")
+                continue
+            t.add_row(o["hardware"], r["layout"], num(r["output_tokens_per_s_per_gpu"]), num(r["user_tokens_per_s"]),
+                      seconds(r["ttft_s"]), usd(r["cost_per_mtok_output_usd"]))
+        console().print(t)
+        return
+    m, system = _resolve(model, hardware)
+    r = run(m, system, **kw)
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
                    kv_precision=kv_precision, ideal=ideal, input_len=r["input_len"], output_len=r["output_len"])

@@ -1,0 +1,176 @@
+"""The one step model: ops that add up, the same step time from every command, fixed deployments, speculation in
+the search, and one-line errors for bad layouts, engines and serving options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import chalk
+from chalk.analyses import simulate as sim
+from chalk.analyses.estimate import make_layout, parse_layout
+from chalk.analyses.serving import Speculation, fixed_deployment, throughput
+from chalk.errors import ChalkError, InputError, UnknownNameError
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 2048), context=st.floats(16, 131072), layout=st.sampled_from(
+    ["tp=1,attn_dp=8", "tp=8", "tp=4,pp=2", "tp=2,attn_dp=4"]), model=st.sampled_from(["deepseek-v3", "qwen3-30b-a3b"]))
+def test_ops_add_up_to_the_step_and_are_non_negative(batch, context, layout, model):
+    r = chalk.estimate(model, "gb200-nvl72", batch, context, layout=layout)
+    assert sum(o["time_s"] for o in r.ops) == pytest.approx(r.step_time_s, rel=1e-9)
+    assert all(o["time_s"] >= 0 and o["flops"] >= 0 and o["bytes"] >= 0 for o in r.ops)
+    assert any(o["name"] == "overhead" for o in r.ops)
+    assert np.isfinite(r.step_time_s) and r.step_time_s > 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(b=st.integers(1, 512))
+def test_more_sequences_never_take_less_time(b):
+    a = chalk.estimate("llama-3.1-70b", "hgx-h100", b, 4096, layout="tp=8")
+    c = chalk.estimate("llama-3.1-70b", "hgx-h100", b + 16, 4096, layout="tp=8")
+    assert c.step_time_s >= a.step_time_s
+
+
+def test_estimate_defaults_to_the_smallest_tp_group_that_fits():
+    r = chalk.estimate("llama-3.1-70b", "h100-sxm", 64, 4096)  # BF16 70B: 141 GB of weights + 86 GB of KV
+    assert r.view == "layout" and r.layout["tp"] == 4 and r.fits
+    small = chalk.estimate("llama-3.1-8b", "h100-sxm", 1, 1024)
+    assert small.layout["tp"] == 1
+    agg = chalk.estimate("llama-3.1-70b", "h100-sxm", 64, 4096, aggregate=True)
+    assert agg.view == "aggregate" and agg.chips == 8 and agg.step_time_s < r.step_time_s  # the bound is faster
+
+
+def test_estimate_matches_the_disaggregated_throughput_answer():
+    """Issue 9: estimate at the layout and batch throughput --disaggregated chose gives its TPOT within 2%."""
+    for model, hw in (("deepseek-v3", "gb200-nvl72"), ("llama-3.1-70b", "hgx-h100")):
+        t = throughput(model, hw, input_len=2000, output_len=1000, disaggregated=True)
+        p = t["parallelism"]
+        if p["pp"] != 1:
+            continue
+        lay = f"tp={p['tp']},attn_dp={p['attn_dp']},pp=1"
+        e = chalk.estimate(model, hw, int(t["batch_per_replica"]), 2000 + 1000 / 2, layout=lay)
+        assert e.step_time_s == pytest.approx(t["tpot_s"], rel=0.02)
+
+
+def test_fixed_mode_and_the_simulator_agree_on_tpot():
+    """Issue 10: simulate (closed loop at the same layout and concurrency) and fixed mode within 5% on TPOT."""
+    # lengths drawn as serving benchmarks draw them (uniform in [0.8 L, L]): equal lengths keep a closed loop in
+    # lock-step, every request prefilled in the same step, which no benchmark run looks like
+    rng = np.random.default_rng(0)
+    n = 4000
+    I, O = rng.integers(410, 513, n), rng.integers(205, 257, n)
+    f = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=float(I.mean()),
+                         output_len=float(O.mean()))
+    B = f["decoding_per_replica"]
+    sc = sim.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=B, context=I.mean() + O.mean() / 2,
+                                      prompt_len=I.mean(), prefill_tokens=B * I.mean() / O.mean())
+    s = sim.simulate_continuous(sim.Requests.from_arrays(np.zeros(n), I, O), sc, max_batch=64)
+    assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
+
+
+def test_fixed_mode_contract_and_littles_law():
+    f = fixed_deployment("deepseek-r1", "b200", layout="tp=8", concurrency=64, input_len=1024, output_len=1024)
+    for k in ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "ttft_s", "tpot_s", "ttft_p99_s",
+              "tpot_p99_s", "user_tokens_per_s", "parallelism"):
+        assert k in f
+    # closed loop: requests in flight = decoding + prefilling (Little's law), all in SI units
+    X = f["decoding_per_replica"] / (1024 * f["tpot_s"])
+    assert f["decoding_per_replica"] + X * f["ttft_s"] == pytest.approx(64, rel=0.02)
+    assert f["output_tokens_per_s_per_gpu"] == pytest.approx(X * 1024 / 8, rel=1e-9)
+    more = fixed_deployment("deepseek-r1", "b200", layout="tp=8", concurrency=256, input_len=1024, output_len=1024)
+    assert more["output_tokens_per_s_per_gpu"] > f["output_tokens_per_s_per_gpu"] and more["tpot_s"] > f["tpot_s"]
+
+
+def test_speculation_in_the_search_reaches_fast_deepseek():
+    """Issue 10: DeepSeek-R1 at >= 75 tok/s per user is answered with MTP, and the search says what it bought."""
+    r = throughput("deepseek-r1", "b200", input_len=1024, output_len=1024, min_user_tps=75,
+                   speculative=Speculation(3, 0.7))
+    assert r["user_tokens_per_s"] >= 75 and r["speculative"]["used"]
+    assert r["speculative"]["tokens_per_step"] == pytest.approx((1 - 0.7 ** 4) / (1 - 0.7))
+
+
+def test_length_distribution_holds_kv_longer():
+    flat = throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=3790)
+    tail = throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len="lognormal:mean=3790,p99=15000")
+    assert tail["output_len"] == pytest.approx(3790, rel=1e-6)
+    assert tail["mean_decode_context"] > flat["mean_decode_context"] * 1.3
+
+
+def test_compare_mode_json():
+    rc, out, err = run("throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm,h200", "--input-len", "500",
+                       "--output-len", "200", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)["compare"]
+    assert [r["hardware"] for r in rows] == ["h100-sxm", "h200"]
+    assert rows[1]["output_tokens_per_s_per_gpu"] > rows[0]["output_tokens_per_s_per_gpu"]  # more HBM bandwidth
+
+
+def test_layout_parsing():
+    assert parse_layout("tp=8,ep=8,pp=1,attn_dp=8") == {"tp": 8, "ep": 8, "pp": 1, "attn_dp": 8}
+    from chalk.specs.catalog import load_model
+
+    lay = make_layout(load_model("deepseek-v3"), "tp=1,ep=8,attn_dp=8")
+    assert lay.ep == 8 and lay.replica_gpus == 8
+    for bad in ("tp8", "tp=0", "tp=1.5", "xx=2", "tp=2,tp=4", ""):
+        with pytest.raises(InputError):
+            parse_layout(bad)
+    with pytest.raises(InputError):
+        make_layout(load_model("llama-3.1-70b"), "tp=3")  # 64 heads / 8 KV heads
+    with pytest.raises(InputError):
+        make_layout(load_model("deepseek-v3"), "tp=1,ep=4,attn_dp=8")
+
+
+BAD = [
+    (["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=eight"], "layout"),
+    (["estimate", "-m", "llama-3.1-70b", "-H", "hgx-h100", "--layout", "tp=3"], "heads"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "100", "--output-len", "100",
+      "--engine", "nosuch"], "engine"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "100", "--output-len", "100",
+      "--layout", "tp=1", "--concurrency", "0"], "concurrency"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "100", "--output-len", "100",
+      "--mtp", "2", "--acceptance", "1.5"], "acceptance"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "100", "--output-len", "100",
+      "--mtp", "0"], "draft"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "lognormal:mean=", "--output-len",
+      "100"], "lognormal"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm,nosuch", "--input-len", "100", "--output-len", "100"],
+     "nosuch"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_serving_input_one_line_exit_2(args, needle):
+    rc, out, err = run(*args)
+    assert rc == 2 and out == "", (rc, out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert needle.lower() in err.lower(), err
+
+
+def test_lengths_files_are_checked(tmp_path):
+    for name, text in (("empty.csv", ""), ("words.csv", "a\nb\n"), ("neg.csv", "10\n-5\n")):
+        p = tmp_path / name
+        p.write_text(text)
+        rc, out, err = run("throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", str(p),
+                           "--output-len", "100")
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_library_raises_typed_errors():
+    with pytest.raises(ChalkError):
+        fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=2.5, input_len=10, output_len=10)
+    with pytest.raises(UnknownNameError):
+        throughput("llama-3.1-8b", "h100-sxm", input_len=10, output_len=10, engine="nosuch")
+    with pytest.raises(InputError):
+        Speculation(2, 0.0)
