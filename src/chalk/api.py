@@ -44,3 +44,53 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
                     kv_precision=r.kv_precision, critical_batch=r.critical_batch,
                     balance_context=r.balance_context, efficiency=r.efficiency)
     return df
+
+
+def layout(model, hardware, gpus: int | None = None, **kwargs):
+    """Every feasible layout of `model` on `gpus` of `hardware` with memory per GPU, the MoE rack layout and the
+    pipeline analysis (`chalk.analyses.parallel.layout_report`)."""
+    from chalk.analyses.parallel import layout_report
+    from chalk.specs.catalog import as_system
+
+    return layout_report(as_model(model), as_system(hardware), gpus, **kwargs)
+
+
+def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, input_len=512, output_len=128,
+             layout=None, concurrency: int | None = None, max_batch: int = 256, prefill_chunk: int | None = None,
+             precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0):
+    """Requests through continuous batching on one replica (`chalk.analyses.simulate`): Poisson arrivals at `rate`,
+    or a closed loop of `concurrency` requests in flight; step times from the step model on `layout` (default: the
+    aggregate roofline of the hardware's chips)."""
+    import numpy as np
+
+    from chalk.analyses import simulate as sim
+    from chalk.specs.catalog import as_system
+
+    m, system = as_model(model), as_system(hardware)
+    n = int(positive("requests", requests, integer=True))
+    if concurrency is not None:
+        if layout is None:
+            from chalk.errors import InputError
+
+            raise InputError("a closed loop (concurrency) needs a layout")
+        max_batch = int(positive("concurrency", concurrency, integer=True))
+    if layout is not None:
+        ref = float(max_batch)
+        sc = sim.StepCost.from_step_model(m, system, layout, batch=ref, context=float(input_len) + output_len / 2,
+                                          prompt_len=float(input_len), prefill_tokens=ref * input_len / output_len,
+                                          precision=precision, kv_precision=kv_precision, ideal=ideal)
+    else:
+        from chalk.analyses.parallel import resolve_kv_precision
+        from chalk.analyses.model_sizes import ModelSizes
+
+        kvp = resolve_kv_precision(kv_precision, precision or ModelSizes(m).default_precision(), system)
+        sc = sim.StepCost.from_roofline(m, system, precision=precision, kv_precision=kvp,
+                                        efficiency=default_efficiency(ideal, m))
+    if concurrency is not None:  # closed loop: everything queued at once, `concurrency` seats
+        rng = np.random.default_rng(seed)
+        lo_i, lo_o = max(int(0.8 * input_len), 1), max(int(0.8 * output_len), 1)
+        reqs = sim.Requests.from_arrays(np.zeros(n), rng.integers(lo_i, int(input_len) + 1, n),
+                                        rng.integers(lo_o, int(output_len) + 1, n))
+    else:
+        reqs = sim.poisson_arrivals(rate, n, input_len, output_len, seed)
+    return sim.simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=prefill_chunk)

@@ -245,3 +245,43 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
                            kv_precision=kvp, ideal=ideal, strict_fit=strict_fit)
+
+
+class Session:
+    """A model on hardware, asked many questions: resolves the model, the system and their derived sizes once, and
+    remembers the answers it gave (a repeated question costs a dictionary lookup).
+
+    >>> s = Session("llama-3.1-8b", "h100-sxm")
+    >>> s.estimate(64, 4096).layout["tp"]
+    1
+
+    `estimate(batch, context)` takes numpy arrays too: one call answers a whole grid (the fast way to ask
+    thousands of questions). Options given here (layout, precision, ...) apply to every question unless a call
+    overrides them.
+    """
+
+    def __init__(self, model, hardware, **options):
+        from chalk.specs.catalog import as_model, as_system
+
+        self.model = as_model(model)
+        self.system = as_system(hardware)
+        self.options = dict(options)
+        self._memo: dict = {}
+
+    def estimate(self, batch=1, context=4096, **overrides) -> RF.RooflineResult:
+        opts = {**self.options, **overrides}
+        scalar = np.ndim(batch) == 0 and np.ndim(context) == 0
+        key = (float(batch), float(context), tuple(sorted(opts.items()))) if scalar else None
+        if key is not None:
+            try:
+                hit = self._memo.get(key)
+            except TypeError:  # an unhashable option: answer without memoising
+                key, hit = None, None
+            if hit is not None:
+                return hit
+        r = estimate(self.model, self.system, batch, context, **opts)
+        if key is not None:
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            self._memo[key] = r
+        return r

@@ -324,11 +324,13 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
         raise FitError(f"{model.id} does not fit on {n} x {system.chip.id} in any layout: weights need "
                        f"{costs.dense_weight_bytes / 1e9 + costs.expert_weight_bytes / 1e9:.0f} GB, "
                        f"{n} chips hold {n * usable / 1e9:.0f} GB usable")
-    return {"model": model.id, "hardware": system.id, "gpus": n, "precision": costs.precision,
+    from chalk.analyses.results import LayoutReport
+
+    return LayoutReport({"model": model.id, "hardware": system.id, "gpus": n, "precision": costs.precision,
             "kv_precision": costs.kv_precision, "context": context, "efficiency": cal.label,
             "usable_hbm_bytes_per_gpu": usable, "layouts": table,
             "moe_rack_layout": moe_rack_layout(model, system, precision, context=context, ideal=ideal),
-            "pipeline": pipeline_analysis(model, system, precision, ideal=ideal)}
+            "pipeline": pipeline_analysis(model, system, precision, ideal=ideal)})
 
 
 # --------------------------------------------------------------------------- lecture claims

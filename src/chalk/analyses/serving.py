@@ -18,6 +18,7 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.results import ServingResult
 from chalk.analyses.parallel import (Layout, default_kernels, enumerate_layouts, layout_arrays, memory_per_chip,
                                      model_costs, resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
@@ -296,7 +297,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     res["modes"] = _modes(front, ev, per_gpu, layouts, g, res, system)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, layouts, system) for j in front]
-    return res
+    return ServingResult(res)
 
 
 def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) -> dict | None:
@@ -420,7 +421,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                             f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])}
     res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
                                                     out_gpu * np.exp(cal.residual_high)]}
-    return res
+    return ServingResult(res)
 
 
 def _cost_per_mtok(system: System, per_gpu_rate):

@@ -1,0 +1,42 @@
+"""How many estimates per second the Python API answers in-process (issue 12: >= 20,000/s with a reused session).
+
+Prints three figures: a plain loop over `chalk.estimate` with varying batch (every question new), a reused
+`chalk.Session` asked repeated questions (a notebook re-running a cell), and one vectorised call over a grid.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import chalk
+
+
+def rate(fn, n):
+    fn(0)
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - t)
+
+
+def main():
+    m, h = "llama-3.1-70b", "h100-sxm"
+    loop = rate(lambda i: chalk.estimate(m, h, 1 + i % 512, 4096), 300)
+    s = chalk.Session(m, h)
+    for b in range(1, 65):
+        s.estimate(b, 4096)
+    repeated = rate(lambda i: s.estimate(1 + i % 64, 4096), 50_000)
+    B = np.arange(1, 100_001, dtype=float)
+    t = time.perf_counter()
+    r = s.estimate(B, 4096.0, layout="tp=4")
+    vec = B.size / (time.perf_counter() - t)
+    assert np.all(np.isfinite(r.step_time_s))
+    print(f"chalk.estimate in a loop, new questions: {loop:,.0f} estimates/s")
+    print(f"chalk.Session, repeated questions:       {repeated:,.0f} estimates/s")
+    print(f"chalk.Session, one vectorised call:      {vec:,.0f} estimates/s (100,000 batches, layout tp=4)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Typed answers for the analyses that return records of named quantities (serving, layouts).
+
+A result is a dict (so JSON, `r["key"]` and the faces keep working) with a name, attribute access to its fields
+(`r.tpot_s`) and `.to_dict()`, like the dataclass results (`RooflineResult`, `SimulationResult`).
+"""
+
+from __future__ import annotations
+
+
+class Result(dict):
+    """A named record of quantities in SI units; keys are documented on each subclass."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}") from None
+
+    def to_dict(self) -> dict:
+        """A plain, JSON-ready dict (non-finite floats become None)."""
+        from chalk.analyses.roofline import _jsonable
+
+        return _jsonable(dict(self))
+
+
+class ServingResult(Result):
+    """`chalk.throughput`: the best (or the fixed) deployment.
+
+    Keys: output_tokens_per_s_per_gpu, input_tokens_per_s_per_gpu, user_tokens_per_s, ttft_s, tpot_s (s),
+    concurrency, gpus, parallelism {tp, ep, pp, dp, attn_dp}, layout, mode ('aggregated' | 'disaggregated' |
+    'fixed'), batch_per_replica, cost_per_mtok_output_usd (all GPU time), cost_per_mtok_output_decode_share_usd,
+    cost_per_mtok_input_prefill_share_usd, range, step, modes, speculative, notes; fixed mode adds ttft_p99_s,
+    tpot_p99_s, replicas, concurrency_per_replica, decoding_per_replica.
+    """
+
+
+class LayoutReport(Result):
+    """`chalk.layout`: feasible layouts with memory per GPU, the MoE rack layout and the pipeline analysis."""
