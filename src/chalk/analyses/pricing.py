@@ -328,9 +328,6 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     the cached KV from storage is not charged. Efficiency: chalk's
     calibrated one unless `ideal` (or an explicit Efficiency).
     """
-    from chalk.analyses.calibration import default_efficiency
-
-    eff = efficiency or default_efficiency(ideal)
     per = "day"
     if input_len is not None or output_len is not None:
         if input_len is None or output_len is None:
@@ -348,21 +345,33 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     prompt_len = positive("prompt length", prompt_len or context)
     m, system = load_model(model) if isinstance(model, str) else model, \
         resolve_hardware(hardware) if isinstance(hardware, str) else hardware
-    n = int(positive("chips", chips or system.chips, integer=True))
-    B = positive("batch", batch if batch is not None else batch_per_chip * n)
-    kw = dict(chips=n, precision=precision, kv_precision=kv_precision, efficiency=eff)
-    dec = step(m, system, B, context, phase="decode", **kw)
+    n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
+    # one replica of the one step model: attention-DP + EP over the chips for a MoE (DeepSeek's deployment), the
+    # smallest TP group that holds the weights for a dense model
+    from chalk.analyses.estimate import layout_estimate
+
+    if efficiency is not None:
+        raise InputError("pricing margin takes its step times from the step model; pass ideal=True for peak rates")
+    lay = (f"tp=1,attn_dp={min(n, m.num_experts)}" if m.is_moe else None)
+    B = positive("batch", batch if batch is not None else batch_per_chip * (min(n, m.num_experts) if m.is_moe
+                                                                            else 1))
+    kw = dict(precision=precision, kv_precision=kv_precision, ideal=ideal, gpus=n)
+    dec = layout_estimate(m, system, B, context, phase="decode", layout=lay, **kw)
+    if not m.is_moe and batch is None:  # dense: batch_per_chip on each GPU of the chosen replica
+        B = positive("batch", batch_per_chip * dec.chips)
+        dec = layout_estimate(m, system, B, context, phase="decode", layout=dec.layout, **kw)
     notes = list(dec.notes)
     if batch is None and not dec.fits and dec.max_batch_fit >= 1:
         notes.append(f"{B:.0f} sequences do not fit in HBM at context {context:.0f}; decode batch capped at "
                      f"{dec.max_batch_fit:.0f}")
         B = float(dec.max_batch_fit)
-        dec = step(m, system, B, context, phase="decode", **kw)
+        dec = layout_estimate(m, system, B, context, phase="decode", layout=dec.layout, **kw)
     if not dec.fits:
         notes.append(f"decode does not fit in HBM ({dec.memory_needed_bytes / 1e9:.0f} GB needed, "
-                     f"{dec.hbm_bytes / 1e9:.0f} GB on {n} chips): the cost is a lower bound")
-    pre = step(m, system, max(1.0, round(n * PREFILL_TOKENS_PER_CHIP / prompt_len)), prompt_len,
-               phase="prefill", **kw)
+                     f"{dec.hbm_bytes / 1e9:.0f} GB on {dec.chips} chips): the cost is a lower bound")
+    G = dec.chips
+    pre = layout_estimate(m, system, max(1.0, round(G * PREFILL_TOKENS_PER_CHIP / prompt_len)), prompt_len,
+                          phase="prefill", layout=dec.layout, **kw)
     s = load_price_sheet(sheet)
     tier = s.tier_for(int(prompt_len))
     hit = tier.cache_read_usd_per_token if tier.cache_read_usd_per_token is not None else tier.input_usd_per_token
@@ -372,15 +381,16 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     c_in_eff = c_in
     if h > 0 and h * prompt_len >= 1:  # prefill only the uncached suffix, attending to the whole prompt
         hit_len = h * prompt_len
-        pre_hit = step(m, system, max(1.0, round(n * PREFILL_TOKENS_PER_CHIP / hit_len)), hit_len,
-                       phase="prefill", **kw)
+        pre_hit = layout_estimate(m, system, max(1.0, round(G * PREFILL_TOKENS_PER_CHIP / hit_len)), hit_len,
+                                  phase="prefill", layout=dec.layout, **kw)
         c_in_eff = float(PC.cached_prefill_cost_per_token(c_in, float(pre_hit.cost_per_mtok_usd) / MTOK, h))
     elif h > 0:
         c_in_eff = (1 - h) * c_in
     cost = input_tokens * c_in_eff + output_tokens * c_out
     price_h = system.chip.price_usd_per_hour
     return {"model": m.id, "hardware": system.id, "chips": n, "sheet": s.id, "tier": tier.name, "per": per,
-            "efficiency": eff.label, "decode_batch": float(B), "context": float(context),
+            "efficiency": "ideal" if ideal else "calibrated", "layout": dec.layout["label"],
+            "decode_batch": float(B), "context": float(context),
             "prompt_len": float(prompt_len), "input_tokens": float(input_tokens),
             "output_tokens": float(output_tokens), "cache_hit_fraction": h,
             "input_usd_per_mtok": tier.input_usd_per_token * MTOK,
