@@ -46,13 +46,13 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
     """
     from chalk import api
 
-    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
+    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)
     r1 = api.estimate(model, hardware, 1, context, **kw)
     b = float(batch) if batch else float(operating_batch(r1))
     rs = [r1] if b == 1 else [r1, api.estimate(model, hardware, b, context, **kw)]
     chip = as_system(hardware).chip
     n = r1.chips
-    eff = api.default_efficiency(ideal)
+    eff = api.default_efficiency(ideal, model)
     peak = f"{n} × {si(chip.flops_per_s[r1.compute_precision], 'FLOP/s')} ({r1.compute_precision})"
     bw = f"{n} × {si(chip.hbm_bandwidth_bytes_per_s, 'B/s')}"
 
@@ -64,7 +64,7 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
              "T = max(T_compute, T_memory) + overhead   (overhead 0 in the ideal roofline)",
              [("T_compute", col(lambda r: seconds(r.compute_time_s))),
               ("T_memory", col(lambda r: seconds(r.memory_time_s))),
-              (f"per-step overhead ({eff.label})", [seconds(eff.overhead_s)] * len(rs)),
+              (f"per-step overhead ({eff.label})", col(lambda r: seconds(r.overhead_time_s))),
               ("T (step time)", col(lambda r: seconds(r.step_time_s))),
               ("bound", col(lambda r: str(r.bound)))]),
         Step("2", "Compute: every active weight multiplies every token once (2 FLOPs per multiply-add)",
@@ -120,7 +120,7 @@ def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, 
 
     from chalk.api import default_efficiency
 
-    eff = default_efficiency(ideal)
+    eff = default_efficiency(ideal, model)
     sysm = as_system(hardware)
     chip = sysm.chip
     m = as_model(model)
