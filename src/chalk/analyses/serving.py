@@ -15,14 +15,14 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.parallel import (Layout, enumerate_layouts, layout_arrays, memory_per_chip, model_costs,
+from chalk.analyses.parallel import (Layout, check_reach, enumerate_layouts, layout_arrays, memory_per_chip, model_costs,
                                      resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
 from chalk.errors import FitError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.precision import canonical
-from chalk.specs.workload import positive
+from chalk.specs.workload import MAX_GPUS, count, positive
 
 #: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
 #: EP blog runs 16,384 tokens per device).
@@ -129,10 +129,11 @@ def throughput(model, hardware, *, input_len: float, output_len: float, gpus: in
     if max_ttft_s is not None:
         positive("max_ttft_s", max_ttft_s)
     if gpus is not None:
-        gpus = int(positive("gpus", gpus, integer=True))
+        gpus = count("gpus", gpus, MAX_GPUS)
+        check_reach(system, gpus)
     cal = calibration_override or calibration(ideal)
     sz = ModelSizes(m)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     kvp = resolve_kv_precision(kv_precision, prec, system)
     costs = model_costs(m, precision, kvp)
     sizes = [gpus] if gpus else deployment_sizes(system)

@@ -19,6 +19,8 @@ from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
+MAX_DRAWN_STAGES, MAX_DRAWN_MICROBATCHES = 64, 256
+
 def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", backward: float = 2.0):
     """The timeline of a pipeline: [(stage, 'F'|'B', microbatch, start, duration)], forward = 1 time unit.
 
@@ -28,8 +30,9 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", b
     """
     if schedule not in ("gpipe", "1f1b"):
         raise InputError(f"pipeline schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    S = int(_positive_int("stages", stages))
-    M = int(_positive_int("microbatches", microbatches))
+    # a drawing: beyond these the bars are thinner than a pixel and the figure takes minutes
+    S = int(_positive_int("stages", stages, maximum=MAX_DRAWN_STAGES))
+    M = int(_positive_int("microbatches", microbatches, maximum=MAX_DRAWN_MICROBATCHES))
     orders = []
     for s in range(S):
         if schedule == "gpipe":
@@ -60,10 +63,10 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", b
     return ops
 
 
-def _positive_int(name, v):
-    from chalk.specs.workload import positive
+def _positive_int(name, v, maximum=None):
+    from chalk.specs.workload import MAX_QUANTITY, positive
 
-    return positive(name, v, integer=True)
+    return positive(name, v, integer=True, maximum=maximum or MAX_QUANTITY)
 
 
 def _bubble_from_analyses(stages, microbatches):

@@ -173,10 +173,18 @@ def _looks_like_path(name: str) -> bool:
     return any(s in name for s in ("/", "\\")) or name.endswith((".yaml", ".yml", ".json"))
 
 
+def _probe(path: Path, test: str) -> bool:
+    """`path.is_file()` / `.is_dir()` / `.exists()`, False for a name the OS cannot look up (too long, NUL)."""
+    try:
+        return getattr(path, test)()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_hardware(name: str) -> System:
     """`--hardware`: a chip id (its default system), a system id, or a path to a chip/system YAML."""
     name = str(name).strip()
-    if _looks_like_path(name) or Path(name).is_file():
+    if _looks_like_path(name) or _probe(Path(name), "is_file"):
         d = read_yaml(name)
         if "chip" in d:
             return _system_from_dict(d, name)
@@ -236,13 +244,13 @@ def load_model(name: str) -> ModelSpec:
     """`--model`: a catalog id or alias, a path to a config.json, or a folder holding one."""
     name = str(name).strip()
     p = Path(name)
-    in_catalog = name.lower() in _model_aliases() and not p.exists()
-    if not in_catalog and (_looks_like_path(name) or p.exists()):
-        if p.is_dir():
+    in_catalog = name.lower() in _model_aliases() and not _probe(p, "exists")
+    if not in_catalog and (_looks_like_path(name) or _probe(p, "exists")):
+        if _probe(p, "is_dir"):
             p = p / "config.json"
         cfg = read_json(p)
         meta_path = p.parent / "meta.yaml"
-        meta = read_yaml(meta_path) if meta_path.is_file() else {}
+        meta = read_yaml(meta_path) if _probe(meta_path, "is_file") else {}
         mid = spec_str(meta.get("id"), f"{meta_path}: id") or (p.parent.name if p.name == "config.json" else p.stem)
         return model_from_config(cfg, id=mid, source=str(p), meta=meta)
     mid = _model_aliases().get(name.lower())

@@ -7,13 +7,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalk.errors import InputError
+from chalk.errors import FitError, InputError
 from chalk.specs.precision import canonical
 
 
 #: Largest magnitude a physical input may take (a batch, a context, a token count, a FLOP rate ...).
 #: Products of a few such inputs stay finite in float64, so nothing downstream overflows to inf.
 MAX_QUANTITY = 1e15
+
+#: Most points one sweep evaluates (batches x contexts): each becomes a table row.
+MAX_GRID_POINTS = 100_000
 
 #: Most GPUs (chips) one deployment or training run may hold: layouts are enumerated over their divisors.
 MAX_GPUS = 10_000_000
@@ -34,7 +37,8 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
     if np.any(a < 0) or (not allow_zero and np.any(a == 0)):
         raise InputError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {short(value)}")
     if np.any(a > maximum):
-        raise InputError(f"{name} must be at most {maximum:g}, got {short(value)}")
+        limit = f"{maximum:,.0f}" if maximum <= 1e15 and maximum == int(maximum) else f"{maximum:g}"
+        raise InputError(f"{name} must be at most {limit}, got {short(value)}")
     if integer and np.any(a != np.floor(a)):
         raise InputError(f"{name} must be a whole number, got {short(value)}")
     return value if arr.ndim else (int(a) if integer else float(a))
@@ -89,3 +93,27 @@ class Workload:
         if self.precision is not None:
             object.__setattr__(self, "precision", canonical(self.precision))
         object.__setattr__(self, "kv_precision", canonical(self.kv_precision))
+
+
+SPARSE_LAWS = (None, "sqrt")
+
+
+def sparse_law_name(sparse_law):
+    """None (each model's own attention) or 'sqrt' (the lecture's square-root law)."""
+    if sparse_law not in SPARSE_LAWS:
+        raise InputError(f"sparse_law must be 'sqrt' or None, got {short(sparse_law)}")
+    return sparse_law
+
+
+def context_note(model, context, *, strict_fit: bool = False) -> list[str]:
+    """A note when `context` (a number or an array) runs past the model's max_position_embeddings;
+    a FitError instead with `strict_fit`. Empty when the model states no maximum."""
+    limit = getattr(model, "max_context", None)
+    longest = float(np.max(np.asarray(context, dtype=float)))
+    if not limit or longest <= limit:
+        return []
+    msg = (f"context {longest:,.0f} tokens is beyond {model.id}'s max_position_embeddings ({limit:,}): "
+           "the model was not trained that long")
+    if strict_fit:
+        raise FitError(msg)
+    return [msg]
