@@ -33,7 +33,7 @@ SEED = 11
 TIME_GUARD_S = 30.0
 #: Commands that take minutes or start a server when given good input: only their bad input is fuzzed
 #: (each must be refused before the work starts).
-ONLY_BAD = {"measure", "web"}
+ONLY_BAD = {"measure", "web", "lecture", "revnet"}
 
 INTS = ["0", "-1", "1.5", "2147483648", "1000000000", "99999999999999999999", "abc", ""]
 FLOATS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "abc", ""]
@@ -179,6 +179,7 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
         js = [p for p in cmd.params if _opt(p) == "--json"]
         jsv = {js[0]: True} if js else {}
         only_bad = path[0] in ONLY_BAD
+        cases.append(path + tuple(_render(cmd, base)) + ("--no-such-option",))
         if not only_bad:
             cases.append(path + tuple(_render(cmd, {**base, **jsv})))
         for p in cmd.params:
@@ -210,7 +211,7 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
             a, b = rng.sample(nums, 2) if len(nums) >= 2 else (nums[0], nums[0])
             vals = {**base, **js, a: rng.choice(["1e15", "1", "1e9"]), b: rng.choice(["1e15", "3"])}
             cases.append(path + tuple(_render(cmd, vals)))
-    return cases
+    return list(dict.fromkeys(cases))  # each distinct invocation once, in a fixed order
 
 
 # ------------------------------------------------------------------ running one case

@@ -15,14 +15,14 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.parallel import (Layout, check_reach, enumerate_layouts, layout_arrays, memory_per_chip, model_costs,
-                                     resolve_kv_precision, stage_step)
+from chalk.analyses.parallel import (Layout, check_reach, enumerate_layouts, layout_arrays, memory_per_chip,
+                                     model_costs, resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
 from chalk.errors import FitError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.precision import canonical
-from chalk.specs.workload import MAX_GPUS, count, positive
+from chalk.specs.workload import MAX_GPUS, count, positive, tokens
 
 #: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
 #: EP blog runs 16,384 tokens per device).
@@ -122,8 +122,7 @@ def throughput(model, hardware, *, input_len: float, output_len: float, gpus: in
     `calibration_override` replaces the efficiency constants (used when fitting them).
     """
     m, system = as_model(model), as_system(hardware)
-    I = float(positive("input_len", input_len))
-    O = float(positive("output_len", output_len))
+    I, O = tokens("input_len", input_len), tokens("output_len", output_len)
     if min_user_tps is not None:
         positive("min_user_tps", min_user_tps)
     if max_ttft_s is not None:

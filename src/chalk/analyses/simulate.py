@@ -41,6 +41,8 @@ from chalk.specs.workload import positive
 
 #: Most requests one simulation takes: about 250 bytes and 10 us of stepping each (1e6: ~10 s, ~250 MB).
 MAX_REQUESTS = 1_000_000
+#: Latest arrival time: at 1e9 s float64 still resolves 1e-7 s, so a step of microseconds advances the clock.
+MAX_ARRIVAL_S = 1e9
 
 
 # ----------------------------------------------------------------------------------------- requests
@@ -62,6 +64,9 @@ class Requests:
             raise InputError(f"at most {MAX_REQUESTS:,} requests per simulation, got {a.size:,}")
         if not np.all(np.isfinite(a)) or np.any(a < 0):
             raise InputError("arrival times must be finite and >= 0")
+        if np.any(a > MAX_ARRIVAL_S):
+            raise InputError(f"arrival times must be at most {MAX_ARRIVAL_S:g} s (about 30 years; beyond it a "
+                             f"millisecond step is lost in the float), got up to {float(a.max()):.3g} s")
         lens = []
         for name, v in (("input_len", input_len), ("output_len", output_len)):
             x = np.broadcast_to(np.asarray(v), a.shape) if np.ndim(v) == 0 else np.asarray(v)

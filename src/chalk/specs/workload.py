@@ -49,6 +49,14 @@ def count(name: str, value, maximum: float = MAX_QUANTITY) -> int:
     return int(positive(name, value, integer=True, maximum=maximum))
 
 
+def tokens(name: str, value) -> float:
+    """A token count (a length or a mean length): finite, at least one token, at most MAX_QUANTITY."""
+    v = float(positive(name, value))
+    if v < 1:
+        raise InputError(f"{name} must be at least 1 token, got {short(value)}")
+    return v
+
+
 def fraction(name: str, value: float) -> float:
     try:
         v = float(value)
