@@ -358,7 +358,7 @@ def pipeline_analysis(model: ModelSpec, system: System, precision: str | None = 
     sz = ModelSizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
-    tp = tp or max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
+    tp = count("tp", tp, MAX_GPUS) if tp is not None else max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
                    and (model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0))
     moe = model.is_moe
     rows = []

@@ -135,12 +135,18 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     _need("pareto", model=model)
     run = _require("serving", "throughput", "pareto")
     hws = [h.strip() for h in (compare or hardware or ",".join(DEFAULT_PARETO_HARDWARE)).split(",") if h.strip()]
+    if not hws:
+        raise InputError("pareto needs at least one chip or system to compare")
+    from chalk.specs.catalog import as_system
+
+    for hw in hws:  # an unknown name is an error, never silently dropped from the figure
+        as_system(hw)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.5, 6))
     skipped, label = [], None
     for hw in hws:
         try:
-            res = run(model, hw, input_len=float(input_len or context), output_len=float(output_len),
+            res = run(model, hw, input_len=float(context if input_len is None else input_len), output_len=float(output_len),
                       gpus=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
         except ChalkError as e:
             if len(hws) == 1:
@@ -159,7 +165,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     ax.set_xlabel("tokens/s per user (interactivity)")
     ax.set_ylabel("output tokens/s per GPU (throughput)")
     _fmt_axes(ax, "tokens", "tokens")
-    ax.set_title(f"{model} · {num(input_len or context)} tokens in, {num(output_len)} out · serving frontier "
+    ax.set_title(f"{model} · {num(context if input_len is None else input_len)} tokens in, {num(output_len)} out · serving frontier "
                  "per hardware\n(★ = most tokens/s per GPU; every point: the best layout × batch at that speed)",
                  loc="left")
     ax.legend(framealpha=0.9, title="hardware")
@@ -186,12 +192,12 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
 
         r1 = api.estimate(model, hardware, 1, context, chips=chips, precision=precision, kv_precision=kv_precision,
                           ideal=ideal)
-        batch = int(batch or default_batch(r1))
+        batch = int(default_batch(r1) if batch is None else batch)
         r = api.estimate(model, hardware, batch, context, chips=chips, precision=precision, kv_precision=kv_precision,
                          ideal=ideal)
         period_s, where = float(r.step_time_s), f"{r.model} on {r.chips} × {r.hardware}, batch {num(batch)}"
-    T = float(period_s or 0.020)
-    B = int(batch or 2048)
+    T = float(0.020 if period_s is None else period_s)
+    B = int(2048 if batch is None else batch)
     if not 0 < float(load) < 1:
         raise InputError(f"load must be in (0, 1), got {load!r}")
     rate = float(load) * B / T
