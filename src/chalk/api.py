@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from chalk.analyses.roofline import Efficiency, RooflineResult
+from chalk.errors import InputError
 from chalk.specs.catalog import as_model
-from chalk.specs.workload import positive
+from chalk.specs.workload import MAX_GRID_POINTS, positive
 
 
 def default_efficiency(ideal: bool, model=None) -> Efficiency:
@@ -36,6 +37,9 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
     contexts = np.asarray(contexts if contexts is not None else [4096], dtype=float)
     positive("batch", batches)
     positive("context", contexts)
+    if batches.size * contexts.size > MAX_GRID_POINTS:
+        raise InputError(f"a sweep of {batches.size:,} batches x {contexts.size:,} contexts is more than "
+                         f"{MAX_GRID_POINTS:,} points")
     B, L = np.meshgrid(batches, contexts, indexing="ij")
     r = estimate(model, hardware, B.ravel(), L.ravel(), **kwargs)
     cols = {c: np.broadcast_to(np.asarray(getattr(r, c)), B.ravel().shape) for c in SWEEP_COLUMNS}

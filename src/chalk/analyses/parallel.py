@@ -9,6 +9,7 @@ and SGLang deploy it; with attn_dp = 1 the experts are simply sharded over the T
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -22,6 +23,7 @@ from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
+from chalk.specs.workload import MAX_GPUS, count, positive
 
 ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
 
@@ -108,7 +110,7 @@ class ModelCosts:
 @lru_cache(maxsize=128)
 def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> ModelCosts:
     sz = ModelSizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     wp = precision and prec  # None keeps the checkpoint's own mix (e.g. gpt-oss: bf16 + mxfp4 experts)
     kvp = canonical(kv_precision)
     total = sz.weight_bytes(wp)
@@ -149,12 +151,23 @@ def valid_tp(model: ModelSpec, tp: int) -> bool:
     return not (model.attention == "gqa" and not (kv % tp == 0 or tp % kv == 0))
 
 
+def check_reach(system: System, gpus: int) -> None:
+    """More GPUs than one scale-up domain need a scale-out network: refuse a chip whose YAML gives none."""
+    if gpus > system.chips and system.chip.scaleout_bandwidth_bytes_per_s <= 0:
+        raise InputError(f"{gpus} GPUs span more than one {system.chips}-chip scale-up domain, but "
+                         f"{system.chip.id} has no scale-out network (scaleout_gbit_per_s is 0 or missing)")
+
+
+def _divisors_upto(n: int, limit: int) -> list[int]:
+    """Divisors of n no larger than limit, ascending (O(sqrt n), not a loop over every integer up to n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({x for d in small for x in (d, n // d) if x <= limit})
+
+
 def enumerate_layouts(model: ModelSpec, gpus: int, domain: int) -> list[Layout]:
     """Every sensible layout of `gpus` chips: TP within the scale-up domain dividing the heads (and the KV
     heads, or divided by them); attention-DP only for MoE; PP up to 8 stages dividing into the layers."""
-    gpus = int(gpus)
-    if gpus < 1:
-        raise InputError(f"gpus must be a positive whole number, got {gpus!r}")
+    gpus = count("gpus", gpus, MAX_GPUS)
     moe = model.is_moe
     out = []
     for tp in _pow2_upto(min(gpus, domain, model.num_heads)):
@@ -164,10 +177,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, domain: int) -> list[Layout]:
             if pp > model.num_layers or gpus % (tp * pp):
                 continue
             rest = gpus // (tp * pp)
-            dps = [d for d in range(1, rest + 1) if rest % d == 0] if moe else [1]
-            for a in dps:
-                if moe and tp * a > max(model.num_experts, 1):
-                    continue
+            for a in _divisors_upto(rest, max(model.num_experts, 1) // tp) if moe else [1]:
                 out.append(Layout(tp=tp, attn_dp=a, pp=pp, dp=rest // a, moe=moe))
     return out
 
@@ -221,7 +231,7 @@ def layout_step_report(model: ModelSpec, system: System, layout: Layout, batch_p
     """Decode step of one layout at a batch: time breakdown, memory per chip, fit."""
     cal = calibration(ideal)
     sz = ModelSizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
     r = stage_step(costs, system, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, 0.0, context,
                    1.0, cal)
@@ -245,6 +255,8 @@ def moe_rack_layout(model: ModelSpec, system: System, precision: str | None = No
     EP group across two domains over the scale-out network."""
     if not model.is_moe:
         return {"applies": False, "reason": f"{model.id} is dense: no expert parallelism"}
+    if system.chip.scaleout_bandwidth_bytes_per_s <= 0:
+        return {"applies": False, "reason": f"{system.chip.id} has no scale-out network to spill EP over"}
     D = system.chips
     chip = system.chip
     cal = calibration(ideal)
@@ -255,15 +267,14 @@ def moe_rack_layout(model: ModelSpec, system: System, precision: str | None = No
         rows.append(layout_step_report(model, system, lay, batch_per_gpu * ep, context, precision, kv_precision,
                                        ideal))
     inside, spill = rows[0], rows[-1]
-    ratio = chip.scaleup_bandwidth_bytes_per_s / chip.scaleout_bandwidth_bytes_per_s \
-        if chip.scaleout_bandwidth_bytes_per_s else float("inf")
+    ratio = chip.scaleup_bandwidth_bytes_per_s / chip.scaleout_bandwidth_bytes_per_s
     return {"applies": True, "domain_chips": D, "ep_inside_domain": ep_in, "ep_spilled": spill["ep"],
             "scaleup_bytes_per_s_one_way": chip.scaleup_bandwidth_bytes_per_s,
             "scaleout_bytes_per_s_one_way": chip.scaleout_bandwidth_bytes_per_s,
             "scaleout_slowdown": ratio, "batch_per_gpu": batch_per_gpu, "context": context,
             "inside": inside, "spilled": spill,
             "alltoall_slowdown_when_spilled": (spill["alltoall_time_s"] / inside["alltoall_time_s"]
-                                               if inside["alltoall_time_s"] > 0 else float("inf")),
+                                               if inside["alltoall_time_s"] > 0 else None),
             "step_slowdown_when_spilled": spill["stage_time_s"] / inside["stage_time_s"],
             "efficiency": cal.label}
 
@@ -275,14 +286,15 @@ def pipeline_analysis(model: ModelSpec, system: System, precision: str | None = 
     inference latency penalty; training bubbles (PP-1)/(M+PP-1), plain and interleaved."""
     cal = calibration(ideal)
     sz = ModelSizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
-    tp = tp or max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
+    tp = count("tp", tp, MAX_GPUS) if tp is not None else max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
                    and (model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0))
     moe = model.is_moe
     rows = []
+    reach = system.chips if system.chip.scaleout_bandwidth_bytes_per_s <= 0 else float("inf")
     for p in stages:
-        if p > model.num_layers:
+        if p > model.num_layers or tp * p > reach:  # no scale-out network: stay in the domain
             continue
         lay = Layout(tp=tp, attn_dp=1, pp=p, dp=1, moe=moe)
         w, kv = memory_per_chip(costs, tp, 1, p, lay.ep, batch_per_stage * p, context)
@@ -305,10 +317,12 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
                   kv_precision: str | None = "auto", context: float = 4096, ideal: bool = False) -> dict:
     """Everything `chalk layout` shows: feasible layouts with memory per chip, the MoE rack layout and the
     pipeline analysis."""
-    n = gpus or system.chips
+    n = system.chips if gpus is None else count("gpus", gpus, MAX_GPUS)
+    check_reach(system, n)
+    context = float(positive("context", context))
     cal = calibration(ideal)
     sz = ModelSizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
     layouts = enumerate_layouts(model, n, system.chips)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)

@@ -24,11 +24,11 @@ from chalk.analyses.roofline import step
 from chalk.equations import pricing as P
 from chalk.equations import prefix_cache as PC
 from chalk.errors import InputError
-from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.catalog import as_model, as_system, load_model, resolve_hardware
 from chalk.specs.precision import canonical
 from chalk.specs.prices import (MTOK, PriceMode, PriceSheet, StorageTier, load_price_sheet,
                                 load_price_sheets, load_storage_tiers)
-from chalk.specs.workload import fraction, positive
+from chalk.specs.workload import MAX_GPUS, count, fraction, positive
 
 MINUTE_S, HOUR_S = 60.0, 3600.0
 #: The lecture's two cache-retention tiers (Anthropic: 5-minute and 1-hour cache writes).
@@ -334,18 +334,17 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
             raise InputError("give both input_len and output_len (tokens per request)")
         input_tokens, output_tokens, per = positive("input_len", input_len), positive("output_len", output_len), \
             "request"
-        context = context or input_len + output_len / 2
-        prompt_len = prompt_len or input_len
+        context = input_len + output_len / 2 if context is None else context
+        prompt_len = input_len if prompt_len is None else prompt_len
     input_tokens = positive("input tokens", DEEPSEEK.input_tokens if input_tokens is None else input_tokens,
                             allow_zero=True)
     output_tokens = positive("output tokens", DEEPSEEK.output_tokens if output_tokens is None else output_tokens,
                              allow_zero=True)
     h = 0.0 if cache_hit_fraction == 0 else fraction("cache-hit fraction", cache_hit_fraction)
-    context = positive("context", context or DEEPSEEK.kv_length)
-    prompt_len = positive("prompt length", prompt_len or context)
-    m, system = load_model(model) if isinstance(model, str) else model, \
-        resolve_hardware(hardware) if isinstance(hardware, str) else hardware
-    n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
+    context = positive("context", DEEPSEEK.kv_length if context is None else context)
+    prompt_len = positive("prompt length", context if prompt_len is None else prompt_len)
+    m, system = as_model(model), as_system(hardware)
+    n = count("chips", system.chips if chips is None else chips, MAX_GPUS)
     # one replica of the one step model: attention-DP + EP over the chips for a MoE (DeepSeek's deployment), the
     # smallest TP group that holds the weights for a dense model
     from chalk.analyses.estimate import layout_estimate

@@ -25,6 +25,8 @@ from typing import Callable
 import numpy as np
 
 from chalk.equations import reversible as eq
+from chalk.errors import InputError
+from chalk.specs.workload import positive
 
 BYTES_PER_FLOAT64 = 8
 # Width-sized tensors the stored path keeps per block: (x2, y1) = the block's input
@@ -260,6 +262,28 @@ def _timed_s(fn: Callable[[], int], repeats: int = 3) -> float:
     return best
 
 
+#: What one `measure_memory` call may take: float64 bytes held at once, and matmul FLOPs in all.
+MAX_REVNET_BYTES, MAX_REVNET_FLOPS = 2e9, 2e11
+
+
+def _check_size(depths, batch, width) -> None:
+    """Refuse, before allocating, a stack whose parameters, gradients and activations or whose matmuls would
+    not fit the budget: per layer two (width/2)^2 matrices and their gradients, activations batch x width."""
+    if not depths:
+        raise InputError("depths must name at least one depth")
+    for name, v in (("batch", batch), ("width", width), *(("depth", d) for d in depths)):
+        positive(name, v, integer=True)
+    if width < 2 or width % 2:
+        raise InputError(f"width must be an even number >= 2, got {width!r}")
+    half, deepest = width / 2, max(depths)
+    held = 8.0 * deepest * (4 * half * half + 4 * batch * width)
+    flops = 12.0 * sum(depths) * batch * 2 * half * half
+    if held > MAX_REVNET_BYTES or flops > MAX_REVNET_FLOPS:
+        raise InputError(f"a reversible stack of depth {deepest}, batch {batch}, width {width} needs about "
+                         f"{held / 1e9:.3g} GB and {flops:.3g} FLOP; at most {MAX_REVNET_BYTES / 1e9:g} GB and "
+                         f"{MAX_REVNET_FLOPS:g} FLOP: lower --width, --batch or --max-depth")
+
+
 def measure_memory(
     depths: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
     batch: int = 64,
@@ -272,6 +296,7 @@ def measure_memory(
     are the same for both paths, and gradient buffers are parameter-sized (O(depth)
     in both), not activations.
     """
+    _check_size(depths, batch, width)
     rng = np.random.default_rng(seed + 1)
     x, dy = rng.normal(size=(batch, width)), rng.normal(size=(batch, width))
     out = []

@@ -16,7 +16,7 @@ from chalk.equations import roofline as R
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
-from chalk.specs.workload import Workload, positive
+from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, sparse_law_name
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,10 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
 
     batch and context may be numpy arrays (broadcast together) for vectorised sweeps.
     """
-    w = Workload(batch, context, phase, precision or None, kv_precision)
+    w = Workload(batch, context, phase, precision, kv_precision)
     batch, context, phase, precision, kv_precision = w.batch, w.context, w.phase, w.precision, w.kv_precision
-    n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
+    n = count("chips", chips if chips is not None else system.chips, MAX_GPUS)
+    sparse_law, context_notes = sparse_law_name(sparse_law), context_note(model, context, strict_fit=strict_fit)
     sz = ModelSizes(model)
     prec = precision or sz.default_precision()
     chip = system.chip
@@ -241,7 +242,7 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
     spread = {"step_time_s": [_scalar(t * fast), _scalar(t * slow)],
               "tokens_per_s": [_scalar(tokens / (t * slow)), _scalar(tokens / (t * fast))],
               "cost_per_mtok_usd": [_scalar(cost * fast), _scalar(cost * slow)]}
-    notes = []
+    notes = list(context_notes)
     if chip.price_is_assumption:
         notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
     if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):

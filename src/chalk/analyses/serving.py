@@ -18,16 +18,16 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.parallel import (Layout, check_reach, default_kernels, enumerate_layouts, layout_arrays,
+                                     memory_per_chip, model_costs, resolve_kv_precision, stage_step)
 from chalk.analyses.results import ServingResult
-from chalk.analyses.parallel import (Layout, default_kernels, enumerate_layouts, layout_arrays, memory_per_chip,
-                                     model_costs, resolve_kv_precision, stage_step)
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.precision import canonical
-from chalk.specs.workload import positive
+from chalk.specs.workload import MAX_GPUS, count, positive, tokens
 
 #: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
 #: EP blog runs 16,384 tokens per device).
@@ -150,7 +150,7 @@ def _pareto(user, thr):
 def _length(name: str, spec):
     """A length argument: a number (the mean) or a distribution (`chalk.specs.lengths.parse_lengths`)."""
     if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool):
-        return float(positive(name, spec)), None
+        return float(tokens(name, spec)), None
     from chalk.specs.lengths import parse_lengths
 
     d = parse_lengths(spec)
@@ -223,9 +223,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     if max_ttft_s is not None:
         positive("max_ttft_s", max_ttft_s)
     if gpus is not None:
-        gpus = int(positive("gpus", gpus, integer=True))
-        if gpus > 4096:
-            raise InputError(f"gpus must be at most 4096 for a layout search, got {gpus}")
+        gpus = count("gpus", gpus, MAX_GPUS)
+        check_reach(system, gpus)
     if layout is not None:
         from chalk.analyses.estimate import make_layout
 

@@ -39,6 +39,11 @@ from chalk.errors import InputError, SpecError
 from chalk.analyses.step_cost import StepCost  # noqa: F401  (re-exported: part of simulate's API)
 from chalk.specs.workload import positive
 
+#: Most requests one simulation takes: about 250 bytes and 10 us of stepping each (1e6: ~10 s, ~250 MB).
+MAX_REQUESTS = 1_000_000
+#: Latest arrival time: at 1e9 s float64 still resolves 1e-7 s, so a step of microseconds advances the clock.
+MAX_ARRIVAL_S = 1e9
+
 
 # ----------------------------------------------------------------------------------------- requests
 @dataclass(frozen=True, eq=False)
@@ -55,8 +60,13 @@ class Requests:
         a = np.atleast_1d(np.asarray(arrival_s, dtype=float))
         if a.ndim != 1 or a.size == 0:
             raise InputError("arrival_s must be a non-empty 1-D array")
+        if a.size > MAX_REQUESTS:
+            raise InputError(f"at most {MAX_REQUESTS:,} requests per simulation, got {a.size:,}")
         if not np.all(np.isfinite(a)) or np.any(a < 0):
             raise InputError("arrival times must be finite and >= 0")
+        if np.any(a > MAX_ARRIVAL_S):
+            raise InputError(f"arrival times must be at most {MAX_ARRIVAL_S:g} s (about 30 years; beyond it a "
+                             f"millisecond step is lost in the float), got up to {float(a.max()):.3g} s")
         lens = []
         for name, v in (("input_len", input_len), ("output_len", output_len)):
             x = np.broadcast_to(np.asarray(v), a.shape) if np.ndim(v) == 0 else np.asarray(v)
@@ -89,8 +99,8 @@ def poisson_arrivals(rate_per_s: float, n: int, input_len=512, output_len=128, s
     distribution), or a callable `f(rng, n)` returning n lengths (e.g. a lognormal, rounded).
     """
     rate = positive("rate_per_s", rate_per_s)
-    n = positive("n", n, integer=True)
-    rng = np.random.default_rng(seed)
+    n = positive("n", n, integer=True, maximum=MAX_REQUESTS)
+    rng = np.random.default_rng(int(positive("seed", seed, integer=True, allow_zero=True)))
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
     return Requests.from_arrays(arrivals, _lengths("input_len", input_len, n, rng),
                                 _lengths("output_len", output_len, n, rng))
@@ -274,7 +284,7 @@ def simulate_train(requests: Requests, step_cost: StepCost, period_s: float, max
     ride = _boarding_ticks(k, O, B)
     last = ride + O - 1
     K = int(last.max()) + 1
-    if K > 200_000_000:
+    if K > 20_000_000:  # ~10 arrays of K floats: 20M departures is ~1.6 GB
         raise InputError(f"the trace spans {K} departures of {T} s; use a longer period or a shorter trace")
     n_pf = np.bincount(ride, weights=P, minlength=K)
     att = np.bincount(ride, weights=P * (P + 1) / 2.0, minlength=K)

@@ -72,7 +72,7 @@ class StepCost:
         L = float(positive("reference context", reference_context_tokens))
         kvp = canonical(kv_precision)
         sz = ModelSizes(model)
-        prec = canonical(precision) if precision else sz.default_precision()
+        prec = canonical(precision) if precision is not None else sz.default_precision()
         chip = system.chip
         peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
         bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory

@@ -12,11 +12,17 @@ def expected_distinct_experts(num_experts, experts_per_token, tokens):
     Ref: balls-in-bins with uniform routing; the foundation issue of chalk.
     Assumes: each token picks k experts uniformly and independently of other tokens (real routers
         are skewed, which touches fewer distinct experts, so this is an upper bound on weight reads).
+        k = E (every token routed to every expert) touches all E experts for any B >= 1, and none at B = 0
+        (log1p(-1) is -inf, so that case is taken apart rather than computed as -inf * 0).
     """
     e = np.asarray(num_experts, dtype=float)
     k = np.asarray(experts_per_token, dtype=float)
     b = np.asarray(tokens, dtype=float)
-    return e * -np.expm1(b * np.log1p(-k / e))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(e > 0, k / np.where(e > 0, e, 1.0), 0.0)
+        exact = -np.expm1(b * np.log1p(-np.where(frac < 1, frac, 0.0)))
+        touched = np.where(frac < 1, exact, np.where(b > 0, 1.0, 0.0))
+    return e * touched
 
 
 def sparsity(total_params, active_params):

@@ -67,8 +67,9 @@ def remote_domain_copies(experts_per_token, ep, domain_chips):
     Assumes: a token's k experts fall in uniformly random domains.
     """
     n = np.maximum(np.asarray(ep, dtype=float) / np.asarray(domain_chips, dtype=float), 1.0)
-    with np.errstate(divide="ignore"):
-        return (n - 1) * -np.expm1(experts_per_token * np.log1p(-1 / n))
+    # n = 1 (one domain): log1p(-1) = -inf; nothing crosses, so that case is 0 rather than 0 * (1 - 0^k)
+    safe = np.where(n > 1, n, 2.0)
+    return np.where(n > 1, (n - 1) * -np.expm1(experts_per_token * np.log1p(-1 / safe)), 0.0)
 
 
 def alltoall_time_s(scaleup_bytes, scaleout_bytes, scaleup_bytes_per_s, scaleout_bytes_per_s, latency_s=0.0,

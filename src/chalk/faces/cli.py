@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (console, emit_json, fail, num, pct, seconds, si, table, usd, write_plot)
+from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si, table,
+                                    usd, whole, write_plot)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.")
@@ -36,7 +37,7 @@ HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system
 def estimate(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step (per replica)."),
+    batch: float = typer.Option(1, "--batch", "-b", callback=whole("--batch"), help="Sequences in the step (per replica)."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens (prompt length for prefill)."),
     phase: Phase = typer.Option(Phase.decode, "--phase"),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "
@@ -60,7 +61,7 @@ def estimate(
                                   "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Also write latency-vs-batch to this .png/.svg."),
+    plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS), help="Also write latency-vs-batch to this .png/.svg."),
 ):
     """One decode step (or prefill) on a real layout, timed op by op; --aggregate for the lecture's bound."""
     from chalk import api
@@ -174,8 +175,9 @@ def sweep(
     kv_precision: str = typer.Option("bf16", "--kv-precision"),
     ideal: bool = typer.Option(False, "--ideal"),
     as_json: bool = typer.Option(False, "--json"),
-    csv: Optional[str] = typer.Option(None, "--csv", help="Write the table to this CSV file."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Also write cost-vs-batch to this .png/.svg."),
+    csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"), help="Write the table to this CSV file."),
+    plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                        help="Also write cost-vs-batch to this .png/.svg."),
 ):
     """Sweep batch x context in one vectorised call: the lecture's latency and cost curves as a table."""
     from chalk import api
@@ -203,14 +205,24 @@ def sweep(
 def _parse_grid(text: str, name: str):
     import numpy as np
 
+    from chalk.specs.workload import MAX_GRID_POINTS
+
     text = text.strip()
     try:
         if ":" in text:
             a, b, n = text.split(":")
-            return np.unique(np.round(np.geomspace(float(a), float(b), int(n))))
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+            points = int(n)
+            if not 1 <= points <= MAX_GRID_POINTS:
+                fail(f"--{name}: points must be between 1 and {MAX_GRID_POINTS:,}, got {n}")
+            return np.unique(np.round(np.geomspace(float(a), float(b), points)))
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except (ValueError, OverflowError):
         fail(f"--{name} must be comma-separated numbers or start:stop:points, got {text!r}")
+    if name == "batches" and values:
+        from chalk.specs.workload import positive
+
+        positive("--batches", values, integer=True)  # sequences are whole; a range is rounded above
+    return values
 
 
 # ------------------------------------------------------------------ catalogs
@@ -314,7 +326,7 @@ def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.
     from chalk.specs.precision import canonical
 
     sz = ModelSizes(catalog.load_model(name))
-    d = sz.summary(kv_precision=canonical(kv_precision), precision=canonical(precision) if precision else None)
+    d = sz.summary(kv_precision=canonical(kv_precision), precision=canonical(precision) if precision is not None else None)
     if as_json:
         emit_json(d)
         return
@@ -353,26 +365,41 @@ for _mod in ("cli_serving", "cli_simulate", "cli_economics", "cli_visual", "cli_
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every ChalkError and usage error becomes one line on stderr and exit 2."""
+    """Entry point: every ChalkError and usage error becomes one line on stderr and exit 2.
+
+    Under --json that line is `{"error": "..."}`. numpy's RuntimeWarnings are silenced here: a non-finite
+    value is caught where it enters (specs.workload, specs.validate), not announced by numpy first.
+    """
+    import sys
+    import warnings
+
+    import numpy as np
+
+    from chalk.faces import cli_common
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    cli_common.JSON_ERRORS = "--json" in args
     # typer may vendor its own click: take the exception classes from typer itself
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     click_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-    try:
-        app(args=argv, standalone_mode=False)
-    except ChalkError as e:
-        fail(str(e))
-    except usage_error as e:
-        if type(e).__name__ == "NoArgsIsHelpError":
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            app(args=args, standalone_mode=False)
+        except ChalkError as e:
+            fail(str(e))
+        except usage_error as e:
+            if type(e).__name__ == "NoArgsIsHelpError":
+                raise SystemExit(0)
+            fail(e.format_message())
+        except click_error as e:
+            fail(e.format_message())
+        except typer.Abort:
+            fail("aborted")
+        except typer.Exit as e:
+            raise SystemExit(e.exit_code)
+        except BrokenPipeError:
             raise SystemExit(0)
-        fail(e.format_message())
-    except click_error as e:
-        fail(e.format_message())
-    except typer.Abort:
-        fail("aborted")
-    except typer.Exit as e:
-        raise SystemExit(e.exit_code)
-    except BrokenPipeError:
-        raise SystemExit(0)
 
 
 if __name__ == "__main__":

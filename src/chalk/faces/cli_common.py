@@ -51,10 +51,26 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
+#: Longest error line printed: a message that names a long value is cut, never dumped.
+MAX_ERROR_CHARS = 280
+
+#: Set by `chalk.faces.cli.main` when the command line asks for --json: errors are then JSON too.
+JSON_ERRORS = False
+
+
+def error_line(message) -> str:
+    """A message as one line of at most MAX_ERROR_CHARS characters."""
+    first = " ".join(str(message).split()) or "error"
+    return first if len(first) <= MAX_ERROR_CHARS else first[: MAX_ERROR_CHARS - 3] + "..."
+
+
 def fail(message: str) -> None:
-    """One line on stderr and exit 2."""
-    first = " ".join(str(message).split())
-    sys.stderr.write(f"chalk: error: {first}\n")
+    """One line on stderr and exit 2 (`{"error": "..."}` under --json)."""
+    line = error_line(message)
+    if JSON_ERRORS:
+        sys.stderr.write(json.dumps({"error": line}) + "\n")
+    else:
+        sys.stderr.write(f"chalk: error: {line}\n")
     raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -136,6 +152,46 @@ def num(value, digits: int = 4) -> str:
 def wrote(path) -> None:
     """Say on stderr which file a command wrote (stdout stays clean for --json)."""
     sys.stderr.write(f"wrote {path}\n")
+
+
+def out_file(option: str, suffixes: tuple[str, ...] | None = None):
+    """A typer callback checking an output file option (`--csv`, `--plot`, `-o`) before the command works:
+    its folder exists and is writable, it is not a folder, and it has one of `suffixes`."""
+    def check(value):
+        if value is not None:
+            from chalk.specs.validate import output_path
+
+            output_path(value, option, suffixes)
+        return value
+
+    return check
+
+
+def out_dir(option: str):
+    """A typer callback checking an output folder option before the command works."""
+    def check(value):
+        if value is not None:
+            from chalk.specs.validate import output_dir
+
+            output_dir(value, option)
+        return value
+
+    return check
+
+
+def whole(option: str):
+    """A typer callback for a count given as a number (`--batch 64`, `--batch 1e3`): positive and whole."""
+    def check(value):
+        if value is not None:
+            from chalk.specs.workload import positive
+
+            positive(option, value, integer=True)
+        return value
+
+    return check
+
+
+PLOT_FORMATS = (".png", ".svg")
 
 
 def write_plot(kind: str, output, **kwargs) -> None:

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from chalk.errors import InputError
-from chalk.faces.cli_common import console, emit_json, num, pct, seconds, si, table, usd, write_plot
+from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, num, out_file, pct, seconds, si, table, usd,
+                                    write_plot)
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)\s*$", re.IGNORECASE)
@@ -67,7 +68,8 @@ def register(app: typer.Typer) -> None:
         inference_inefficiency: float = typer.Option(
             3.0, "--inference-inefficiency", help="Pretraining MFU / serving MFU."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-        plot: Optional[str] = typer.Option(None, "--plot", help="Also write the training pools to this .png/.svg."),
+        plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                            help="Also write the training pools to this .png/.svg."),
     ):
         """Pretraining time, GPU-hours and cost at a calibrated MFU; Chinchilla; eq. 7's pools."""
         from chalk.analyses.training import train_estimate

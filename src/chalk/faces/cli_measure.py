@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, pct, seconds, si, table, wrote
+from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, out_dir, out_file, pct, seconds, si, table, wrote
 
 
 def register(app: typer.Typer) -> None:
@@ -15,10 +15,11 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
         quick: bool = typer.Option(False, "--quick", help="A small model and grid (about two minutes on a CPU)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="config.json path or catalog id to time."),
-        out_dir: Optional[str] = typer.Option(None, "--output-dir", "-o",
+        out_dir: Optional[str] = typer.Option(None, "--output-dir", "-o", callback=out_dir("--output-dir"),
                                               help="Write calibrated-chip.yaml and cases.csv here."),
         as_json: bool = typer.Option(False, "--json"),
-        plot: Optional[str] = typer.Option(None, "--plot", help="Overlay measured steps on the predicted curve."),
+        plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                            help="Overlay measured steps on the predicted curve."),
     ):
         """Measure FLOP/s and memory bandwidth, time real decode/prefill steps, fit and check the roofline."""
         from chalk.errors import InputError

@@ -16,8 +16,9 @@ def register(app: typer.Typer) -> None:
         from chalk.analyses import reversible as rv
         from chalk.errors import InputError
 
-        if max_depth < 1 or batch < 1 or width < 2 or width % 2:
-            raise InputError("--max-depth and --batch must be >= 1 and --width an even number >= 2")
+        if not 1 <= max_depth <= 256 or batch < 1 or width < 2 or width % 2:
+            raise InputError("--max-depth must be 1 to 256 (the deepest stack measured), --batch >= 1 and "
+                             "--width an even number >= 2")
         depths = tuple(d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if d <= max_depth)
         ms = rv.measure_memory(depths=depths, batch=batch, width=width)
         s = rv.summary(ms)

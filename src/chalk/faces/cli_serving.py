@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, fail, num, pct, seconds, si, table, usd, write_plot
+from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si, table,
+                                    usd, write_plot)
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
@@ -122,7 +123,8 @@ def throughput(
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Also write the pareto frontier to this .png/.svg."),
+    plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                      help="Also write the pareto frontier to this .png/.svg."),
 ):
     """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints; with --layout and
     --concurrency, what that exact deployment does."""

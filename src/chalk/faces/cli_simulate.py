@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, num, pct, seconds, table, write_plot
+from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, seconds, table, write_plot
 
 
 class Scheduler(str, Enum):
@@ -43,7 +43,8 @@ def register(app: typer.Typer) -> None:
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
                                                   "flight (as serving benchmarks run); needs --layout."),
         as_json: bool = typer.Option(False, "--json"),
-        plot: Optional[str] = typer.Option(None, "--plot", help="Write the batch-train picture to .png/.svg."),
+        plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                            help="Write the batch-train picture to .png/.svg."),
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses import simulate as sim

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import fail, write_plot, wrote
+from chalk.faces.cli_common import PLOT_FORMATS, fail, out_file, whole, write_plot, wrote
 
 PLOT_KINDS = ("latency-vs-batch", "cost-vs-batch", "cost-vs-context", "pareto", "hardware-ratio", "pipeline",
               "batch-train", "training-pools")
@@ -23,9 +23,10 @@ def plot(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog id or alias, or a config.json."),
     hardware: Optional[str] = typer.Option(None, "--hardware", "-H",
                                            help="Chip or system id (pareto: a comma-separated list)."),
-    output: str = typer.Option(..., "--output", "-o", help="Image file to write: .png or .svg."),
+    output: str = typer.Option(..., "--output", "-o", callback=out_file("--output", PLOT_FORMATS),
+                        help="Image file to write: .png or .svg."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
-    batch: Optional[float] = typer.Option(None, "--batch", "-b",
+    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"),
                                           help="cost-vs-context / batch-train: the batch (default: critical, "
                                                "rounded up to a power of two)."),
     chips: Optional[int] = typer.Option(None, "--chips", help="Chips (default: the system's scale-up domain)."),
@@ -68,9 +69,10 @@ def web(
 def report(
     model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Chip id, system id, or a YAML path."),
-    output: str = typer.Option("report.html", "--output", "-o", help="HTML file to write."),
+    output: str = typer.Option("report.html", "--output", "-o", callback=out_file("--output"),
+                        help="HTML file to write."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
-    batch: Optional[float] = typer.Option(None, "--batch", "-b",
+    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"),
                                           help="Operating batch (default: critical, rounded up to a power of 2)."),
     chips: Optional[int] = typer.Option(None, "--chips"),
     precision: Optional[str] = typer.Option(None, "--precision", "-p"),

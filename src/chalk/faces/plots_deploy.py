@@ -19,6 +19,8 @@ from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
+MAX_DRAWN_STAGES, MAX_DRAWN_MICROBATCHES = 64, 256
+
 def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", backward: float = 2.0):
     """The timeline of a pipeline: [(stage, 'F'|'B', microbatch, start, duration)], forward = 1 time unit.
 
@@ -28,8 +30,9 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", b
     """
     if schedule not in ("gpipe", "1f1b"):
         raise InputError(f"pipeline schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    S = int(_positive_int("stages", stages))
-    M = int(_positive_int("microbatches", microbatches))
+    # a drawing: beyond these the bars are thinner than a pixel and the figure takes minutes
+    S = int(_positive_int("stages", stages, maximum=MAX_DRAWN_STAGES))
+    M = int(_positive_int("microbatches", microbatches, maximum=MAX_DRAWN_MICROBATCHES))
     orders = []
     for s in range(S):
         if schedule == "gpipe":
@@ -60,10 +63,10 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", b
     return ops
 
 
-def _positive_int(name, v):
-    from chalk.specs.workload import positive
+def _positive_int(name, v, maximum=None):
+    from chalk.specs.workload import MAX_QUANTITY, positive
 
-    return positive(name, v, integer=True)
+    return positive(name, v, integer=True, maximum=maximum or MAX_QUANTITY)
 
 
 def _bubble_from_analyses(stages, microbatches):
@@ -132,12 +135,18 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     _need("pareto", model=model)
     run = _require("serving", "throughput", "pareto")
     hws = [h.strip() for h in (compare or hardware or ",".join(DEFAULT_PARETO_HARDWARE)).split(",") if h.strip()]
+    if not hws:
+        raise InputError("pareto needs at least one chip or system to compare")
+    from chalk.specs.catalog import as_system
+
+    for hw in hws:  # an unknown name is an error, never silently dropped from the figure
+        as_system(hw)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.5, 6))
     skipped, label = [], None
     for hw in hws:
         try:
-            res = run(model, hw, input_len=float(input_len or context), output_len=float(output_len),
+            res = run(model, hw, input_len=float(context if input_len is None else input_len), output_len=float(output_len),
                       gpus=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
         except ChalkError as e:
             if len(hws) == 1:
@@ -156,7 +165,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     ax.set_xlabel("tokens/s per user (interactivity)")
     ax.set_ylabel("output tokens/s per GPU (throughput)")
     _fmt_axes(ax, "tokens", "tokens")
-    ax.set_title(f"{model} · {num(input_len or context)} tokens in, {num(output_len)} out · serving frontier "
+    ax.set_title(f"{model} · {num(context if input_len is None else input_len)} tokens in, {num(output_len)} out · serving frontier "
                  "per hardware\n(★ = most tokens/s per GPU; every point: the best layout × batch at that speed)",
                  loc="left")
     ax.legend(framealpha=0.9, title="hardware")
@@ -183,12 +192,12 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
 
         r1 = api.estimate(model, hardware, 1, context, chips=chips, precision=precision, kv_precision=kv_precision,
                           ideal=ideal)
-        batch = int(batch or default_batch(r1))
+        batch = int(default_batch(r1) if batch is None else batch)
         r = api.estimate(model, hardware, batch, context, chips=chips, precision=precision, kv_precision=kv_precision,
                          ideal=ideal)
         period_s, where = float(r.step_time_s), f"{r.model} on {r.chips} × {r.hardware}, batch {num(batch)}"
-    T = float(period_s or 0.020)
-    B = int(batch or 2048)
+    T = float(0.020 if period_s is None else period_s)
+    B = int(2048 if batch is None else batch)
     if not 0 < float(load) < 1:
         raise InputError(f"load must be in (0, 1), got {load!r}")
     rate = float(load) * B / T

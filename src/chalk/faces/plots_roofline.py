@@ -106,7 +106,7 @@ def cost_vs_context(model=None, hardware=None, context=4096, chips=None, precisi
 
     common = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     r1 = api.estimate(model, hardware, 1, context, **common)
-    batch = float(batch) if batch else default_batch(r1)
+    batch = float(batch) if batch is not None else default_batch(r1)
     dense = roofline_over_context(model, hardware, batch, **common)
     sparse = roofline_over_context(model, hardware, batch, sparse_law="sqrt", **common)
     attn = _attention_label(model)

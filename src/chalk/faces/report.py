@@ -48,7 +48,7 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
 
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)
     r1 = api.estimate(model, hardware, 1, context, **kw)
-    b = float(batch) if batch else float(operating_batch(r1))
+    b = float(batch) if batch is not None else float(operating_batch(r1))
     rs = [r1] if b == 1 else [r1, api.estimate(model, hardware, b, context, **kw)]
     chip = as_system(hardware).chip
     n = r1.chips

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,12 +17,15 @@ from chalk.errors import InputError
 
 APP = Path(__file__).with_name("web_app.py")
 DEFAULT_PORT = 8501
+#: The environment variable naming the server's private upload folder (read by web_app).
+UPLOADS_ENV = "CHALK_WEB_UPLOADS"
 
 
 def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 50) -> int:
     """The first port from `start` that nothing listens on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for port in range(start, start + tries):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
@@ -61,10 +66,30 @@ def wait_until_up(host: str, port: int, timeout_s: float = 60.0, proc: subproces
 
 
 def validate(host: str, port: int | None) -> None:
-    if not host or any(c.isspace() for c in host):
-        raise InputError(f"--host must be an address like 127.0.0.1, got {host!r}")
+    """Refuse, before any banner, a host this machine cannot bind or a port out of range or in use."""
+    if not host or len(host) > 253 or any(c.isspace() for c in host):
+        raise InputError(f"--host must be an address like 127.0.0.1, got {host[:60]!r}")
     if port is not None and not (1 <= int(port) <= 65535):
         raise InputError(f"--port must be in 1..65535, got {port!r}")
+    try:
+        infos = socket.getaddrinfo(host, port or 0, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise InputError(f"--host {host[:60]!r} is not an address this machine can serve on") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            what = f"port {port} on {host}" if port else host
+            raise InputError(f"cannot bind {what}: {e.strerror or e}") from None
+
+
+def banner_url(host: str, port: int) -> str:
+    """What the banner shows: the address really bound (all interfaces for 0.0.0.0 / ::)."""
+    if host in ("0.0.0.0", "::"):
+        return f"http://{host}:{port} (every interface; locally http://127.0.0.1:{port})"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _interrupt(*_):
@@ -78,11 +103,24 @@ def launch(host: str = "127.0.0.1", port: int | None = None, open_browser: bool 
         import streamlit  # noqa: F401
     except ImportError:
         raise InputError("chalk web needs streamlit: pip install streamlit") from None
-    port = port or free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+    port = port or free_port(host)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    url = f"http://{shown}:{port}"
-    sys.stderr.write(f"chalk web: serving on {url} (Ctrl-C to stop)\n")
-    proc = subprocess.Popen(command(host, port), env=environment())
+    url = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+    uploads = tempfile.mkdtemp(prefix="chalk-web-")  # private (0700), removed when the server stops
+    env = environment()
+    env[UPLOADS_ENV] = uploads
+    sys.stderr.write(f"chalk web: serving on {banner_url(host, port)} (Ctrl-C to stop)\n")
+    try:
+        code = _serve(host, port, url, shown, env, open_browser)
+    finally:
+        shutil.rmtree(uploads, ignore_errors=True)
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+        raise InputError(f"the Streamlit server stopped with exit code {code}")
+    return 0
+
+
+def _serve(host: str, port: int, url: str, shown: str, env: dict, open_browser: bool) -> int:
+    proc = subprocess.Popen(command(host, port), env=env)
     if open_browser:
         def _open():
             if wait_until_up(shown, port, proc=proc):

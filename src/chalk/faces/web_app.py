@@ -7,6 +7,8 @@ No formulas: every number comes from `chalk.api`, the analyses, and `chalk.faces
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -179,11 +181,39 @@ def pipeline_figure(stages, microbatches, schedule):
 
 
 # ------------------------------------------------------------------ the app
+_PRIVATE_UPLOADS: list[str] = []
+
+
+def upload_root() -> Path:
+    """This server's private upload folder: the one `chalk web` made (and removes on exit), else one made
+    here with tempfile.mkdtemp (mode 0700) and removed when this process exits."""
+    given = os.environ.get("CHALK_WEB_UPLOADS")
+    if given and Path(given).is_dir():
+        return Path(given)
+    if not _PRIVATE_UPLOADS:
+        import atexit
+        import shutil
+
+        _PRIVATE_UPLOADS.append(tempfile.mkdtemp(prefix="chalk-web-"))
+        atexit.register(shutil.rmtree, _PRIVATE_UPLOADS[0], True)
+    return Path(_PRIVATE_UPLOADS[0])
+
+
+def _safe_stem(name: str) -> str:
+    """An upload's file name reduced to letters, digits, '-', '_' and '.', so it is never read as markdown."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(name)).stem).strip("._") or "config"
+    return stem[:40]
+
+
+def md_escape(text) -> str:
+    """Text shown inside st.markdown with markdown and HTML characters escaped."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", str(text))
+
+
 def _uploaded_model(up) -> str:
     """Save an uploaded config.json where the catalog loader can read it; returns its path."""
     data = up.getvalue()
-    stem = Path(up.name).stem.replace(" ", "_") or "config"
-    d = Path(tempfile.gettempdir()) / "chalk-web" / f"{stem}-{hashlib.sha1(data).hexdigest()[:10]}"
+    d = upload_root() / f"{_safe_stem(up.name)}-{hashlib.sha1(data).hexdigest()[:10]}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_bytes(data)
     return str(d / "config.json")
@@ -419,8 +449,11 @@ def main():
     except ChalkError as e:
         st.error(str(e))
         st.stop()
-    st.markdown(f"#### {r.model} on {r.chips} × {r.hardware} · {r.precision} weights, {r.kv_precision} KV · "
-                f"batch {num(batch)} · context {num(context)}")
+    except Exception as e:  # noqa: BLE001 - a malformed upload is one line, never a traceback with paths
+        st.error(f"chalk could not read this model ({type(e).__name__})")
+        st.stop()
+    st.markdown(f"#### {md_escape(r.model)} on {r.chips} × {md_escape(r.hardware)} · {r.precision} weights, "
+                f"{r.kv_precision} KV · batch {num(batch)} · context {num(context)}")
     m = st.columns(6)
     m[0].metric("Step time", seconds(r.step_time_s))
     m[1].metric("Cost per M tokens", usd(r.cost_per_mtok_usd))

@@ -12,6 +12,8 @@ import yaml
 from chalk.errors import SpecError, UnknownNameError
 from chalk.specs.hardware import Chip, System
 from chalk.specs.model import ModelSpec, model_from_config
+from chalk.specs.validate import spec_int, spec_str, spec_str_list, spec_str_map
+from chalk.specs.workload import MAX_GPUS
 
 
 def _catalog_dir(kind: str = ""):
@@ -39,6 +41,8 @@ def read_yaml(path, where: str | None = None) -> dict:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(f"{where}: malformed YAML{at}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: YAML nested too deeply") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a YAML mapping at the top level")
     return data
@@ -52,6 +56,8 @@ def read_json(path, where: str | None = None) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a JSON object at the top level")
     return data
@@ -89,8 +95,8 @@ def _alias_map(files: dict[str, dict]) -> dict[str, str]:
     m = {}
     for cid, d in files.items():
         m[cid.lower()] = cid
-        for a in d.get("aliases", []) or []:
-            m[str(a).lower()] = cid
+        for a in spec_str_list(d.get("aliases"), f"{cid}: aliases"):
+            m[a.lower()] = cid
     return m
 
 
@@ -122,15 +128,41 @@ def _system_from_dict(d: dict, where: str) -> System:
         chip = load_chip(chip)
     else:
         raise SpecError(f"{where}: missing field 'chip' (a chip id or a chip mapping)")
-    n = d.get("chips")
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise SpecError(f"{where}: 'chips' must be a positive integer, got {n!r}")
+    n = spec_int(d.get("chips"), f"{where}: chips (chips in the scale-up domain)", minimum=1, maximum=MAX_GPUS)
     try:
-        return System(id=str(d.get("id", chip.id)), name=str(d.get("name", d.get("id", chip.id))), chip=chip,
-                      chips=n, kind=d.get("kind", "node"),
-                      aliases=tuple(str(a).lower() for a in d.get("aliases", []) or []),
-                      sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
-                      notes=str(d.get("notes", "") or ""))
+        return System(id=spec_str(d.get("id"), f"{where}: id", default=chip.id),
+                      name=spec_str(d.get("name"), f"{where}: name", default=str(d.get("id", chip.id))), chip=chip,
+                      chips=n, kind=spec_str(d.get("kind"), f"{where}: kind", default="node"),
+                      aliases=tuple(a.lower() for a in spec_str_list(d.get("aliases"), f"{where}: aliases")),
+                      sources=spec_str_map(d.get("sources"), f"{where}: sources"),
+                      notes=spec_str(d.get("notes"), f"{where}: notes"))
+    except ValueError as e:
+        from chalk.specs.hardware import _first_line
+
+        raise SpecError(f"{where}: {_first_line(e)}") from None
+
+
+def _chip_yaml_system(d: dict, where: str) -> System:
+    """A chip YAML as `--hardware`: the chip in its scale-up domain.
+
+    The domain is the file's own `chips:` (chips per scale-up domain, linked by `scaleup_link` at
+    `scaleup_gb_per_s_bidir`) when given; else that of its `default_system` when the catalog has it (an
+    unchanged copy of a catalog chip's YAML answers like the catalog id); else one chip.
+    """
+    chip = Chip.from_yaml_dict(d, where)
+    sid = _alias_map(_system_files()).get(str(chip.default_system or "").lower())
+    if "chips" not in d and sid is not None:
+        base = load_system(sid)
+        same = base.chip.id == chip.id
+        return _validated_system(where, id=base.id if same else chip.id, name=base.name if same else chip.name,
+                                 chip=chip, chips=base.chips, kind=base.kind, sources=dict(base.sources))
+    n = spec_int(d.get("chips", 1), f"{where}: chips (chips in the scale-up domain)", minimum=1, maximum=MAX_GPUS)
+    return _validated_system(where, id=chip.id, name=chip.name, chip=chip, chips=n, kind="chip" if n == 1 else "node")
+
+
+def _validated_system(where: str, **kw) -> System:
+    try:
+        return System(**kw)
     except ValueError as e:
         from chalk.specs.hardware import _first_line
 
@@ -141,16 +173,22 @@ def _looks_like_path(name: str) -> bool:
     return any(s in name for s in ("/", "\\")) or name.endswith((".yaml", ".yml", ".json"))
 
 
+def _probe(path: Path, test: str) -> bool:
+    """`path.is_file()` / `.is_dir()` / `.exists()`, False for a name the OS cannot look up (too long, NUL)."""
+    try:
+        return getattr(path, test)()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_hardware(name: str) -> System:
     """`--hardware`: a chip id (its default system), a system id, or a path to a chip/system YAML."""
     name = str(name).strip()
-    if _looks_like_path(name) or Path(name).is_file():
+    if _looks_like_path(name) or _probe(Path(name), "is_file"):
         d = read_yaml(name)
         if "chip" in d:
             return _system_from_dict(d, name)
-        chip = Chip.from_yaml_dict(d, name)
-        n = d.get("chips", 1)
-        return System(id=chip.id, name=chip.name, chip=chip, chips=int(n), kind="chip" if n == 1 else "node")
+        return _chip_yaml_system(d, name)
     key = name.lower()
     chips, systems = _alias_map(_chip_files()), _alias_map(_system_files())
     if key in systems:
@@ -181,8 +219,9 @@ def _model_aliases() -> dict[str, str]:
         meta = d / "meta.yaml"
         if meta.is_file():
             md = read_yaml(meta, f"catalog model {mid}/meta.yaml")
-            for a in list(md.get("aliases", []) or []) + ([md["hf_repo"]] if md.get("hf_repo") else []):
-                m[str(a).lower()] = mid
+            for a in spec_str_list(md.get("aliases"), f"catalog model {mid}/meta.yaml: aliases") + \
+                    spec_str_list(md.get("hf_repo"), f"catalog model {mid}/meta.yaml: hf_repo"):
+                m[a.lower()] = mid
     return m
 
 
@@ -205,15 +244,15 @@ def load_model(name: str) -> ModelSpec:
     """`--model`: a catalog id or alias, a path to a config.json, or a folder holding one."""
     name = str(name).strip()
     p = Path(name)
-    in_catalog = name.lower() in _model_aliases() and not p.exists()
-    if not in_catalog and (_looks_like_path(name) or p.exists()):
-        if p.is_dir():
+    in_catalog = name.lower() in _model_aliases() and not _probe(p, "exists")
+    if not in_catalog and (_looks_like_path(name) or _probe(p, "exists")):
+        if _probe(p, "is_dir"):
             p = p / "config.json"
         cfg = read_json(p)
         meta_path = p.parent / "meta.yaml"
-        meta = read_yaml(meta_path) if meta_path.is_file() else {}
-        mid = meta.get("id") or (p.parent.name if p.name == "config.json" else p.stem)
-        return model_from_config(cfg, id=str(mid), source=str(p), meta=meta)
+        meta = read_yaml(meta_path) if _probe(meta_path, "is_file") else {}
+        mid = spec_str(meta.get("id"), f"{meta_path}: id") or (p.parent.name if p.name == "config.json" else p.stem)
+        return model_from_config(cfg, id=mid, source=str(p), meta=meta)
     mid = _model_aliases().get(name.lower())
     if mid is None:
         raise UnknownNameError("model", name, _model_aliases(), _model_dirs())
@@ -221,7 +260,7 @@ def load_model(name: str) -> ModelSpec:
     meta_path = d / "meta.yaml"
     meta = read_yaml(meta_path, f"catalog model {mid}/meta.yaml") if meta_path.is_file() else {}
     cfg = read_json(d / "config.json", f"catalog model {mid}/config.json")
-    return model_from_config(cfg, id=mid, source=str(meta.get("source", "")), meta=meta)
+    return model_from_config(cfg, id=mid, source=spec_str(meta.get("source"), f"{mid}/meta.yaml: source"), meta=meta)
 
 
 def model_meta(mid: str) -> dict:

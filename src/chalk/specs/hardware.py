@@ -10,10 +10,11 @@ import math
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chalk.errors import SpecError
 from chalk.specs.precision import COMPUTE_FALLBACK, bytes_per_element, canonical
+from chalk.specs.validate import spec_number, spec_str, spec_str_list, spec_str_map
 
 NUMERIC_FIELDS = ("dense_tflops", "hbm_gb", "hbm_tb_per_s", "scaleup_gb_per_s_bidir",
                   "scaleout_gbit_per_s", "tdp_w", "price_usd_per_hour")
@@ -99,31 +100,38 @@ class Chip(BaseModel):
 
     @classmethod
     def from_yaml_dict(cls, d: dict, where: str = "chip") -> Chip:
-        """Convert catalog YAML (vendor units) to SI."""
+        """Convert catalog YAML (vendor units) to SI; every field is type-checked (one SpecError line).
+
+        `scaleup_gb_per_s_bidir` and `scaleout_gbit_per_s` may be left out: 0, no such link. A system of
+        more than one chip then refuses to load (see `System`), so a missing link never becomes a NaN time.
+        """
+        if not isinstance(d, dict):
+            raise SpecError(f"{where}: a chip must be a mapping of fields")
         try:
             tflops = d["dense_tflops"]
             if not isinstance(tflops, dict):
                 raise SpecError(f"{where}: dense_tflops must be a mapping precision -> TFLOP/s")
+            opt = lambda key: spec_number(d.get(key) or 0, f"{where}: {key}")  # noqa: E731
             return cls(
-                id=str(d["id"]), name=str(d.get("name", d["id"])), vendor=str(d.get("vendor", "")),
-                aliases=tuple(str(a).lower() for a in d.get("aliases", []) or []),
-                default_system=d.get("default_system"),
-                flops_per_s={k: _num(v, f"{where}: dense_tflops.{k}") * 1e12 for k, v in tflops.items()},
-                hbm_bytes=_num(d["hbm_gb"], f"{where}: hbm_gb") * 1e9,
-                hbm_bandwidth_bytes_per_s=_num(d["hbm_tb_per_s"], f"{where}: hbm_tb_per_s") * 1e12,
-                scaleup_bandwidth_bytes_per_s_bidir=_num(d.get("scaleup_gb_per_s_bidir", 0) or 0,
-                                                         f"{where}: scaleup_gb_per_s_bidir") * 1e9,
-                scaleup_link=str(d.get("scaleup_link", "")),
-                scaleout_bandwidth_bytes_per_s=_num(d.get("scaleout_gbit_per_s", 0) or 0,
-                                                    f"{where}: scaleout_gbit_per_s") * 1e9 / 8,
-                tdp_w=d.get("tdp_w"),
-                price_usd_per_hour=_num(d.get("price_usd_per_hour", 0) or 0, f"{where}: price_usd_per_hour"),
-                price_date=None if d.get("price_date") is None else str(d.get("price_date")),
+                id=spec_str(d["id"], f"{where}: id"), name=spec_str(d.get("name"), f"{where}: name",
+                                                                    default=str(d["id"])),
+                vendor=spec_str(d.get("vendor"), f"{where}: vendor"),
+                aliases=tuple(a.lower() for a in spec_str_list(d.get("aliases"), f"{where}: aliases")),
+                default_system=spec_str(d.get("default_system"), f"{where}: default_system") or None,
+                flops_per_s={str(k): spec_number(v, f"{where}: dense_tflops.{k}") * 1e12 for k, v in tflops.items()},
+                hbm_bytes=spec_number(d["hbm_gb"], f"{where}: hbm_gb") * 1e9,
+                hbm_bandwidth_bytes_per_s=spec_number(d["hbm_tb_per_s"], f"{where}: hbm_tb_per_s") * 1e12,
+                scaleup_bandwidth_bytes_per_s_bidir=opt("scaleup_gb_per_s_bidir") * 1e9,
+                scaleup_link=spec_str(d.get("scaleup_link"), f"{where}: scaleup_link"),
+                scaleout_bandwidth_bytes_per_s=opt("scaleout_gbit_per_s") * 1e9 / 8,
+                tdp_w=None if d.get("tdp_w") is None else spec_number(d["tdp_w"], f"{where}: tdp_w"),
+                price_usd_per_hour=opt("price_usd_per_hour"),
+                price_date=spec_str(d.get("price_date"), f"{where}: price_date") or None,
                 price_is_assumption=bool(d.get("price_is_assumption", False)),
-                price_note=str(d.get("price_note", "") or ""),
-                confidence=str(d.get("confidence", "") or ""),
-                sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
-                notes=str(d.get("notes", "") or ""),
+                price_note=spec_str(d.get("price_note"), f"{where}: price_note"),
+                confidence=spec_str(d.get("confidence"), f"{where}: confidence"),
+                sources=spec_str_map(d.get("sources"), f"{where}: sources"),
+                notes=spec_str(d.get("notes"), f"{where}: notes"),
                 measured=bool(d.get("measured", False)),
             )
         except KeyError as e:
@@ -162,24 +170,26 @@ class System(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     notes: str = ""
 
+    @model_validator(mode="after")
+    def _domain_has_a_link(self) -> System:
+        if self.chips > 1 and self.chip.scaleup_bandwidth_bytes_per_s_bidir <= 0:
+            raise ValueError(f"a scale-up domain of {self.chips} chips needs the chip's scaleup_gb_per_s_bidir "
+                             "(GB/s per chip, both directions); give it, or set chips: 1")
+        return self
+
     @cached_property
     def hbm_bytes(self) -> float:
         return self.chips * self.chip.hbm_bytes
 
 
-def _num(v, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(f"{where} must be a number, got {v!r}")
-    v = float(v)
-    if not math.isfinite(v) or v < 0:
-        raise SpecError(f"{where} must be a finite non-negative number, got {v!r}")
-    return v
-
-
 def _first_line(e: Exception) -> str:
     s = str(e).strip()
     lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
-    # pydantic: "1 validation error for X\nfield\n  msg" -> "field: msg"
-    if len(lines) >= 3 and "validation error" in lines[0]:
-        return f"{lines[1]}: {lines[2].split(' [')[0]}"
+    # pydantic: "1 validation error for X\nfield\n  msg [type=...]" -> "field: msg";
+    # a model validator's "1 validation error for X\n  Value error, msg [type=...]" -> "msg"
+    if len(lines) >= 2 and "validation error" in lines[0]:
+        if "[type=" in lines[1]:
+            return lines[1].split(" [type=")[0].removeprefix("Value error, ")
+        if len(lines) >= 3:
+            return f"{lines[1]}: {lines[2].split(' [type=')[0].removeprefix('Value error, ')}"
     return lines[0] if lines else type(e).__name__

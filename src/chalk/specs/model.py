@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chalk.errors import SpecError, UnsupportedArchitectureError
+from chalk.errors import SpecError, UnknownNameError, UnsupportedArchitectureError
+from chalk.specs.precision import canonical
+from chalk.specs.validate import spec_int, spec_number, spec_str, spec_str_list
+from chalk.specs.workload import short
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
                          "deepseek_v32", "kimi_k2", "gpt_oss")
@@ -100,17 +102,39 @@ def _get(cfg: dict, *keys, default=None, required=False, where="config.json"):
     return default
 
 
-def _int(cfg: dict, *keys, default=None, required=True, where="config.json") -> int:
+def _int(cfg: dict, *keys, default=None, required=True, where="config.json", minimum: int = 0) -> int:
     v = _get(cfg, *keys, default=default, required=required, where=where)
     if v is None:
         return 0
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v != int(v):
-        raise SpecError(f"{where}: {keys[0]} must be a non-negative integer, got {v!r}")
-    return int(v)
+    return spec_int(v, f"{where}: {keys[0]}", minimum=minimum)
 
 
-def _precision_from_config(cfg: dict) -> str:
+def _int_list(cfg: dict, key: str, where: str) -> list[int]:
+    """A list of layer indices (e.g. `mlp_only_layers`); None is empty."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise SpecError(f"{where}: {key} must be a list of layer indices, got {short(v)}")
+    return [spec_int(i, f"{where}: {key}[]") for i in v]
+
+
+def _layer_types(cfg: dict, L: int, where: str) -> list[bool] | None:
+    """`layer_types` as per-layer sliding flags, or None when absent."""
+    types = cfg.get("layer_types")
+    if not types:
+        return None
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise SpecError(f"{where}: layer_types must be a list of strings, got {short(types)}")
+    if len(types) != L:
+        raise SpecError(f"{where}: layer_types has {len(types)} entries for {L} layers")
+    return [t.startswith("sliding") for t in types]
+
+
+def _precision_from_config(cfg: dict, where: str = "config.json") -> str:
     q = cfg.get("quantization_config") or {}
+    if not isinstance(q, dict):
+        raise SpecError(f"{where}: quantization_config must be a mapping, got {short(q)}")
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8" or q.get("fmt") == "e4m3":
         return "fp8"
@@ -120,6 +144,13 @@ def _precision_from_config(cfg: dict) -> str:
     return {"float32": "fp32", "float16": "fp16"}.get(dtype, "bf16")
 
 
+def _precision_name(name: str, where: str) -> str:
+    try:
+        return canonical(name)
+    except UnknownNameError as e:
+        raise SpecError(f"{where}: weights precision: {e}") from None
+
+
 def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: str = "",
                       meta: dict | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed Hugging Face config.json (and optional chalk meta.yaml)."""
@@ -127,7 +158,9 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: config.json must hold a JSON object")
     meta = meta or {}
-    mt = str(cfg.get("model_type", "")).lower()
+    if not isinstance(meta, dict):
+        raise SpecError(f"{where}: meta.yaml must hold a mapping")
+    mt = spec_str(cfg.get("model_type"), f"{where}: model_type").lower()
     if mt not in SUPPORTED_MODEL_TYPES:
         shown = f"'{mt}'" if mt else "(none)"
         raise UnsupportedArchitectureError(
@@ -139,15 +172,17 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         raise SpecError(f"{where}: num_hidden_layers, hidden_size and num_attention_heads must be positive")
     nkv = _int(cfg, "num_key_value_heads", default=nh, required=False, where=where) or nh
     head_dim = _int(cfg, "head_dim", default=H // nh, required=False, where=where) or H // nh
+    if head_dim == 0:
+        raise SpecError(f"{where}: head_dim is 0 (hidden_size {H} < num_attention_heads {nh}); give head_dim")
     d: dict = dict(
-        id=id, name=name or meta.get("name") or id, model_type=mt, source=source,
-        aliases=tuple(str(a).lower() for a in meta.get("aliases", []) or []),
+        id=id, name=name or spec_str(meta.get("name"), f"{where}: meta name") or id, model_type=mt, source=source,
+        aliases=tuple(a.lower() for a in spec_str_list(meta.get("aliases"), f"{where}: meta aliases")),
         vocab_size=_int(cfg, "vocab_size", where=where), hidden_size=H, num_layers=L, num_heads=nh,
         num_kv_heads=nkv, head_dim=head_dim,
         intermediate_size=_int(cfg, "intermediate_size", default=0, required=False, where=where),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_context=_int(cfg, "max_position_embeddings", default=0, required=False, where=where) or None,
-        notes=str(meta.get("notes", "") or ""),
+        notes=spec_str(meta.get("notes"), f"{where}: meta notes"),
     )
     sliding = [False] * L
     window = None
@@ -157,12 +192,12 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         d["o_bias"] = bool(cfg.get("attention_bias", False)) and mt not in ("qwen2", "qwen3", "qwen3_moe")
         d["mlp_bias"] = bool(cfg.get("mlp_bias", False))
         d["qk_norm"] = mt in ("qwen3", "qwen3_moe")
-        if mt in ("mistral", "mixtral") and cfg.get("sliding_window"):
-            window = int(cfg["sliding_window"])
+        if mt in ("mistral", "mixtral") and cfg.get("sliding_window") is not None:
+            window = _int(cfg, "sliding_window", where=where, minimum=1)
             sliding = [True] * L
-        if mt in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window") and cfg.get("sliding_window"):
-            window = int(cfg["sliding_window"])
-            first = int(cfg.get("max_window_layers", L))
+        if mt in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None:
+            window = _int(cfg, "sliding_window", where=where, minimum=1)
+            first = _int(cfg, "max_window_layers", default=L, required=False, where=where)
             sliding = [i >= first for i in range(L)]
     if mt == "mixtral":
         d.update(num_experts=_int(cfg, "num_local_experts", where=where),
@@ -172,7 +207,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
     if mt == "qwen3_moe":
         E = _int(cfg, "num_experts", where=where)
         step = _int(cfg, "decoder_sparse_step", default=1, required=False, where=where) or 1
-        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        only_mlp = set(_int_list(cfg, "mlp_only_layers", where))
         d.update(num_experts=E, experts_per_token=_int(cfg, "num_experts_per_tok", where=where),
                  moe_intermediate_size=_int(cfg, "moe_intermediate_size", where=where))
         d["moe_layers"] = tuple(E > 0 and i not in only_mlp and (i + 1) % step == 0 for i in range(L))
@@ -204,17 +239,11 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
                                                        where=where),
                  moe_intermediate_size=d["intermediate_size"])
         d["moe_layers"] = tuple([True] * L)
-        window = _int(cfg, "sliding_window", default=128, required=False, where=where) or None
-        types = cfg.get("layer_types")
-        if types:
-            if len(types) != L:
-                raise SpecError(f"{where}: layer_types has {len(types)} entries for {L} layers")
-            sliding = [str(t).startswith("sliding") for t in types]
-        else:
-            sliding = [i % 2 == 0 for i in range(L)]
+        window = _int(cfg, "sliding_window", default=128, required=False, where=where, minimum=1)
+        types = _layer_types(cfg, L, where)
+        sliding = types if types is not None else [i % 2 == 0 for i in range(L)]
     if mt in ("llama", "qwen3", "qwen2") and cfg.get("layer_types") and window:
-        types = cfg["layer_types"]
-        sliding = [str(t).startswith("sliding") for t in types][:L]
+        sliding = _layer_types(cfg, L, where)
 
     if not d.get("moe_layers"):
         d["moe_layers"] = tuple([False] * L)
@@ -225,20 +254,21 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         raise SpecError(f"{where}: experts per token ({d['experts_per_token']}) exceeds experts ({d['num_experts']})")
     if not all(d["moe_layers"]) and d["intermediate_size"] <= 0:
         raise SpecError(f"{where}: missing field 'intermediate_size' needed to size the dense layers")
-    if nh % d["num_kv_heads"] and d["attention"] == "gqa":
+    if nh % d["num_kv_heads"] and d.get("attention", "gqa") == "gqa":
         raise SpecError(f"{where}: num_attention_heads ({nh}) is not a multiple of num_key_value_heads "
                         f"({d['num_kv_heads']})")
     d["sliding_layers"] = tuple(bool(s) and window is not None for s in sliding)
     d["sliding_window"] = window if any(d["sliding_layers"]) else None
 
-    prec = str(meta.get("weights_precision") or _precision_from_config(cfg)).lower()
+    prec = spec_str(meta.get("weights_precision"), f"{where}: meta weights_precision") or _precision_from_config(cfg, where)
+    prec = _precision_name(prec, where)
     if prec == "mxfp4":  # gpt-oss: MoE experts in MXFP4, everything else bf16
         d["native_precision"], d["expert_precision"] = "bf16", "mxfp4"
     else:
         d["native_precision"] = prec
     for key, field in (("card_total_params_b", "card_total_params"), ("card_active_params_b", "card_active_params")):
         if meta.get(key) is not None:
-            d[field] = float(meta[key]) * 1e9
+            d[field] = spec_number(meta[key], f"{where}: meta {key}", maximum=1e6) * 1e9
     try:
         return ModelSpec(**d)
     except ValueError as e:

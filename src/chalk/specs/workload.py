@@ -7,30 +7,76 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalk.errors import InputError
+from chalk.errors import FitError, InputError
 from chalk.specs.precision import canonical
 
 
-def positive(name: str, value, *, integer: bool = False, allow_zero: bool = False):
-    """Validate a scalar or array of physical quantities: finite and > 0 (or >= 0)."""
-    arr = np.asarray(value)
+#: Largest magnitude a physical input may take (a batch, a context, a token count, a FLOP rate ...).
+#: Products of a few such inputs stay finite in float64, so nothing downstream overflows to inf.
+MAX_QUANTITY = 1e15
+
+#: Most points one sweep evaluates (batches x contexts): each becomes a table row.
+MAX_GRID_POINTS = 100_000
+
+#: Most GPUs (chips) one deployment or training run may hold: layouts are enumerated over their divisors.
+MAX_GPUS = 10_000_000
+
+
+def positive(name: str, value, *, integer: bool = False, allow_zero: bool = False, maximum: float = MAX_QUANTITY):
+    """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        arr = np.asarray(None)
     if arr.dtype.kind not in "iuf" or arr.size == 0:
-        raise InputError(f"{name} must be a number, got {value!r}")
-    a = arr.astype(float)
+        raise InputError(f"{name} must be a number, got {short(value)}")
+    with np.errstate(all="ignore"):
+        a = arr.astype(float)
     if not np.all(np.isfinite(a)):
-        raise InputError(f"{name} must be finite, got {value!r}")
+        raise InputError(f"{name} must be finite, got {short(value)}")
     if np.any(a < 0) or (not allow_zero and np.any(a == 0)):
-        raise InputError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+        raise InputError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {short(value)}")
+    if np.any(a > maximum):
+        limit = f"{maximum:,.0f}" if maximum <= 1e15 and maximum == int(maximum) else f"{maximum:g}"
+        raise InputError(f"{name} must be at most {limit}, got {short(value)}")
     if integer and np.any(a != np.floor(a)):
-        raise InputError(f"{name} must be a whole number, got {value!r}")
+        raise InputError(f"{name} must be a whole number, got {short(value)}")
     return value if arr.ndim else (int(a) if integer else float(a))
 
 
-def fraction(name: str, value: float) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v <= 0 or v > 1:
-        raise InputError(f"{name} must be in (0, 1], got {value!r}")
+def count(name: str, value, maximum: float = MAX_QUANTITY) -> int:
+    """A positive whole number (GPUs, stages, requests, ...) no larger than `maximum`."""
+    return int(positive(name, value, integer=True, maximum=maximum))
+
+
+def tokens(name: str, value) -> float:
+    """A token count (a length or a mean length): finite, at least one token, at most MAX_QUANTITY."""
+    v = float(positive(name, value))
+    if v < 1:
+        raise InputError(f"{name} must be at least 1 token, got {short(value)}")
     return v
+
+
+def fraction(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number in (0, 1], got {short(value)}") from None
+    if not math.isfinite(v) or v <= 0 or v > 1:
+        raise InputError(f"{name} must be in (0, 1], got {short(value)}")
+    return v
+
+
+def short(value, limit: int = 60) -> str:
+    """A value's repr cut to `limit` characters, so that an error naming it stays one short line."""
+    if isinstance(value, np.ndarray) and value.size > 6:
+        try:
+            with np.errstate(all="ignore"):
+                return f"an array of {value.size} values from {np.min(value):g} to {np.max(value):g}"
+        except (TypeError, ValueError):
+            return f"an array of {value.size} values"
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -55,3 +101,27 @@ class Workload:
         if self.precision is not None:
             object.__setattr__(self, "precision", canonical(self.precision))
         object.__setattr__(self, "kv_precision", canonical(self.kv_precision))
+
+
+SPARSE_LAWS = (None, "sqrt")
+
+
+def sparse_law_name(sparse_law):
+    """None (each model's own attention) or 'sqrt' (the lecture's square-root law)."""
+    if sparse_law not in SPARSE_LAWS:
+        raise InputError(f"sparse_law must be 'sqrt' or None, got {short(sparse_law)}")
+    return sparse_law
+
+
+def context_note(model, context, *, strict_fit: bool = False) -> list[str]:
+    """A note when `context` (a number or an array) runs past the model's max_position_embeddings;
+    a FitError instead with `strict_fit`. Empty when the model states no maximum."""
+    limit = getattr(model, "max_context", None)
+    longest = float(np.max(np.asarray(context, dtype=float)))
+    if not limit or longest <= limit:
+        return []
+    msg = (f"context {longest:,.0f} tokens is beyond {model.id}'s max_position_embeddings ({limit:,}): "
+           "the model was not trained that long")
+    if strict_fit:
+        raise FitError(msg)
+    return [msg]

@@ -1,0 +1,126 @@
+"""Typed reads of fields from parsed spec files (YAML, config.json), and checks of output paths.
+
+Every value that enters chalk from a file passes through one of these readers, so a wrong type, a
+non-finite or absurd number, or a wrong container becomes one `SpecError` line naming the file and the
+field, never a TypeError deep inside an analysis.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from chalk.errors import InputError, SpecError
+from chalk.specs.workload import short as _short
+
+#: Largest integer a config.json dimension may hold (vocab, hidden size, layers, heads, context, ...).
+#: 2^31: no real checkpoint comes near it, and products of a few such dimensions stay finite in float64.
+MAX_DIM = 2**31
+
+#: Largest number a spec file's physical figure may hold in its vendor unit (TFLOP/s, GB, TB/s, W, $/h).
+MAX_FIGURE = 1e9
+
+
+def spec_int(value, where: str, *, minimum: int = 0, maximum: int = MAX_DIM) -> int:
+    """A whole number in [minimum, maximum] (floats like 4096.0 are accepted; bools and strings are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where} must be a whole number, got {_short(value)}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise SpecError(f"{where} must be a whole number, got {_short(value)}")
+    if not minimum <= value <= maximum:
+        raise SpecError(f"{where} must be between {minimum} and {maximum}, got {_short(value)}")
+    return int(value)
+
+
+def spec_number(value, where: str, *, minimum: float = 0.0, maximum: float = MAX_FIGURE) -> float:
+    """A finite number in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where} must be a number, got {_short(value)}")
+    v = float(value) if abs(value) < 1e308 else math.inf
+    if not math.isfinite(v) or not minimum <= v <= maximum:
+        raise SpecError(f"{where} must be a finite number between {minimum:g} and {maximum:g}, got {_short(value)}")
+    return v
+
+
+def spec_str(value, where: str, *, default: str = "") -> str:
+    """A string (numbers are accepted and printed; lists and mappings are not)."""
+    if value is None:
+        return default
+    if isinstance(value, (dict, list, tuple, set)):
+        raise SpecError(f"{where} must be a string, got {_short(value)}")
+    return str(value)
+
+
+def spec_str_list(value, where: str) -> tuple[str, ...]:
+    """A list of strings (or one string, read as a list of one); None is empty."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)) or any(isinstance(v, (dict, list, tuple)) or v is None for v in value):
+        raise SpecError(f"{where} must be a list of strings, got {_short(value)}")
+    return tuple(str(v) for v in value)
+
+
+def spec_str_map(value, where: str) -> dict[str, str]:
+    """A mapping of strings to strings (e.g. `sources: {field: url}`); None is empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or any(isinstance(v, (dict, list, tuple)) for v in value.values()):
+        raise SpecError(f"{where} must be a mapping of field names to strings, got {_short(value)}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def spec_mapping(value, where: str) -> dict:
+    """A mapping (None is empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where} must be a mapping, got {_short(value)}")
+    return value
+
+
+# ------------------------------------------------------------------ output paths
+def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """Check an output file path before any work: its folder exists and is writable, it is not a folder.
+
+    `option` names the flag in messages (e.g. '--csv'); `suffixes` restricts the extension.
+    """
+    p = Path(str(path))
+    if not str(path).strip():
+        raise InputError(f"{option} needs a file name")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"{option} must end in {' or '.join(suffixes)}, got {str(path)!r}")
+    if p.is_dir():
+        raise InputError(f"{option}: {str(path)!r} is a folder, not a file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{option}: folder {str(parent)!r} does not exist")
+    if p.exists() and not os.access(p, os.W_OK) or not p.exists() and not os.access(parent, os.W_OK):
+        raise InputError(f"{option}: cannot write {str(path)!r} (permission denied)")
+    if _is_virtual_fs(parent):
+        raise InputError(f"{option}: cannot write {str(path)!r} (not a regular file system)")
+    return p
+
+
+def output_dir(path, option: str) -> Path:
+    """Check an output folder before any work: it exists (or its parent does, to create it) and is writable."""
+    p = Path(str(path))
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{option}: {str(path)!r} exists and is not a folder")
+    target = p if p.exists() else p.parent if str(p.parent) else Path(".")
+    if not target.is_dir():
+        raise InputError(f"{option}: folder {str(target)!r} does not exist")
+    if not os.access(target, os.W_OK) or _is_virtual_fs(target):
+        raise InputError(f"{option}: cannot write into {str(target)!r}")
+    return p
+
+
+def _is_virtual_fs(folder: Path) -> bool:
+    """/proc and /sys accept no new files (the kernel answers writes with odd errors)."""
+    try:
+        parts = folder.resolve().parts
+    except OSError:
+        return False
+    return len(parts) > 1 and parts[1] in ("proc", "sys")

@@ -1,0 +1,316 @@
+"""Fuzz every command and subcommand of the CLI with bad and extreme values (issue 11).
+
+The commands are enumerated from the typer app at test time, so a command added later is covered without
+editing this file. Each option gets values chosen by its type (whole numbers, numbers, names, paths); the
+model and hardware options also get malformed config.json, meta.yaml, chip and system YAML files. Every
+invocation runs in-process under a time guard and must keep the contract:
+
+- exit code 0 or 2, never a traceback (an uncaught exception) and never a hang;
+- on 2, exactly one line on stderr of at most 300 characters (`{"error": ...}` under --json);
+- on 0 with --json, no NaN or inf anywhere in the result and no negative quantity.
+
+Deterministic: the cases are a fixed list, and where a list is sampled the seed is fixed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import typer
+
+from chalk.faces import cli, cli_common
+
+SEED = 11
+TIME_GUARD_S = 30.0
+#: Commands that take minutes or start a server when given good input: only their bad input is fuzzed
+#: (each must be refused before the work starts).
+ONLY_BAD = {"measure", "web", "lecture", "revnet"}
+
+INTS = ["0", "-1", "1.5", "2147483648", "1000000000", "99999999999999999999", "abc", ""]
+FLOATS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "abc", ""]
+NAMES = ["", "nosuch", "x" * 400, "h100,nosuch", "../..", "null"]
+NEGATIVE_OK = re.compile(r"error|residual|margin|signed|slope|log|delta|penalty|saving|change|diff|offset", re.I)
+
+#: A value known good for each required parameter (by its option or argument name), so that one bad
+#: value at a time reaches the code under test.
+GOOD = {"--model": "llama-3.1-8b", "--hardware": "h100-sxm", "--input-len": "1000", "--output-len": "200",
+        "--output": "{tmp}/out.png", "kind": "latency-vs-batch", "name": "h100-sxm", "sheet": "deepseek-r1"}
+GOOD_BY_COMMAND = {("models", "show"): {"name": "llama-3.1-8b"}, ("report",): {"--output": "{tmp}/r.html"}}
+MOE_MODEL = "qwen3-30b-a3b"
+PATH_OPTIONS = {"--csv", "--plot", "--output", "--output-dir", "--trace"}
+
+
+# ------------------------------------------------------------------ malformed spec files
+def _spec_files(root: Path) -> dict[str, list[str]]:
+    """Malformed (and one valid-but-edge) model folders and hardware YAML files under `root`."""
+    from chalk.specs import catalog
+
+    base = json.loads((catalog._catalog_dir("models") / "llama-3.1-8b" / "config.json").read_text())
+    moe = json.loads((catalog._catalog_dir("models") / "qwen3-30b-a3b" / "config.json").read_text())
+    oss = json.loads((catalog._catalog_dir("models") / "gpt-oss-20b" / "config.json").read_text())
+    mixtral = json.loads((catalog._catalog_dir("models") / "mixtral-8x7b" / "config.json").read_text())
+    chip = (catalog._catalog_dir("chips") / "h100-sxm.yaml").read_text()
+    system = (catalog._catalog_dir("systems") / "hgx-h100.yaml").read_text()
+    models, hardware = [], []
+
+    def model(name, cfg=None, text=None, meta=None):
+        d = root / "models" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(text if text is not None else json.dumps(cfg))
+        if meta is not None:
+            (d / "meta.yaml").write_text(meta)
+        models.append(str(d))
+
+    def edit(cfg, **kw):
+        out = dict(cfg)
+        out.update(kw)
+        return out
+
+    model("kv-not-divisor", edit(base, num_key_value_heads=5))
+    model("quant-string", edit(base, quantization_config="fp8"))
+    model("window-string", edit(mixtral, sliding_window="abc"))
+    model("window-negative", edit(mixtral, sliding_window=-4096))
+    model("mlp-only-int", edit(moe, mlp_only_layers=5))
+    model("layer-types-int", edit(oss, layer_types=5))
+    model("vocab-1e308", edit(base, vocab_size=1e308))
+    model("hidden-string", edit(base, hidden_size="4096"))
+    model("heads-zero", edit(base, num_attention_heads=0))
+    model("deep-list", text="[" * 100_000 + "]" * 100_000)
+    model("deep-object", text='{"a":' * 100_000 + "1" + "}" * 100_000)
+    model("not-json", text="{not json")
+    model("top-level-list", text="[1, 2]")
+    model("empty", text="")
+    model("meta-types", base, meta="aliases: 5\nname: [1, 2]\ncard_total_params_b: abc\n")
+    model("meta-precision", base, meta="weights_precision: nosuch\n")
+    model("meta-not-mapping", base, meta="- a\n- b\n")
+
+    def hw(name, text):
+        p = root / f"{name}.yaml"
+        p.write_text(text)
+        hardware.append(str(p))
+
+    hw("chip-no-scaleup", "\n".join(ln for ln in chip.splitlines() if not ln.startswith("scaleup_gb_per_s")))
+    hw("chip-no-scaleout", chip.replace("scaleout_gbit_per_s: 400", "scaleout_gbit_per_s: 0"))
+    for i, v in enumerate(["0", "-8", '"eight"', "null", "[8]", "2.5"]):
+        hw(f"chip-chips-{i}", f"chips: {v}\n" + chip)
+        hw(f"system-chips-{i}", system.replace("chips: 8", f"chips: {v}"))
+    hw("chip-sources-int", chip.replace("sources:", "sources: 5\nxsources:"))
+    hw("chip-aliases-int", re.sub(r"(?m)^aliases: .*$", "aliases: 5", chip))
+    hw("chip-hbm-huge", re.sub(r"(?m)^hbm_gb: .*$", "hbm_gb: 1e308", chip))
+    hw("chip-tflops-string", chip.replace("bf16: 989.4", "bf16: fast"))
+    hw("system-sources-list", system.replace("sources:", "sources: [a, b]\nxsources:"))
+    hw("not-yaml", "chips: [\n")
+    hw("yaml-list", "- 1\n- 2\n")
+    model("every-expert", edit(moe, num_experts_per_tok=moe["num_experts"]))  # valid: k = E
+    hw("chip-copy", chip)  # valid: must answer like the catalog id
+    good_models, good_hardware = models[-1:] + [MOE_MODEL], hardware[-1:]
+    return {"models": models[:-1], "hardware": hardware[:-1], "good_models": good_models,
+            "good_hardware": good_hardware}
+
+
+# ------------------------------------------------------------------ the command tree
+def _leaves(cmd, path=()):
+    subs = getattr(cmd, "commands", None)
+    if subs:
+        for name, sub in sorted(subs.items()):
+            yield from _leaves(sub, path + (name,))
+    else:
+        yield path, cmd
+
+
+def _opt(param) -> str:
+    opts = getattr(param, "opts", None) or []
+    return max(opts, key=len) if opts else param.name
+
+
+def _param_kind(param) -> str:
+    """'flag', 'int', 'float', 'choice', 'path' or 'name' for an option or argument."""
+    if getattr(param, "is_flag", False):
+        return "flag"
+    if _opt(param) in PATH_OPTIONS:
+        return "path"
+    shown = str(param.display_type(typer.Context(typer.main.get_command(cli.app))))
+    if "|" in shown:
+        return "choice"
+    return {"<int>": "int", "<float>": "float"}.get(shown, "name")
+
+
+def _base(path, cmd, tmp: str) -> dict:
+    """A valid value for each required parameter of `path`: {param: value}."""
+    good = {**GOOD, **GOOD_BY_COMMAND.get(path, {})}
+    out = {}
+    for p in cmd.params:
+        if p.required:
+            value = good.get(_opt(p), good.get(p.name))
+            if value is None:
+                value = {"int": "1", "float": "1"}.get(_param_kind(p), "x")
+            out[p] = value.format(tmp=tmp)
+    return out
+
+
+def _render(cmd, values: dict) -> list[str]:
+    """Command-line tokens for {param: value}: arguments in order, then options."""
+    args = [values[p] for p in cmd.params if p in values and getattr(p, "param_type_name", "") == "argument"]
+    for p in cmd.params:
+        if p in values and getattr(p, "param_type_name", "") != "argument":
+            args += [_opt(p)] if values[p] is True else [_opt(p), values[p]]
+    return args
+
+
+def _cases(tmp: Path) -> list[tuple[str, ...]]:
+    files = _spec_files(tmp / "specs")
+    (tmp / "a-folder.png").mkdir(exist_ok=True)
+    bad_paths = [str(tmp / "missing" / "x.png"), str(tmp / "a-folder.png"), "/proc/chalk-fuzz.png", "",
+                 str(tmp / "x.nosuffix")]
+    app = typer.main.get_command(cli.app)
+    rng = random.Random(SEED)
+    cases: list[tuple[str, ...]] = []
+    for path, cmd in _leaves(app):
+        base = _base(path, cmd, str(tmp))
+        js = [p for p in cmd.params if _opt(p) == "--json"]
+        jsv = {js[0]: True} if js else {}
+        only_bad = path[0] in ONLY_BAD
+        cases.append(path + tuple(_render(cmd, base)) + ("--no-such-option",))
+        if not only_bad:
+            cases.append(path + tuple(_render(cmd, {**base, **jsv})))
+        for p in cmd.params:
+            key, kind = _opt(p), _param_kind(p)
+            if kind == "flag":
+                if not only_bad:
+                    cases.append(path + tuple(_render(cmd, {**base, **jsv, p: True})))
+                continue
+            is_arg = getattr(p, "param_type_name", "") == "argument"
+            values = {"int": INTS, "float": FLOATS, "path": bad_paths, "choice": ["nosuch", ""]}.get(kind, NAMES)
+            if key == "--model" or (is_arg and path == ("models", "show")):
+                values = values + files["models"] + ([] if only_bad else files["good_models"])
+            if key in ("--hardware", "--compare") or (is_arg and path == ("hardware", "show")):
+                values = values + files["hardware"] + ([] if only_bad else files["good_hardware"])
+            if key in ("--precision", "--kv-precision") and not only_bad:
+                values = values + ["fp8", "fp4", "mxfp4", "auto"]
+            if key in ("--batches", "--contexts"):
+                values = values + ["1:1e12:100000000", "1,2,nan", "0:10:5", "1:1e308:3", "5:1:0"]
+            for v in values:
+                cases.append(path + tuple(_render(cmd, {**base, **jsv, p: v})))
+    # a sample of pairs of large values on the numeric options, the kind of case a single value misses
+    for path, cmd in _leaves(app):
+        if path[0] in ONLY_BAD:
+            continue
+        base = _base(path, cmd, str(tmp))
+        js = {p: True for p in cmd.params if _opt(p) == "--json"}
+        nums = [p for p in cmd.params if _param_kind(p) in ("int", "float") and not p.required]
+        for _ in range(min(4, len(nums))):
+            a, b = rng.sample(nums, 2) if len(nums) >= 2 else (nums[0], nums[0])
+            vals = {**base, **js, a: rng.choice(["1e15", "1", "1e9"]), b: rng.choice(["1e15", "3"])}
+            cases.append(path + tuple(_render(cmd, vals)))
+    return list(dict.fromkeys(cases))  # each distinct invocation once, in a fixed order
+
+
+# ------------------------------------------------------------------ running one case
+class _Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
+def _invoke(args: tuple[str, ...], nonfinite: list) -> tuple[object, str, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_GUARD_S)
+    nonfinite.clear()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except _Hang:
+        code = "hang"
+    except BaseException as e:  # an uncaught exception is a traceback for a user
+        code = f"traceback: {type(e).__name__}: {str(e)[:200]}"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return code, out.getvalue(), err.getvalue(), time.perf_counter() - t0
+
+
+def _negatives(obj, path="") -> list[str]:
+    if isinstance(obj, dict):
+        return [n for k, v in obj.items() for n in _negatives(v, f"{path}.{k}")]
+    if isinstance(obj, list):
+        return [n for i, v in enumerate(obj[:2000]) for n in _negatives(v, f"{path}[{i}]")]
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool) and obj < 0 and not NEGATIVE_OK.search(path):
+        return [f"{path} = {obj}"]
+    return []
+
+
+def _problem(args, code, out, err, nonfinite) -> str | None:
+    if code not in (0, 2):
+        return f"exit {code}"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if "Traceback" in err:
+        return "traceback on stderr"
+    if code == 2:
+        if len(lines) != 1 or len(lines[0]) > 300:
+            return f"exit 2 with {len(lines)} stderr lines / {max(map(len, lines), default=0)} chars: {err[:300]!r}"
+        if "--json" in args and not lines[0].startswith('{"error": '):
+            return f"--json error not JSON: {lines[0][:200]!r}"
+        return None
+    if "--json" in args:
+        if nonfinite:
+            return f"non-finite values in JSON: {nonfinite[:3]}"
+        try:
+            data = json.loads(out)
+        except ValueError:
+            return f"stdout is not JSON: {out[:200]!r}"
+        neg = _negatives(data)
+        if neg:
+            return f"negative quantities: {neg[:3]}"
+    elif re.search(r"\bnan\b", out, re.I):
+        return "nan in the table"
+    return None
+
+
+def test_fuzz_every_command(tmp_path, monkeypatch):
+    nonfinite: list[str] = []
+    clean = cli_common._clean
+
+    def recording_clean(o, path=""):
+        if isinstance(o, float) and not math.isfinite(o):
+            nonfinite.append(path or "(top)")
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                recording_clean(v, f"{path}.{k}")
+        elif isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                recording_clean(v, f"{path}[{i}]")
+        return clean(o) if not path else o
+
+    monkeypatch.setattr(cli_common, "_clean", recording_clean)
+    monkeypatch.chdir(tmp_path)
+    cases = _cases(tmp_path)
+    t0 = time.perf_counter()
+    failures, slow = [], []
+    for args in cases:
+        code, out, err, dt = _invoke(args, nonfinite)
+        msg = _problem(args, code, out, err, nonfinite)
+        if msg:
+            failures.append(f"chalk {' '.join(a if len(a) < 80 else a[:77] + '...' for a in args)}\n    {msg}")
+        if dt > 10:
+            slow.append((round(dt, 1), args[:6]))
+    wall = time.perf_counter() - t0
+    print(f"\nfuzz: {len(cases)} invocations in {wall:.0f} s; slowest over 10 s: {sorted(slow)[-5:]}")
+    assert len(cases) > 500
+    assert not failures, f"{len(failures)} of {len(cases)} invocations broke the contract:\n" + "\n".join(
+        failures[:60])
