@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from chalk.analyses.roofline import Efficiency, RooflineResult, _jsonable, _scalar
+from chalk.analyses.roofline import Efficiency, RooflineResult, _jsonable, _scalar, step
 from chalk.equations import speculative as S
 from chalk.errors import InputError
-from chalk.specs.catalog import as_model
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.workload import positive
 
 ASSUMPTIONS = (
@@ -84,17 +84,25 @@ def _validate(draft_tokens, acceptance) -> tuple[int, float]:
     return k, a
 
 
+def _estimate(spec, hardware, batch, context, *, ideal: bool = False, efficiency: Efficiency | None = None,
+              **kw) -> RooflineResult:
+    """One roofline step at chalk's default efficiency (what `chalk.api.estimate` does), kept in this layer so
+    analyses never import the API above them."""
+    from chalk.analyses.calibration import default_efficiency
+
+    eff = efficiency or default_efficiency(ideal, spec.num_layers)
+    return step(spec, as_system(hardware), batch, context, efficiency=eff, **kw)
+
+
 def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: int, acceptance: float,
                          chips: int | None = None, precision: str | None = None, kv_precision: str = "bf16",
                          ideal: bool = False, *, efficiency: Efficiency | None = None, refined: bool | None = None,
                          sparse_law: str | None = None, draft_layers: float = 1.0) -> SpeculativeResult:
     """Speculative decoding with `draft_tokens` drafts at `acceptance`, against the plain decode `result`.
 
-    `result` is the plain step for the same model, hardware, batch and context (`chalk.api.estimate`).
+    `result` is the plain step for the same model, hardware, batch and context (`chalk.estimate`).
     `refined` defaults to what `result` used; `draft_layers` is the cost of one draft in main-model layers.
     """
-    from chalk import api
-
     if result.phase != "decode":
         raise InputError("speculative decoding applies to decode steps, not prefill")
     k, a = _validate(draft_tokens, acceptance)
@@ -103,9 +111,9 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
         refined = not result.weights_read.startswith("all weights") or not spec.is_moe
     B = np.asarray(result.batch, dtype=float)
     L = np.asarray(result.context, dtype=float)
-    v = api.estimate(spec, hardware, S.verification_tokens(B, k), L, phase="decode", chips=chips,
-                     precision=precision, kv_precision=kv_precision, ideal=ideal, efficiency=efficiency,
-                     refined=refined, sparse_law=sparse_law)
+    v = _estimate(spec, hardware, S.verification_tokens(B, k), L, phase="decode", chips=chips,
+                  precision=precision, kv_precision=kv_precision, ideal=ideal, efficiency=efficiency,
+                  refined=refined, sparse_law=sparse_law)
     t_plain = np.asarray(result.step_time_s, dtype=float)
     overhead = t_plain - np.maximum(result.compute_time_s, result.memory_time_s)
     t_c = np.asarray(v.compute_time_s, dtype=float)
@@ -153,15 +161,13 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
 
     Speed-up falls with batch: ~E (tokens per step) while memory-bound, ~E / (k + 1) < 1 once compute-bound.
     """
-    from chalk import api
-
     k, a = _validate(draft_tokens, acceptance)
     context = float(positive("context", context))
     spec = as_model(model)
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
 
     def at(b):
-        r = api.estimate(spec, hardware, b, context, **kw)
+        r = _estimate(spec, hardware, b, context, **kw)
         return speculative_estimate(r, spec, hardware, k, a, **kw)
 
     batches = np.geomspace(1.0, float(positive("max batch", max_batch)), int(points))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from chalk.errors import ChalkError, InputError
-from chalk.faces.cli_common import num, pct, seconds, si, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.specs.catalog import as_model, as_system
 
 
@@ -204,17 +204,16 @@ def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precis
     r1 = api.estimate(model, hardware, 1, context, chips=chips, precision=precision, kv_precision=kv_precision,
                       ideal=ideal)
     batches = np.unique(np.concatenate([2.0 ** np.arange(0, 17), [max(float(r1.max_batch_fit), 1.0)]]))
-    df = api.sweep(model, hardware, batches, [context], chips=chips, precision=precision,
-                   kv_precision=kv_precision, ideal=ideal)
-    fit = df[df["fits"]]
-    if fit.empty:
-        return {"answer": "does not fit in HBM even at batch 1", "table": df}
-    best = fit.loc[fit["cost_per_mtok_usd"].idxmin()]
+    table = api.sweep(model, hardware, batches, [context], chips=chips, precision=precision,
+                      kv_precision=kv_precision, ideal=ideal)
+    best = table.best("cost_per_mtok_usd", where="fits")
+    if best is None:
+        return {"answer": "does not fit in HBM even at batch 1", "table": table}
     return {"answer": f"batch {num(best['batch'])}: {seconds(best['step_time_s'])} per step, "
                       f"{num(best['user_tokens_per_s'])} tokens/s per user, {num(best['tokens_per_s'])} tokens/s "
                       f"in all, {usd(best['cost_per_mtok_usd'])} per million output tokens "
                       f"({best['bound']}-bound, MFU {pct(best['mfu'])})",
-            "best_batch": float(best["batch"]), "table": df}
+            "best_batch": float(best["batch"]), "table": table}
 
 
 def _claims():
@@ -331,9 +330,10 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
                f"{_e(best['answer'])}</p>")
     out.append(_table(["batch", "step time", "bound", "MFU", "tokens/s", "tokens/s per user", "$ per M tokens",
                        "fits"],
-                      [[num(t.batch), seconds(t.step_time_s), t.bound, pct(t.mfu), num(t.tokens_per_s),
-                        num(t.user_tokens_per_s), usd(t.cost_per_mtok_usd), "yes" if t.fits else "no"]
-                       for t in best["table"].itertuples()], num_cols=(0, 1, 3, 4, 5, 6)))
+                      [[num(t["batch"]), seconds(t["step_time_s"]), t["bound"], pct(t["mfu"]),
+                        num(t["tokens_per_s"]), num(t["user_tokens_per_s"]), usd(t["cost_per_mtok_usd"]),
+                        "yes" if t["fits"] else "no"]
+                       for t in best["table"].rows()], num_cols=(0, 1, 3, 4, 5, 6)))
     out.append("<h2>5. The lecture's claims</h2>")
     claims = _claims()
     if claims is None:

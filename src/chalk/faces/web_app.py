@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import num, pct, seconds, si, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
 
 #: Batch choices: half-octave steps 1 .. 262,144 (a log slider).
