@@ -9,11 +9,13 @@ from chalk.specs.catalog import as_model, as_system
 from chalk.specs.workload import positive
 
 
-def default_efficiency(ideal: bool, model=None) -> Efficiency:
-    """The pure roofline with `ideal`, else chalk's calibrated efficiency for this model's depth."""
+def default_efficiency(ideal: bool, model=None, hardware=None) -> Efficiency:
+    """The pure roofline with `ideal`, else the chip's fitted efficiency (a `chalk measure` YAML) or chalk's
+    calibrated efficiency for this model's depth."""
     from chalk.analyses.calibration import default_efficiency as _default
 
-    return _default(ideal, as_model(model).num_layers if model is not None else None)
+    return _default(ideal, as_model(model).num_layers if model is not None else None,
+                    as_system(hardware).chip if hardware is not None else None)
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", chips: int | None = None,
@@ -25,9 +27,9 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", c
     model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
     hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
     """
-    model = as_model(model)
-    eff = efficiency or default_efficiency(ideal, model)
-    return step(model, as_system(hardware), batch, context, phase=phase, chips=chips, precision=precision,
+    model, system = as_model(model), as_system(hardware)
+    eff = efficiency or default_efficiency(ideal, model, system)
+    return step(model, system, batch, context, phase=phase, chips=chips, precision=precision,
                 kv_precision=kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law,
                 strict_fit=strict_fit)
 

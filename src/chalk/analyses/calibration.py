@@ -199,9 +199,26 @@ def calibrated_efficiency(layers: int | None = None) -> Efficiency:
                       residual_low=RESIDUAL_LOW, residual_high=RESIDUAL_HIGH)
 
 
-def default_efficiency(ideal: bool = False, layers: int | None = None) -> Efficiency:
-    """The pure roofline (`ideal`) or chalk's calibrated efficiency, sized for a model's layer count."""
-    return IDEAL if ideal else calibrated_efficiency(layers)
+def efficiency_for(chip) -> tuple[float, float, float] | None:
+    """(compute fraction, memory fraction, per-step overhead in s) fitted for this chip by `chalk measure` and
+    carried in its YAML's `efficiency:` block; None for a catalog chip (which uses the constants above)."""
+    e = getattr(chip, "efficiency", None)
+    if e is None:
+        return None
+    return float(e.compute), float(e.memory), float(e.overhead_s)
+
+
+def default_efficiency(ideal: bool = False, layers: int | None = None, chip=None) -> Efficiency:
+    """The pure roofline (`ideal`); else the chip's own fitted efficiency when its YAML carries one
+    (`efficiency_for`), else chalk's calibrated efficiency, sized for a model's layer count."""
+    if ideal:
+        return IDEAL
+    fitted = efficiency_for(chip) if chip is not None else None
+    if fitted is not None:
+        c, m, o = fitted
+        return Efficiency(compute=c, memory=m, overhead_s=o, memory_reserve=MEMORY_RESERVE,
+                          label=f"measured ({chip.id})")
+    return calibrated_efficiency(layers)
 
 
 def calibration(ideal: bool = False) -> Calibration:

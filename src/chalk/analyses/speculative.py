@@ -90,8 +90,9 @@ def _estimate(spec, hardware, batch, context, *, ideal: bool = False, efficiency
     analyses never import the API above them."""
     from chalk.analyses.calibration import default_efficiency
 
-    eff = efficiency or default_efficiency(ideal, spec.num_layers)
-    return step(spec, as_system(hardware), batch, context, efficiency=eff, **kw)
+    system = as_system(hardware)
+    eff = efficiency or default_efficiency(ideal, spec.num_layers, system.chip)
+    return step(spec, system, batch, context, efficiency=eff, **kw)
 
 
 def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: int, acceptance: float,

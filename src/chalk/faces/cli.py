@@ -82,7 +82,8 @@ def estimate(
     rows = [
         ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
                                                 f"{seconds(r.range['step_time_s'][1])})"
-                                                if r.efficiency != "ideal" else "")),
+                                                if r.range["step_time_s"][0] != r.range["step_time_s"][1]
+                                                else "")),
         ("  compute", seconds(r.compute_time_s)),
         ("  weight read", seconds(r.weight_time_s) + f"  (lecture form, all weights: {seconds(r.weight_time_lecture_s)})"),
         ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
