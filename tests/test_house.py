@@ -119,3 +119,12 @@ def test_pandas_streamlit_plotly_are_not_core_dependencies():
     for name in ("pandas", "streamlit", "plotly", "aiconfigurator"):
         assert name not in core, name
     assert any("pandas" in d for d in proj["optional-dependencies"]["frames"])
+
+
+def test_durations_read_naturally():
+    from chalk.faces.fmt import seconds
+
+    assert seconds(1530) == "25.5 min (1,530 s)"  # was "1.53e+03 s"
+    assert seconds(2.53e-8) == "25.3 ns" and seconds(0.0253) == "25.3 ms" and seconds(7200) == "2 h"
+    for v in (1e-9, 1e-5, 0.5, 99, 150, 5000, 3e5, 4e8):
+        assert "e+" not in seconds(v) and "e-" not in seconds(v), v

@@ -244,6 +244,26 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
         busy_time_s=float(busy), simulated_time_s=span, peak_kv_tokens=float(peak_kv))
 
 
+def overload(result: SimulationResult) -> dict | None:
+    """Whether arrivals outran the replica: the queue grows through the run instead of settling.
+
+    Overloaded when the median wait of the last fifth of arrivals exceeds 3x that of the first fifth and 5% of the
+    arrival window (a stable queue's wait does not grow with the run's length). Returns the offered and served
+    request rates and both waits, or None when the queue settled.
+    """
+    a, q = result.arrival_s, result.queue_s
+    n = a.size
+    window = float(a[-1] - a[0]) if n > 1 else 0.0
+    if n < 20 or window <= 0:
+        return None
+    k = max(n // 5, 1)
+    q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
+    if not (q_last > 3 * q_first and q_last > 0.05 * window):
+        return None
+    return {"offered_requests_per_s": (n - 1) / window, "served_requests_per_s": result.requests_per_s,
+            "median_wait_first_fifth_s": q_first, "median_wait_last_fifth_s": q_last, "arrival_window_s": window}
+
+
 def _check_requests(requests) -> Requests:
     if not isinstance(requests, Requests):
         raise InputError(f"requests must be a Requests (poisson_arrivals, load_trace), got {type(requests).__name__}")

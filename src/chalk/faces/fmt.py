@@ -27,15 +27,22 @@ def seconds(value) -> str:
     v = float(value)
     if not math.isfinite(v):
         return "n/a"
-    if v < 1e-3:
+    a = abs(v)
+    if a == 0:
+        return "0 s"
+    if a < 1e-6:
+        return f"{v * 1e9:.3g} ns"
+    if a < 1e-3:
         return f"{v * 1e6:.3g} µs"
-    if v < 1:
+    if a < 1:
         return f"{v * 1e3:.3g} ms"
-    if v < 3600:
+    if a < 100:
         return f"{v:.3g} s"
-    if v < 86400 * 2:
+    if a < 3600:  # never "1.53e+03 s": minutes, with the seconds beside them
+        return f"{v / 60:.3g} min ({v:,.0f} s)"
+    if a < 86400 * 2:
         return f"{v / 3600:.3g} h"
-    return f"{v / 86400:.3g} days"
+    return f"{v / 86400:,.3g} days" if a < 86400 * 1000 else f"{v / 86400:,.0f} days"
 
 
 def usd(value) -> str:
