@@ -131,6 +131,49 @@ def test_calibrated_chip_round_trips_through_resolve_hardware(tmp_path):
     assert back.hbm_bytes == pytest.approx(25.3e9, rel=1e-5)
     r = RL.step(model_from_config(TINY, id="tiny"), system, 4, 128, precision="fp32", kv_precision="fp32")
     assert float(r.step_time_s) > 0
+    assert back.efficiency is None  # no fit yet: estimate falls back to chalk's calibrated constants
+
+
+def test_efficiency_block_is_carried_and_used_as_hardware(tmp_path):
+    """issue 12: the fitted compute, memory and overhead live in the chip YAML, and chalk.estimate uses them."""
+    import chalk
+    from chalk.analyses.calibration import CALIBRATION, efficiency_for
+    from chalk.specs.hardware import ChipEfficiency
+
+    fit = ChipEfficiency(compute=0.31, memory=0.57, overhead_s=2.5e-3, overhead_prefill_s=4e-3, source="test fit")
+    chip = M.calibrated_chip(_fake_ceilings(), name="my box").model_copy(update={"efficiency": fit})
+    path = M.write_chip_yaml(chip, tmp_path / "calibrated-chip.yaml")
+    text = path.read_text()
+    assert "efficiency:" in text and "overhead_ms: 2.5" in text and "compute: 0.31" in text
+    back = resolve_hardware(str(path)).chip
+    assert efficiency_for(back) == pytest.approx((0.31, 0.57, 2.5e-3))
+    assert efficiency_for(resolve_hardware("h100-sxm").chip) is None
+    tiny = model_from_config(TINY, id="tiny")
+    r = chalk.estimate(tiny, str(path), 4, 128, precision="fp32", kv_precision="fp32")
+    assert r.efficiency.startswith("measured")
+    ideal = chalk.estimate(tiny, str(path), 4, 128, precision="fp32", kv_precision="fp32", ideal=True)
+    expect = max(float(ideal.compute_time_s) / 0.31, float(ideal.memory_time_s) / 0.57) + 2.5e-3
+    assert float(r.step_time_s) == pytest.approx(expect, rel=1e-9)
+    assert float(r.step_time_s) != pytest.approx(
+        max(float(ideal.compute_time_s) / CALIBRATION.compute, float(ideal.memory_time_s) / CALIBRATION.memory)
+        + CALIBRATION.overhead_s(TINY["num_hidden_layers"]), rel=1e-3)
+
+
+@pytest.mark.parametrize("block,needle", [
+    ("efficiency: 3\n", "must be a mapping"),
+    ("efficiency: {compute: 1.5, memory: 0.5, overhead_ms: 1}\n", "efficiency"),
+    ("efficiency: {memory: 0.5, overhead_ms: 1}\n", "needs 'compute'"),
+    ("efficiency: {compute: 0.5, memory: 0.5, overhead_s: 1}\n", "unknown field"),
+])
+def test_bad_efficiency_block_is_one_spec_error(tmp_path, block, needle):
+    from chalk.errors import SpecError
+
+    chip = M.calibrated_chip(_fake_ceilings())
+    p = M.write_chip_yaml(chip, tmp_path / "c.yaml")
+    p.write_text(p.read_text() + block)
+    with pytest.raises(SpecError) as e:
+        resolve_hardware(str(p))
+    assert needle in str(e.value) and "\n" not in str(e.value)
 
 
 def test_missing_torch_is_one_clear_error(monkeypatch):
@@ -175,6 +218,8 @@ def test_tiny_run_structure(tiny_run):
         d["median_abs_error_held_out"]
     assert msgs and msgs[-1] == "done"
     assert "measured: true" in d["calibrated_chip_yaml"]
+    assert "efficiency:" in d["calibrated_chip_yaml"]
+    assert res.chip.efficiency.compute == pytest.approx(res.fit.compute)
     assert M.format_report(res).count("\n") > 9
 
 
@@ -192,6 +237,9 @@ def test_tiny_run_writes_files(tiny_run):
     res, out, _ = tiny_run
     system = resolve_hardware(str(out / "calibrated-chip.yaml"))
     assert system.chip.measured
+    fitted = system.chip.efficiency  # the fit travels with the YAML (issue 12)
+    assert (fitted.compute, fitted.memory, fitted.overhead_s) == pytest.approx(
+        (res.fit.compute, res.fit.memory, res.fit.overhead_s), rel=1e-5, abs=1e-9)
     assert system.chip.hbm_bandwidth_bytes_per_s == pytest.approx(res.ceilings.mem_bandwidth_bytes_per_s, rel=1e-3)
     # the YAML keeps TFLOP/s to 6 decimals, coarse for the tiny test matmuls
     assert system.chip.flops_per_s["fp32"] == pytest.approx(res.ceilings.flops_per_s["fp32"], rel=1e-3)

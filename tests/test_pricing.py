@@ -287,3 +287,44 @@ def test_the_four_pricing_claims():
     for k in ("kv_bytes_per_token_at_cliff", "decode_vs_prefill_mfu", "recompute_vs_load_kv"):
         assert cl[k].within_lecture_range, k
     assert cl["cache_tier_drain_time"].value.startswith("5 min ~ flash")
+
+
+# ----------------------------------------------------------------------------- the README example (issue 12)
+README_MARGIN = ("pricing", "margin", "--model", "deepseek-v3", "--hardware", "h800", "--sheet", "deepseek-r1",
+                 "--chips", "144")
+
+
+def test_readme_margin_example_fits_and_its_tables_agree():
+    """The README's margin example is a real one: it fits, and its question and its check are the same run."""
+    r = AP.pricing_margin("deepseek-v3", "h800", "deepseek-r1", chips=144)
+    own = AP.deepseek_chalk_margin()
+    assert r["fits"] and not any("does not fit" in n for n in r["notes"])
+    assert r["cost_usd"] == pytest.approx(own["cost_usd"]) and r["chips"] == own["chips"] == 144
+    out = _invoke(*README_MARGIN).stdout
+    assert "the same configuration as above" in out and "DOES NOT FIT" not in out
+    assert "Your question" in out and "Check against DeepSeek's published day" in out
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    if readme.exists():
+        assert " ".join(("chalk",) + README_MARGIN) in readme.read_text()
+
+
+def test_margin_flags_a_miss_of_the_published_545_percent():
+    own = AP.deepseek_chalk_margin()
+    # chalk needs ~646 GPUs on average for the day's tokens where DeepSeek's fleet averaged 1,814: cost 0.36x
+    assert own["cost_over_published"] < 1 / AP.REPRODUCE_FACTOR and own["reproduces"] is False
+    assert "misses the published 545%" in own["gap"] and "1,814 GPUs" in own["gap"]
+    out = _invoke(*README_MARGIN).stdout
+    assert "reproduces the published margin?" in out and "NO" in out and "gap: chalk's margin" in out
+
+
+def test_margin_that_does_not_fit_says_so_in_the_title():
+    out = _invoke("pricing", "margin", "--model", "deepseek-v3", "--hardware", "h800").stdout
+    assert "DOES NOT FIT" in out and "a fixed configuration, not the one above" in out
+
+
+def test_web_explorer_shows_margin_as_a_percent():
+    src = (Path(__file__).resolve().parents[1] / "src" / "chalk" / "faces" / "web_app.py")
+    if not src.exists():
+        pytest.skip("not a source checkout")
+    line = next(ln for ln in src.read_text().splitlines() if "margin on the day" in ln)
+    assert "pct(" in line and "×" not in line

@@ -69,3 +69,27 @@ def test_cli_report_writes_a_page(tmp_path):
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "report", "--model", "deepseek-v3", "--hardware",
                         "nope-9", "-o", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("chalk: error:")
+
+
+def test_report_reconciles_serving_with_the_roofline_table(page):
+    """issue 12: the serving answer and the roofline table sit side by side with the reasons they differ."""
+    assert "Why the serving answer and the roofline table differ" in page
+    for reason in ("Batch.", "Prefill.", "Layout and overheads.", "Context."):
+        assert reason in page
+    assert "sequences per scheduler" in page and "of its GPU time goes to prefill" in page
+
+
+def test_claims_table_shows_the_range_it_checks(page):
+    assert "accepted range" in page and "within range" in page
+    assert re.search(r"<td[^>]*>100 – 600</td>", page)  # the dense critical batch's accepted range
+
+
+def test_report_runs_no_experiment(monkeypatch):
+    """The RevNet figures come from the closed form; measuring would take seconds (issue 12)."""
+    from chalk.analyses import reversible
+
+    def boom(*a, **k):
+        raise AssertionError("the report ran the RevNet experiment")
+
+    monkeypatch.setattr(reversible, "measure_memory", boom)
+    assert "revnet_memory_saving" in build_report("llama-3.1-8b", "hgx-h100", context=4096, ideal=True)

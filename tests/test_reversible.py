@@ -232,3 +232,15 @@ def test_compute_price_is_one_extra_forward(r, f):
     ratio = eq.training_flops_ratio_reversible(r)
     assert 1.0 < ratio < 2.0
     assert eq.backward_flops_ratio_reversible(r) > ratio  # the extra forward lands in backward
+
+
+def test_closed_form_claim_matches_a_fresh_measurement(sweep):
+    """The lecture/report quote the RevNet saving without running the experiment (issue 12): the closed form,
+    with its once-measured working set, must stay within 10% of what the numpy stack measures now."""
+    ms = _by_depth(sweep[0])
+    d = max(ms)
+    measured = ms[d].standard_peak_bytes / ms[d].reversible_peak_bytes
+    assert an.analytic_memory_ratio(d, 64, 256) == pytest.approx(measured, rel=0.10)
+    claim = an.claims()[0]
+    assert claim.value[1] == pytest.approx(4 / 3)
+    assert "closed form" in claim.assumptions

@@ -302,3 +302,46 @@ def test_latencies_are_ordered_and_non_negative(data, max_batch, chunk, cap_fact
     t = S.simulate_train(req, S.StepCost.constant(0.01), 0.01, max_batch)
     assert np.all(t.queue_s >= 0) and np.all(t.ttft_s > t.queue_s) and np.all(t.e2e_s >= t.ttft_s)
     assert np.all(t.e2e_s - t.ttft_s == pytest.approx(0.01 * (req.output_len - 1)))
+
+
+# ----------------------------------------------------------------------------------------- issue 12: overload, plot
+def test_overload_is_flagged_when_arrivals_outrun_the_train():
+    # 4 seats every 10 ms serve at most 400 one-token requests/s: 600/s overloads, 200/s does not
+    cost = S.StepCost.constant(0.01)
+    over = S.overload(S.simulate_train(S.poisson_arrivals(600, 20_000, 1, 1, seed=1), cost, 0.01, 4))
+    assert over is not None
+    assert over["offered_requests_per_s"] == pytest.approx(600, rel=0.05)
+    assert over["served_requests_per_s"] == pytest.approx(400, rel=0.05)
+    assert over["median_wait_last_fifth_s"] > 3 * over["median_wait_first_fifth_s"]
+    assert S.overload(S.simulate_train(S.poisson_arrivals(200, 20_000, 1, 1, seed=1), cost, 0.01, 4)) is None
+
+
+def test_cli_warns_on_overload_and_plots_the_run_it_simulated(tmp_path):
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "chalk.faces.cli", "simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    p = subprocess.run(base + ["--rate", "400", "-n", "20000", "--prefill-chunk", "512"], capture_output=True,
+                       text=True, timeout=300, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    assert "warning: arrivals exceed capacity" in p.stdout
+    assert "e+0" not in p.stdout  # long durations in minutes, never "1.53e+03 s"
+    out = tmp_path / "train.png"
+    p = subprocess.run(base + ["--scheduler", "train", "--period-ms", "50", "--max-batch", "2048", "--output-len",
+                               "1", "--input-len", "1", "-n", "2000", "--plot", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert out.stat().st_size > 10_000 and "warning" not in p.stdout
+
+
+def test_plot_draws_the_simulated_period():
+    from chalk.faces.plots_simulate import simulation_figure
+
+    r = S.simulate_train(S.poisson_arrivals(1000, 3000, 1, 1, seed=0), S.StepCost.constant(0.01), 0.05, 2048)
+    fig = simulation_figure(r)
+    ax = fig.axes[0]
+    xs = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if len(ln.get_xdata()) == 2
+                and ln.get_xdata()[0] == ln.get_xdata()[1] and ln.get_ydata()[0] == 0)
+    gaps = np.diff(xs)
+    assert len(xs) >= 5 and np.allclose(gaps, 50.0)  # departures every --period-ms, in ms
+    assert "50 ms" in ax.get_title(loc="left")

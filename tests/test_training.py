@@ -250,3 +250,44 @@ def test_parse_count():
         with pytest.raises(InputError):
             parse_count(bad, "tokens")
     assert math.isclose(parse_count("50M", "rate"), 5e7)
+
+
+# -- issue 12: calibrated runs say so; a held-out MoE run checks the MoE efficiency; every published figure shown --
+def test_llama_card_figures_match_the_reference_csv():
+    if not MEASUREMENTS.is_file():
+        pytest.skip("../shared/reference is not present")
+    rows = {(r["model"], r["metric"]): float(r["value"]) for r in csv.DictReader(MEASUREMENTS.open())
+            if r["metric"] == "training_gpu_hours"}
+    assert tr.LLAMA_3_1_8B.gpu_hours_total == rows[("Llama-3.1-8B", "training_gpu_hours")] == 1.46e6
+    assert tr.LLAMA_3_1_70B.gpu_hours_total == rows[("Llama-3.1-70B", "training_gpu_hours")] == 7.0e6
+
+
+@pytest.mark.parametrize("model,figure", [("llama-3.1-8b", "1.46 M"), ("llama-3.1-70b", "7 M"),
+                                          ("llama-3.1-405b", "30.8 M"), ("deepseek-v3", "2.66 M")])
+def test_every_model_with_a_published_run_shows_it(app, model, figure):
+    res = CliRunner().invoke(app, ["train", "-m", model], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert f"published: {figure} GPU-hours" in res.output and "chalk / published" in res.output
+
+
+def test_deepseek_v3_says_it_is_calibrated_and_checks_a_held_out_run(app):
+    d = tr.train_estimate("deepseek-v3").published
+    assert d["calibrated_on_this_run"] == "MOE_RESIDUAL_EFFICIENCY"
+    held = d["held_out_check"]
+    # DeepSeek-V2 on H800: 172.8K GPU-hours per trillion tokens (arXiv 2405.04434), never used in a fit
+    assert held["model"] == "deepseek-v2" and held["published_gpu_hours"] == 172.8e3
+    assert 0.7 <= held["predicted_over_published"] <= 1.3
+    assert tr.train_estimate("llama-3.1-70b").published["calibrated_on_this_run"] is None
+    res = CliRunner().invoke(app, ["train", "-m", "deepseek-v3"], env={"COLUMNS": "200"})
+    assert "not a check" in res.output and "calibrated on this run" in res.output
+    assert "held-out check" in res.output and "deepseek-v2" in res.output
+
+
+def test_deepseek_v2_config_sizes_to_its_card():
+    from chalk.analyses.model_sizes import ModelSizes
+    from chalk.specs.model import model_from_config
+
+    sz = ModelSizes(model_from_config(tr.DEEPSEEK_V2_CONFIG, id="deepseek-v2"))
+    # DeepSeek-V2 card: 236B total, 21B activated
+    assert sz.total_params == pytest.approx(236e9, rel=0.02)
+    assert sz.active_params == pytest.approx(21e9, rel=0.05)

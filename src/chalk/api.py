@@ -6,15 +6,17 @@ import numpy as np
 
 from chalk.analyses.roofline import Efficiency, RooflineResult
 from chalk.errors import InputError
-from chalk.specs.catalog import as_model
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.workload import MAX_GRID_POINTS, positive
 
 
-def default_efficiency(ideal: bool, model=None) -> Efficiency:
-    """The pure roofline with `ideal`, else chalk's calibrated efficiency for this model's depth."""
+def default_efficiency(ideal: bool, model=None, hardware=None) -> Efficiency:
+    """The pure roofline with `ideal`, else the chip's fitted efficiency (a `chalk measure` YAML) or chalk's
+    calibrated efficiency for this model's depth."""
     from chalk.analyses.calibration import default_efficiency as _default
 
-    return _default(ideal, as_model(model).num_layers if model is not None else None)
+    return _default(ideal, as_model(model).num_layers if model is not None else None,
+                    as_system(hardware).chip if hardware is not None else None)
 
 
 def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult:
@@ -25,13 +27,15 @@ def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult
     return _estimate(model, hardware, batch, context, **kwargs)
 
 
-SWEEP_COLUMNS = ("batch", "context", "step_time_s", "compute_time_s", "weight_time_s", "kv_time_s", "bound",
-                 "mfu", "mbu", "tokens_per_s", "user_tokens_per_s", "cost_per_mtok_usd", "fits")
+from chalk.analyses.sweep import SWEEP_COLUMNS  # noqa: E402,F401  (re-exported)
 
 
 def sweep(model, hardware, batches=None, contexts=None, **kwargs):
-    """Vectorised sweep over batch x context: a pandas DataFrame, one row per (batch, context)."""
-    import pandas as pd
+    """Vectorised sweep over batch x context: a `SweepResult`, one row per (batch, context).
+
+    `.rows()` and `.to_dict()` need nothing more; `.to_frame()` gives a pandas DataFrame (pandas optional).
+    """
+    from chalk.analyses.sweep import sweep_table
 
     batches = np.asarray(batches if batches is not None else 2 ** np.arange(0, 14), dtype=float)
     contexts = np.asarray(contexts if contexts is not None else [4096], dtype=float)
@@ -41,13 +45,7 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
         raise InputError(f"a sweep of {batches.size:,} batches x {contexts.size:,} contexts is more than "
                          f"{MAX_GRID_POINTS:,} points")
     B, L = np.meshgrid(batches, contexts, indexing="ij")
-    r = estimate(model, hardware, B.ravel(), L.ravel(), **kwargs)
-    cols = {c: np.broadcast_to(np.asarray(getattr(r, c)), B.ravel().shape) for c in SWEEP_COLUMNS}
-    df = pd.DataFrame(cols)
-    df.attrs.update(model=r.model, hardware=r.hardware, chips=r.chips, phase=r.phase, precision=r.precision,
-                    kv_precision=r.kv_precision, critical_batch=r.critical_batch,
-                    balance_context=r.balance_context, efficiency=r.efficiency)
-    return df
+    return sweep_table(estimate(model, hardware, B.ravel(), L.ravel(), **kwargs))
 
 
 def layout(model, hardware, gpus: int | None = None, **kwargs):

@@ -246,11 +246,37 @@ def calibrated_efficiency(layers: int | None = None) -> Efficiency:
                       residual_low=c.residual_low, residual_high=c.residual_high)
 
 
-def default_efficiency(ideal: bool = False, layers: int | None = None) -> Efficiency:
-    """The pure roofline (`ideal`) or chalk's calibrated efficiency, sized for a model's layer count."""
-    return IDEAL if ideal else calibrated_efficiency(layers)
+def efficiency_for(chip) -> tuple[float, float, float] | None:
+    """(compute fraction, memory fraction, per-step overhead in s) fitted for this chip by `chalk measure` and
+    carried in its YAML's `efficiency:` block; None for a catalog chip (which uses the constants above)."""
+    e = getattr(chip, "efficiency", None)
+    if e is None:
+        return None
+    return float(e.compute), float(e.memory), float(e.overhead_s)
 
 
-def calibration(ideal: bool = False) -> Calibration:
-    """The serving model's constants: calibrated (default) or ideal."""
-    return IDEAL_CALIBRATION if ideal else CALIBRATION
+def default_efficiency(ideal: bool = False, layers: int | None = None, chip=None) -> Efficiency:
+    """The pure roofline (`ideal`); else the chip's own fitted efficiency when its YAML carries one
+    (`efficiency_for`), else chalk's calibrated efficiency, sized for a model's layer count."""
+    if ideal:
+        return IDEAL
+    fitted = efficiency_for(chip) if chip is not None else None
+    if fitted is not None:
+        c, m, o = fitted
+        return Efficiency(compute=c, memory=m, overhead_s=o, memory_reserve=MEMORY_RESERVE,
+                          label=f"measured ({chip.id})")
+    return calibrated_efficiency(layers)
+
+
+def calibration(ideal: bool = False, chip=None) -> Calibration:
+    """The serving model's constants: calibrated (default) or ideal. A chip whose YAML carries a `chalk measure`
+    fit (`efficiency_for`) uses its own compute and memory fractions and overhead instead of the global ones and
+    of the kernel tables."""
+    if ideal:
+        return IDEAL_CALIBRATION
+    fitted = efficiency_for(chip) if chip is not None else None
+    if fitted is None:
+        return CALIBRATION
+    c, m, o = fitted
+    return dataclasses.replace(CALIBRATION, compute=c, memory=m, overhead_fixed_s=o, overhead_per_layer_s=0.0,
+                               use_kernel_tables=False, label=f"measured ({chip.id})")

@@ -106,7 +106,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
     balance context) are those of the replica's chips; step time, bound, MFU and cost come from the step model.
     """
-    cal = cal or calibration(ideal)
+    cal = cal or calibration(ideal, system.chip)
     sz = ModelSizes(model)
     prec = canonical(precision) if precision else sz.default_precision()
     kvp = resolve_kv_precision(kv_precision, prec, system)
@@ -240,7 +240,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
             from chalk.errors import InputError
 
             raise InputError("--layout and --aggregate exclude each other: the aggregate view has no layout")
-        eff = efficiency or default_efficiency(ideal, m.num_layers)
+        eff = efficiency or default_efficiency(ideal, m.num_layers, system.chip)
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,

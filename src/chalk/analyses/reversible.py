@@ -32,6 +32,13 @@ BYTES_PER_FLOAT64 = 8
 # Width-sized tensors the stored path keeps per block: (x2, y1) = the block's input
 # information, plus (tanh outputs of F and G) = its hidden activations.
 STORED_ACTIVATIONS_PER_BLOCK = 2.0
+# Width-sized tensors alive inside the one block being back-propagated on the reversible path, beyond the output:
+# measured once with `measure_memory()` at batch 64, width 256 (854,552 B peak at depth 64 = 6.52 x B x W x 8 B,
+# flat in depth). Lets the lecture and the report quote the RevNet figures in closed form without running the
+# experiment; tests/test_reversible.py checks it against a fresh measurement.
+REVERSIBLE_WORKING_SET_ACTIVATIONS = 5.5
+#: The depth sweep `claims()` quotes (the default of `measure_memory`).
+CLAIM_DEPTH, CLAIM_BATCH, CLAIM_WIDTH = 64, 64, 256
 
 
 @dataclass(frozen=True)
@@ -371,20 +378,43 @@ if __name__ == "__main__":
     print(format_report(_ms, summary(_ms)))
 
 
-def claims():
-    """The lecture's `revnet_memory_saving`, measured on the numpy stack."""
+def analytic_memory_ratio(depth: int = CLAIM_DEPTH, batch: int = CLAIM_BATCH, width: int = CLAIM_WIDTH) -> float:
+    """Standard / reversible activation memory from the equations, with the measured working set."""
+    std = eq.activation_bytes_standard(depth, batch, width, BYTES_PER_FLOAT64,
+                                       activations_per_block=STORED_ACTIVATIONS_PER_BLOCK)
+    rev = eq.activation_bytes_reversible(depth, batch, width, BYTES_PER_FLOAT64,
+                                         working_set_activations=REVERSIBLE_WORKING_SET_ACTIVATIONS)
+    return float(std / rev)
+
+
+def claims(measured: bool = False):
+    """The lecture's `revnet_memory_saving`: in closed form (default; no experiment, instant), or measured on
+    the numpy stack with `measured=True` (what `chalk revnet` shows; several seconds)."""
     from chalk.analyses.claims import Claim
 
-    ms = measure_memory()
-    s = summary(ms)
+    if measured:
+        s = summary(measure_memory())
+        ratio, flops, depth, batch, width = (s.memory_ratio_at_max_depth, s.extra_compute_ratio, s.max_depth,
+                                             s.batch, s.width)
+        std_slope, rev_slope = s.standard_slope_bytes_per_layer, s.reversible_slope_bytes_per_layer
+        how = "peak heap measured with tracemalloc during forward + backward"
+    else:
+        depth, batch, width = CLAIM_DEPTH, CLAIM_BATCH, CLAIM_WIDTH
+        ratio, flops = analytic_memory_ratio(depth, batch, width), float(eq.training_flops_ratio_reversible(2.0))
+        std_slope = float(eq.activation_bytes_per_layer_standard(
+            batch, width, BYTES_PER_FLOAT64, activations_per_block=STORED_ACTIVATIONS_PER_BLOCK))
+        rev_slope = 0.0
+        how = (f"closed form (equations.reversible) with {STORED_ACTIVATIONS_PER_BLOCK:g} stored tensors per block "
+               f"and a {REVERSIBLE_WORKING_SET_ACTIVATIONS:g}-tensor working set measured once; `chalk revnet` "
+               f"measures it")
     return [Claim(
-        id="revnet_memory_saving", value=[1.0 / s.memory_ratio_at_max_depth, s.extra_compute_ratio],
+        id="revnet_memory_saving", value=[1.0 / ratio, flops],
         unit="[reversible/standard activation memory at max depth, reversible/standard training FLOPs]",
         lecture_value="O(1) vs O(L) memory, ~1 extra forward of compute", section="reversible",
-        assumptions=f"additive-coupling stack, depth 1..{s.max_depth}, batch {s.batch}, width {s.width}, float64; "
-                    "peak heap measured with tracemalloc during forward + backward; backward = 2 x forward FLOPs",
-        explanation=f"Storing activations grows {s.standard_slope_bytes_per_layer / 1e3:.0f} kB per layer, while the "
+        assumptions=f"additive-coupling stack, depth 1..{depth}, batch {batch}, width {width}, float64; "
+                    f"{how}; backward = 2 x forward FLOPs",
+        explanation=f"Storing activations grows {std_slope / 1e3:.0f} kB per layer, while the "
                     f"reversible stack recomputes each block's input from its output and stays flat "
-                    f"({s.reversible_slope_bytes_per_layer:.0f} B per layer): {s.memory_ratio_at_max_depth:.0f}x less "
-                    f"memory at depth {s.max_depth} for {s.extra_compute_ratio:.2f}x the training FLOPs (one extra "
+                    f"({rev_slope:.0f} B per layer): {ratio:.0f}x less "
+                    f"memory at depth {depth} for {flops:.2f}x the training FLOPs (one extra "
                     "forward). The KV cache makes the opposite trade: it stores to avoid recomputing.")]

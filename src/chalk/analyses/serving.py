@@ -173,7 +173,7 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     F = 0.0 if cache_hit is None else float(cache_hit)
     if not (np.isfinite(F) and 0 <= F < 1):
         raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
-    cal = calibration_override or calibration(ideal)
+    cal = calibration_override or calibration(ideal, system.chip)
     eng = _engine(engine)
     if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
         eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)

@@ -111,28 +111,34 @@ _TRACE_COLUMNS = ("arrival_s", "input_len", "output_len")
 
 def load_trace(path) -> Requests:
     """Requests from a CSV with header `arrival_s,input_len,output_len` (extra columns ignored)."""
-    import pandas as pd
+    import csv
 
     where = str(path)
     try:
-        df = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False)
+        with open(path, newline="") as f:
+            rows = [(n, row) for n, row in _csv_rows(csv.reader(f, skipinitialspace=True))]
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
-    except pd.errors.EmptyDataError:
-        raise SpecError(f"{where}: empty trace (expected header {','.join(_TRACE_COLUMNS)})") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
-        raise SpecError(f"{where}: malformed CSV ({str(e).strip().splitlines()[-1]})") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in _TRACE_COLUMNS if c not in df.columns]
+    except (csv.Error, UnicodeDecodeError, OSError) as e:
+        raise SpecError(f"{where}: malformed CSV ({e.__class__.__name__})") from None
+    if not rows:
+        raise SpecError(f"{where}: empty trace (expected header {','.join(_TRACE_COLUMNS)})")
+    header = [str(c).strip() for c in rows[0][1]]
+    missing = [c for c in _TRACE_COLUMNS if c not in header]
     if missing:
         raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; "
                         f"expected header {','.join(_TRACE_COLUMNS)}")
-    if len(df) == 0:
+    data = rows[1:]
+    if not data:
         raise SpecError(f"{where}: no requests after the header")
+    for line, row in data:
+        if len(row) > len(header):
+            raise SpecError(f"{where}: malformed CSV (line {line}: expected {len(header)} fields, saw {len(row)})")
     out = []
     for col in _TRACE_COLUMNS:
-        raw = df[col]
-        x = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=float)
+        j = header.index(col)
+        raw = [row[j].strip() if j < len(row) else "" for _, row in data]
+        x = np.array([_number(v) for v in raw], dtype=float)
         bad = ~np.isfinite(x)
         if col == "arrival_s":
             bad |= x < 0
@@ -142,9 +148,23 @@ def load_trace(path) -> Requests:
             want = "a positive integer"
         if bad.any():
             i = int(np.argmax(bad))
-            raise SpecError(f"{where}: line {i + 2}: {col} must be {want}, got {raw.iloc[i]!r}")
+            raise SpecError(f"{where}: line {data[i][0]}: {col} must be {want}, got {raw[i]!r}")
         out.append(x)
     return Requests.from_arrays(*out)
+
+
+def _csv_rows(reader):
+    """(file line number, fields) of each non-blank CSV row."""
+    for row in reader:
+        if any(c.strip() for c in row):
+            yield reader.line_num, row
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
 
 
 # ----------------------------------------------------------------------------------------- results
@@ -232,6 +252,26 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
         requests_per_s=len(req) / span, mean_batch=step_sum / n_steps if n_steps else math.nan,
         mean_concurrency=float((finish - admit).sum()) / span, utilisation=busy / span, n_steps=int(n_steps),
         busy_time_s=float(busy), simulated_time_s=span, peak_kv_tokens=float(peak_kv))
+
+
+def overload(result: SimulationResult) -> dict | None:
+    """Whether arrivals outran the replica: the queue grows through the run instead of settling.
+
+    Overloaded when the median wait of the last fifth of arrivals exceeds 3x that of the first fifth and 5% of the
+    arrival window (a stable queue's wait does not grow with the run's length). Returns the offered and served
+    request rates and both waits, or None when the queue settled.
+    """
+    a, q = result.arrival_s, result.queue_s
+    n = a.size
+    window = float(a[-1] - a[0]) if n > 1 else 0.0
+    if n < 20 or window <= 0:
+        return None
+    k = max(n // 5, 1)
+    q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
+    if not (q_last > 3 * q_first and q_last > 0.05 * window):
+        return None
+    return {"offered_requests_per_s": (n - 1) / window, "served_requests_per_s": result.requests_per_s,
+            "median_wait_first_fifth_s": q_first, "median_wait_last_fifth_s": q_last, "arrival_window_s": window}
 
 
 def _check_requests(requests) -> Requests:

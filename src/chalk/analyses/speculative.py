@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from chalk.analyses.roofline import Efficiency, RooflineResult, _jsonable, _scalar
+from chalk.analyses.roofline import Efficiency, RooflineResult, _jsonable, _scalar, step
 from chalk.equations import speculative as S
 from chalk.errors import InputError
-from chalk.specs.catalog import as_model
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.workload import positive
 
 ASSUMPTIONS = (
@@ -121,7 +121,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
 
         if refined is None:
             refined = not result.weights_read.startswith("all weights") or not spec.is_moe
-        eff = efficiency or default_efficiency(ideal, spec.num_layers)
+        eff = efficiency or default_efficiency(ideal, spec.num_layers, system.chip)
         v = step(spec, system, S.verification_tokens(B, k), L, phase="decode", chips=chips, precision=precision,
                  kv_precision=result.kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law)
         overhead = t_plain - np.maximum(result.compute_time_s, result.memory_time_s)
@@ -172,13 +172,15 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
     """
     from chalk.analyses import estimate as api
 
+    from chalk.analyses.estimate import estimate as _est
+
     k, a = _validate(draft_tokens, acceptance)
     context = float(positive("context", context))
     spec = as_model(model)
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)
 
     def at(b):
-        r = api.estimate(spec, hardware, b, context, **kw)
+        r = _est(spec, hardware, b, context, **kw)
         return speculative_estimate(r, spec, hardware, k, a, **kw)
 
     batches = np.geomspace(1.0, float(positive("max batch", max_batch)), int(points))

@@ -118,7 +118,8 @@ def estimate(
     rows = [
         ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
                                                 f"{seconds(r.range['step_time_s'][1])})"
-                                                if r.efficiency != "ideal" else "")),
+                                                if r.range["step_time_s"][0] != r.range["step_time_s"][1]
+                                                else "")),
         ("  compute (all FLOPs at achieved rate)", seconds(r.compute_time_s)),
         ("  weight read", seconds(r.weight_time_s) + f"  (lecture form, all weights: {seconds(r.weight_time_lecture_s)})"),
         ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
@@ -182,23 +183,23 @@ def sweep(
     """Sweep batch x context in one vectorised call: the lecture's latency and cost curves as a table."""
     from chalk import api
 
-    df = api.sweep(model, hardware, _parse_grid(batches, "batches"), _parse_grid(contexts, "contexts"),
-                   phase=phase.value, chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
+    res = api.sweep(model, hardware, _parse_grid(batches, "batches"), _parse_grid(contexts, "contexts"),
+                    phase=phase.value, chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if csv:
-        df.to_csv(csv, index=False)
-    write_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(df["context"].iloc[0]),
+        res.to_csv(csv)
+    write_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(res["context"][0]),
                 chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if as_json:
-        emit_json({"meta": {k: v for k, v in df.attrs.items()}, "rows": df.to_dict(orient="records")})
+        emit_json(res.to_dict())
         return
-    a = df.attrs
+    a = res.meta
     t = table(f"{a['model']} on {a['chips']} x {a['hardware']} · {a['phase']} · critical batch "
               f"{num(a['critical_batch'])} · balance context {num(a['balance_context'])} tokens · {a['efficiency']}",
               ["batch", "context", "step", "bound", "MFU", "tokens/s", "tokens/s/user", "$/M tokens", "fits"])
-    for row in df.itertuples():
-        t.add_row(num(row.batch), num(row.context), seconds(row.step_time_s), row.bound, pct(row.mfu),
-                  num(row.tokens_per_s), num(row.user_tokens_per_s), usd(row.cost_per_mtok_usd),
-                  "yes" if row.fits else "no")
+    for row in res.rows():
+        t.add_row(num(row["batch"]), num(row["context"]), seconds(row["step_time_s"]), row["bound"], pct(row["mfu"]),
+                  num(row["tokens_per_s"]), num(row["user_tokens_per_s"]), usd(row["cost_per_mtok_usd"]),
+                  "yes" if row["fits"] else "no")
     console().print(t)
 
 

@@ -89,64 +89,8 @@ def table(title: str, columns: list[str]):
     return t
 
 
-# ------------------------------------------------------------------ formatting (units on the way out)
-_SI = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
-
-
-def si(value, unit: str = "", digits: int = 3) -> str:
-    """Format with a decimal SI prefix: si(3.35e12, 'B/s') -> '3.35 TB/s'."""
-    if value is None:
-        return "n/a"
-    v = float(value)
-    if not math.isfinite(v):
-        return "n/a" if math.isnan(v) else "inf"
-    for scale, prefix in _SI:
-        if abs(v) >= scale:
-            return f"{v / scale:.{digits}g} {prefix}{unit}".strip()
-    return f"{v:.{digits}g} {unit}".strip()
-
-
-def seconds(value) -> str:
-    if value is None:
-        return "n/a"
-    v = float(value)
-    if not math.isfinite(v):
-        return "n/a"
-    if v < 1e-3:
-        return f"{v * 1e6:.3g} µs"
-    if v < 1:
-        return f"{v * 1e3:.3g} ms"
-    if v < 3600:
-        return f"{v:.3g} s"
-    if v < 86400 * 2:
-        return f"{v / 3600:.3g} h"
-    return f"{v / 86400:.3g} days"
-
-
-def usd(value) -> str:
-    if value is None:
-        return "n/a"
-    v = float(value)
-    if not math.isfinite(v):
-        return "n/a"
-    if abs(v) >= 1e6:
-        return f"${v / 1e6:.3g}M"
-    if abs(v) >= 100:
-        return f"${v:,.0f}"
-    return f"${v:.3g}"
-
-
-def pct(value) -> str:
-    return "n/a" if value is None or not math.isfinite(float(value)) else f"{100 * float(value):.1f}%"
-
-
-def num(value, digits: int = 4) -> str:
-    if value is None:
-        return "n/a"
-    v = float(value)
-    if not math.isfinite(v):
-        return "n/a"
-    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.{digits}g}"
+# formatting lives in faces/fmt.py; re-exported so `from chalk.faces.cli_common import si` keeps working
+from chalk.faces.fmt import num, pct, seconds, si, usd  # noqa: E402,F401
 
 
 def wrote(path) -> None:

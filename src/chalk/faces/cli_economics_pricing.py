@@ -200,7 +200,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ):
         """Chalk's predicted serving cost against a price sheet, as a margin; with DeepSeek's 545% as a check."""
-        from chalk.analyses.pricing import deepseek_chalk_margin, deepseek_published_margin, pricing_margin
+        from chalk.analyses.pricing import DEEPSEEK, deepseek_chalk_margin, deepseek_published_margin, pricing_margin
+
+        DEEPSEEK_USD_PER_GPU_HOUR = DEEPSEEK.usd_per_gpu_hour
 
         r = pricing_margin(model, hardware, sheet, batch=batch, batch_per_chip=batch_per_chip, chips=chips,
                            context=context, prompt_len=prompt_len, input_tokens=input_tokens,
@@ -211,8 +213,9 @@ def register(app: typer.Typer) -> None:
             emit_json({"margin": r, "deepseek_published": pub, "deepseek_chalk": own})
             return
         c = console()
-        t = table(f"{r['model']} on {r['chips']} x {r['hardware']} against {r['sheet']} ({r['tier']} tier) · "
-                  f"{r['efficiency']} · per {r['per']}", ["quantity", "value"])
+        fits = "" if r.get("fits", True) else " · DOES NOT FIT (cost is a lower bound)"
+        t = table(f"Your question: {r['model']} on {r['chips']} x {r['hardware']} against {r['sheet']} "
+                  f"({r['tier']} tier) · {r['efficiency']} · per {r['per']}{fits}", ["quantity", "value"])
         rows = [
             ("tokens in (cache hits) / out", f"{si(r['input_tokens'])} ({pct(r['cache_hit_fraction'])}) / "
                                              f"{si(r['output_tokens'])}"),
@@ -223,21 +226,30 @@ def register(app: typer.Typer) -> None:
             ("chalk's cost in (prefill) / out (decode)",
              f"{usd(r['cost_input_usd_per_mtok'])} / {usd(r['cost_output_usd_per_mtok'])} per M tokens"),
             ("margin on input / output", f"{pct(r['margin_input'])} / {pct(r['margin_output'])}"),
-            ("revenue", usd(r["revenue_usd"])), ("cost", usd(r["cost_usd"])),
+            ("revenue", usd(r["revenue_usd"])),
+            ("cost (chip-hours the tokens need x $/chip-hour)", usd(r["cost_usd"])),
             ("chip-hours", num(r["chip_hours"])), ("margin (revenue / cost - 1)", pct(r["margin"])),
         ]
         for k, v in rows:
             t.add_row(k, v)
         c.print(t)
-        t = table("DeepSeek's published day (2025-02-27/28, R1 prices) and chalk's cost for it",
+        same = all(r.get(k) == own.get(k) for k in ("model", "hardware", "chips", "decode_batch", "context",
+                                                     "input_tokens", "output_tokens", "cache_hit_fraction"))
+        t = table(f"Check against DeepSeek's published day (2025-02-27/28, R1 prices): {own['configuration']}"
+                  + (" — the same configuration as above" if same else " — a fixed configuration, not the one above"),
                   ["quantity", "published", "chalk"])
-        t.add_row("GPUs (average)", num(pub["gpus"]), num(own["average_gpus"]))
+        t.add_row("GPUs (average over the day)", num(pub["gpus"]), num(own["average_gpus"]))
+        t.add_row("cost basis", f"whole fleet x 24 h x ${DEEPSEEK_USD_PER_GPU_HOUR:.2f}/GPU-h",
+                  "chip-hours the tokens need x catalog $/chip-h")
         t.add_row("cost per day",
                   usd(pub["published_cost_usd_per_day"]) + f" (recomputed {usd(pub['cost_usd_per_day'])})",
                   usd(own["cost_usd"]) + f" ({num(own['cost_over_published'], 3)}x published)")
         t.add_row("revenue per day", usd(pub["published_revenue_usd_per_day"]) +
                   f" (recomputed {usd(pub['revenue_usd_per_day'])})", usd(own["revenue_usd"]))
         t.add_row("margin", pct(pub["published_margin"]) + f" (recomputed {pct(pub['margin'])})", pct(own["margin"]))
+        t.add_row("reproduces the published margin?", "", "yes" if own["reproduces"] else "NO")
         c.print(t)
+        if own["gap"]:
+            c.print(f"[bold]gap:[/bold] {own['gap']}")
         for n in r["notes"]:
             c.print(f"[dim]note: {n}[/dim]")

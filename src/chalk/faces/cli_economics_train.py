@@ -139,6 +139,17 @@ def _print(e) -> None:
             figure = pub["gpu_hours_pretrain"] or pub["gpu_hours_total"]
             c.print(f"published: {si(figure)} GPU-hours ({which}); chalk / published = {num(ratio, 3)}. "
                     f"[dim]{pub['source']}[/dim]")
+            if pub.get("notes"):
+                c.print(f"[dim]published-run note: {pub['notes']}[/dim]")
+            if pub.get("calibrated_on_this_run"):
+                c.print(f"[bold]not a check:[/bold] chalk's {pub['calibrated_on_this_run']} was calibrated on this "
+                        f"run, so it reproduces it by construction.")
+            held = pub.get("held_out_check")
+            if held:
+                c.print(f"held-out check (a MoE run not fitted on): {held['model']} on {held['hardware']} in "
+                        f"{held['precision']}: published {si(held['published_gpu_hours'])} GPU-hours per "
+                        f"{si(held['tokens'])} tokens, chalk {si(held['predicted_gpu_hours'])}; chalk / published = "
+                        f"{num(held['predicted_over_published'], 3)}. [dim]{held['source']}; {held['notes']}[/dim]")
         else:
             c.print(f"[dim]published run: {si(pub['tokens'])} tokens on {num(pub['gpus'])} x {pub['hardware']}, "
                     f"{si(pub['gpu_hours_total'])} GPU-hours in all ({pub['source']})[/dim]")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, seconds, table, write_plot
+from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, seconds, table, wrote
 
 
 class Scheduler(str, Enum):
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
                                                   "flight (as serving benchmarks run); needs --layout."),
         as_json: bool = typer.Option(False, "--json"),
         plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
-                                            help="Write the batch-train picture to .png/.svg."),
+                                            help="Draw the simulated run to this .png/.svg."),
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses import simulate as sim
@@ -78,9 +78,15 @@ def register(app: typer.Typer) -> None:
         else:
             r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
                                         prefill_chunk_tokens=prefill_chunk)
-        write_plot("batch-train", plot, model=model, hardware=hardware)
+        over = sim.overload(r)
+        if plot:
+            from chalk.faces.plots_simulate import plot_simulation
+
+            wrote(plot_simulation(r, plot, title=f"{scheduler.value} scheduler: {model} on {hardware}"))
         if as_json:
-            emit_json(r.to_dict())
+            d = r.to_dict()
+            d["overload"] = over
+            emit_json(d)
             return
         s = r.summary()
         t = table(f"{scheduler.value} scheduler: {len(reqs)} requests on {model} / {hardware}", ["quantity", "value"])
@@ -94,3 +100,10 @@ def register(app: typer.Typer) -> None:
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         console().print(t)
+        if over:
+            console().print(
+                f"[bold]warning: arrivals exceed capacity[/bold]: {num(over['offered_requests_per_s'])} requests/s "
+                f"offered, {num(over['served_requests_per_s'])} served; the queue grows through the run (median wait "
+                f"{seconds(over['median_wait_first_fifth_s'])} for the first fifth of arrivals, "
+                f"{seconds(over['median_wait_last_fifth_s'])} for the last), so the latencies above measure the run's "
+                f"length, not a steady state. Lower --rate, raise --max-batch or add replicas.")

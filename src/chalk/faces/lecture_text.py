@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chalk.faces.cli_common import num
+from chalk.faces.fmt import num
 
 SECTIONS = [
     ("roofline", "1. The roofline: why batch size is everything",

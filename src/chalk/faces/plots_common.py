@@ -12,7 +12,7 @@ import inspect
 import numpy as np
 
 from chalk.errors import ChalkError, InputError
-from chalk.faces.cli_common import num, seconds, si, usd
+from chalk.faces.fmt import num, seconds, si, usd
 
 FORMATS = (".png", ".svg")
 COLORS = {"compute": "#1f77b4", "weights": "#ff7f0e", "kv": "#2ca02c", "memory": "#d62728", "step": "#111111",

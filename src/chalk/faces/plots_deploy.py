@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from chalk.errors import ChalkError, InputError
-from chalk.faces.cli_common import num, seconds, si, usd
+from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _fmt_axes, _formatter, _need,
                                       _plt, _require, _sci, default_batch, whole)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.faces.cli_common import num, seconds, si, usd
+from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, _caption, _finite, _fmt_axes, _need, _plt, _shade_no_fit, _vline,
                                       caption_of, cost_components_per_mtok, default_batch, roofline_over_batch,
                                       roofline_over_context, title_of, whole)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from chalk.errors import ChalkError, InputError
-from chalk.faces.cli_common import num, pct, seconds, si, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.specs.catalog import as_model, as_system
 
 
@@ -194,7 +194,39 @@ def serving_answer(model, hardware, *, context, chips, precision, kv_precision, 
                       f"{seconds(res['ttft_s'])}, {usd(res['cost_per_mtok_output_usd'])} per million output "
                       f"tokens; layout {res['layout']} (TP {p['tp']}, EP {p['ep']}, PP {p['pp']}, DP {p['dp']})"
                       f" on {num(res['gpus'])} GPUs with {num(res['concurrency'])} sequences in flight",
-            "modes": res.get("modes", [])}
+            "modes": res.get("modes", []), "result": res, "output_len": float(output_len)}
+
+
+def reconcile(serving: dict, best: dict, r_best, context: float, output_len: float) -> list[str]:
+    """Why the serving answer and the one-replica roofline table give different tokens/s per GPU: the batch,
+    the prefill share, the layout's communication and overheads, and the context each assumes. Lines of text;
+    every number is read from the two results."""
+    from chalk.analyses.calibration import MAX_SEQS_PER_SCHEDULER
+
+    res = serving.get("result") or {}
+    step = res.get("step") or {}
+    p = res.get("parallelism") or {}
+    gpus = res.get("gpus")
+    lines = [
+        f"Per GPU: the serving answer gives {num(res.get('output_tokens_per_s_per_gpu'))} output tokens/s; the "
+        f"roofline table's cheapest batch gives {num(r_best.tokens_per_s / r_best.chips)} tokens/s "
+        f"({num(r_best.tokens_per_s)} over {num(r_best.chips)} chips). They answer different questions:",
+        f"Batch. Serving runs {num(res.get('concurrency'))} sequences on {num(gpus)} GPUs "
+        f"({num(res.get('batch_per_replica'))} per replica), held down by the memory left for KV and by a cap of "
+        f"{MAX_SEQS_PER_SCHEDULER} sequences per scheduler (what engines run); the table's cheapest batch is "
+        f"{num(best.get('best_batch'))}, as large as HBM allows.",
+        f"Prefill. Serving also reads every request's {num(context)}-token prompt: "
+        f"{pct(res.get('prefill_time_share'))} of its GPU time goes to prefill, and output tokens/s per GPU counts "
+        f"only the {num(output_len)} decoded tokens; the table is decode alone.",
+        f"Layout and overheads. Serving's {res.get('layout', '?')} layout (TP {p.get('tp', '?')}, EP "
+        f"{p.get('ep', '?')}, PP {p.get('pp', '?')}) spends {seconds(step.get('comm_time_s'))} per step on "
+        f"communication and {seconds(step.get('overhead_s'))} on per-step overhead out of "
+        f"{seconds(step.get('stage_time_s'))}; the table sums {num(r_best.chips)} chips' FLOP/s and bandwidth with "
+        f"communication free.",
+        f"Context. Serving's KV cache grows to {num(context + output_len)} tokens per sequence by the last output "
+        f"token; the table holds the context at {num(context)}.",
+    ]
+    return lines
 
 
 def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precision, ideal) -> dict:
@@ -204,17 +236,16 @@ def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precis
     r1 = api.estimate(model, hardware, 1, context, chips=chips, precision=precision, kv_precision=kv_precision,
                       ideal=ideal)
     batches = np.unique(np.concatenate([2.0 ** np.arange(0, 17), [max(float(r1.max_batch_fit), 1.0)]]))
-    df = api.sweep(model, hardware, batches, [context], chips=chips, precision=precision,
-                   kv_precision=kv_precision, ideal=ideal)
-    fit = df[df["fits"]]
-    if fit.empty:
-        return {"answer": "does not fit in HBM even at batch 1", "table": df}
-    best = fit.loc[fit["cost_per_mtok_usd"].idxmin()]
+    table = api.sweep(model, hardware, batches, [context], chips=chips, precision=precision,
+                      kv_precision=kv_precision, ideal=ideal)
+    best = table.best("cost_per_mtok_usd", where="fits")
+    if best is None:
+        return {"answer": "does not fit in HBM even at batch 1", "table": table}
     return {"answer": f"batch {num(best['batch'])}: {seconds(best['step_time_s'])} per step, "
                       f"{num(best['user_tokens_per_s'])} tokens/s per user, {num(best['tokens_per_s'])} tokens/s "
                       f"in all, {usd(best['cost_per_mtok_usd'])} per million output tokens "
                       f"({best['bound']}-bound, MFU {pct(best['mfu'])})",
-            "best_batch": float(best["batch"]), "table": df}
+            "best_batch": float(best["batch"]), "table": table}
 
 
 def _claims():
@@ -329,11 +360,19 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
     best = roofline_best_batch(model, hardware, context=context, **kw)
     out.append(f"<h3>One replica on the roofline</h3><p class=answer>Cheapest batch that fits: "
                f"{_e(best['answer'])}</p>")
+    if ans is not None and best.get("best_batch"):
+        from chalk import api
+
+        r_best = api.estimate(model, hardware, best["best_batch"], context, **kw)
+        lines = reconcile(ans, best, r_best, float(context), float(ans.get("output_len", 1024)))
+        out.append("<h3>Why the serving answer and the roofline table differ</h3><p>" + _e(lines[0]) + "</p><ul>"
+                   + "".join(f"<li>{_e(x)}</li>" for x in lines[1:]) + "</ul>")
     out.append(_table(["batch", "step time", "bound", "MFU", "tokens/s", "tokens/s per user", "$ per M tokens",
                        "fits"],
-                      [[num(t.batch), seconds(t.step_time_s), t.bound, pct(t.mfu), num(t.tokens_per_s),
-                        num(t.user_tokens_per_s), usd(t.cost_per_mtok_usd), "yes" if t.fits else "no"]
-                       for t in best["table"].itertuples()], num_cols=(0, 1, 3, 4, 5, 6)))
+                      [[num(t["batch"]), seconds(t["step_time_s"]), t["bound"], pct(t["mfu"]),
+                        num(t["tokens_per_s"]), num(t["user_tokens_per_s"]), usd(t["cost_per_mtok_usd"]),
+                        "yes" if t["fits"] else "no"]
+                       for t in best["table"].rows()], num_cols=(0, 1, 3, 4, 5, 6)))
     out.append("<h2>5. The lecture's claims</h2>")
     claims = _claims()
     if claims is None:
@@ -342,9 +381,14 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
         rows = []
         for c in claims:
             ok = c.within_lecture_range
-            rows.append([c.id, _fmt_value(c.value), c.unit, _fmt_value(c.lecture_value),
+            rng = "n/a" if c.lecture_range is None else f"{_fmt_value(float(c.lecture_range[0]))} – " \
+                                                         f"{_fmt_value(float(c.lecture_range[1]))}"
+            rows.append([c.id, _fmt_value(c.value), c.unit, _fmt_value(c.lecture_value), rng,
                          "n/a" if ok is None else ("yes" if ok else "no"), c.assumptions])
-        out.append(_table(["claim", "chalk", "unit", "lecture", "within lecture range", "assumptions"], rows))
+        out.append("<p>“Accepted range” is the interval chalk's value must fall in to count as reproducing the "
+                   "lecture's figure (claims without a numeric range are qualitative).</p>")
+        out.append(_table(["claim", "chalk", "unit", "lecture", "accepted range", "within range", "assumptions"],
+                          rows))
     out.append("<h2>6. Every assumption and source</h2>")
     out.append(_table(["item", "value", "source"], assumption_rows(model, hardware, r1, ideal), cls="srct"))
     out.append("<p class=sub>Generated by <code>chalk report</code>. Self-contained: figures are embedded; "

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import num, pct, seconds, si, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
 
 #: Batch choices: half-octave steps 1 .. 262,144 (a log slider).
@@ -371,7 +371,7 @@ def tab_pricing(st, common, batch, context, r):
     c[0].metric("chalk cost, output", f"{usd(m['cost_output_usd_per_mtok'])}/M")
     c[1].metric("sheet price, output", f"{usd(m['output_usd_per_mtok'])}/M")
     c[2].metric("chalk cost, input", f"{usd(m['cost_input_usd_per_mtok'])}/M")
-    c[3].metric("margin on the day", "n/a" if m["margin"] is None else f"{m['margin']:.1f}×")
+    c[3].metric("margin on the day", pct(m["margin"]))
     st.caption(f"A day of {si(m['input_tokens'])} input ({pct(m['cache_hit_fraction'])} cache hits) and "
                f"{si(m['output_tokens'])} output tokens, decode at batch {num(m['decode_batch'])}, context "
                f"{num(m['context'])}; {m['efficiency']} efficiency. chalk.analyses.pricing.pricing_margin.")

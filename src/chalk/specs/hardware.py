@@ -20,6 +20,50 @@ NUMERIC_FIELDS = ("dense_tflops", "hbm_gb", "hbm_tb_per_s", "scaleup_gb_per_s_bi
                   "scaleout_gbit_per_s", "tdp_w", "price_usd_per_hour")
 
 
+class ChipEfficiency(BaseModel):
+    """Achieved fractions of a chip's own ceilings and its per-step overhead, as fitted by `chalk measure`.
+
+    YAML (`efficiency:` block of a chip file): compute, memory (fractions), overhead_ms, overhead_prefill_ms, source.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(gt=0, le=1)
+    memory: float = Field(gt=0, le=1)
+    overhead_s: float = Field(ge=0, lt=10)
+    overhead_prefill_s: float | None = Field(default=None, ge=0, lt=10)
+    source: str = ""
+
+    @classmethod
+    def from_yaml_dict(cls, d, where: str) -> ChipEfficiency:
+        if not isinstance(d, dict):
+            raise SpecError(f"{where}: efficiency must be a mapping (compute, memory, overhead_ms)")
+        unknown = set(d) - {"compute", "memory", "overhead_ms", "overhead_prefill_ms", "source"}
+        if unknown:
+            raise SpecError(f"{where}: efficiency has unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        try:
+            pre = d.get("overhead_prefill_ms")
+            return cls(compute=_num(d["compute"], f"{where}: efficiency.compute"),
+                       memory=_num(d["memory"], f"{where}: efficiency.memory"),
+                       overhead_s=_num(d.get("overhead_ms", 0) or 0, f"{where}: efficiency.overhead_ms") / 1e3,
+                       overhead_prefill_s=None if pre is None else _num(pre, f"{where}: efficiency.overhead_prefill_ms")
+                       / 1e3, source=str(d.get("source", "") or ""))
+        except KeyError as e:
+            raise SpecError(f"{where}: efficiency needs {e.args[0]!r}") from None
+        except ValueError as e:
+            raise SpecError(f"{where}: efficiency: {_first_line(e)}") from None
+
+    def to_yaml_dict(self) -> dict:
+        def g(v):  # 7 significant digits: a fitted fraction may be small
+            return float(f"{v:.7g}")
+
+        d = {"compute": g(self.compute), "memory": g(self.memory), "overhead_ms": g(self.overhead_s * 1e3)}
+        if self.overhead_prefill_s is not None:
+            d["overhead_prefill_ms"] = g(self.overhead_prefill_s * 1e3)
+        d["source"] = self.source
+        return d
+
+
 class Chip(BaseModel):
     """One accelerator. SI units; `flops_per_s` maps precision -> dense peak FLOP/s."""
 
@@ -46,6 +90,8 @@ class Chip(BaseModel):
     notes: str = ""
     #: Set by `chalk measure`: a calibrated spec's ceilings are measured, not datasheet peaks.
     measured: bool = False
+    #: Fitted by `chalk measure`: used instead of chalk's calibrated constants when this chip is the hardware.
+    efficiency: ChipEfficiency | None = None
 
     @field_validator("flops_per_s")
     @classmethod
@@ -133,6 +179,8 @@ class Chip(BaseModel):
                 sources=spec_str_map(d.get("sources"), f"{where}: sources"),
                 notes=spec_str(d.get("notes"), f"{where}: notes"),
                 measured=bool(d.get("measured", False)),
+                efficiency=None if d.get("efficiency") is None
+                else ChipEfficiency.from_yaml_dict(d["efficiency"], where),
             )
         except KeyError as e:
             raise SpecError(f"{where}: missing field {e.args[0]!r}") from None
@@ -153,6 +201,7 @@ class Chip(BaseModel):
             "price_date": self.price_date, "price_is_assumption": self.price_is_assumption,
             "price_note": self.price_note, "confidence": self.confidence,
             "sources": dict(self.sources), "notes": self.notes, "measured": self.measured,
+            **({"efficiency": self.efficiency.to_yaml_dict()} if self.efficiency is not None else {}),
         }
 
 

@@ -15,7 +15,7 @@ from chalk.specs.precision import canonical
 from chalk.specs.validate import spec_int, spec_number, spec_str, spec_str_list
 from chalk.specs.workload import short
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
                          "deepseek_v32", "kimi_k2", "gpt_oss")
 
 
@@ -211,7 +211,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         d.update(num_experts=E, experts_per_token=_int(cfg, "num_experts_per_tok", where=where),
                  moe_intermediate_size=_int(cfg, "moe_intermediate_size", where=where))
         d["moe_layers"] = tuple(E > 0 and i not in only_mlp and (i + 1) % step == 0 for i in range(L))
-    if mt in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
+    if mt in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"):
         d.update(
             attention="mla", q_lora_rank=_int(cfg, "q_lora_rank", default=0, required=False, where=where),
             kv_lora_rank=_int(cfg, "kv_lora_rank", where=where),

@@ -62,18 +62,18 @@ from pathlib import Path
 
 import numpy as np
 
-# The stages live in measure_common, measure_ceilings, measure_steps and measure_fit. This module is
+# The stages live in common.py, ceilings.py, steps.py and fit.py of this package. This module is
 # the public entry point: it re-exports their names (private helpers included) for existing imports.
-from chalk.analyses.measure_ceilings import (  # noqa: F401
+from chalk.analyses.measure.ceilings import (  # noqa: F401
     Ceilings, _copy_bandwidth, _cpu_name, _default_dtypes, _host_available_bytes, _host_memory_bytes,
     _matmul_flops, _slug, calibrated_chip, chip_yaml, measure_ceilings, measured_system, merge_ceilings,
     write_chip_yaml)
-from chalk.analyses.measure_common import (  # noqa: F401
+from chalk.analyses.measure.common import (  # noqa: F401
     _THREAD_NOTE, MISSING_DEPS, STATISTICS, TORCH_TO_CHALK, _calibrate_inner, _check_device,
     _check_transformers_version, _loadavg, _prepare_openmp, _stat, _sync_fn, _time_fn, _torch, _transformers)
-from chalk.analyses.measure_fit import (  # noqa: F401
+from chalk.analyses.measure.fit import (  # noqa: F401
     FitResult, _grid_losses, _roofline_cases, fit_efficiency, split_held_out)
-from chalk.analyses.measure_steps import (  # noqa: F401
+from chalk.analyses.measure.steps import (  # noqa: F401
     _CPU_DECODE_QUICK, _CPU_PREFILL_QUICK, _GPU_DECODE_QUICK, _GPU_PREFILL_QUICK, QUICK_MODEL_CONFIG,
     QUICK_MODEL_CONFIG_GPU, QUICK_MODEL_ID, QUICK_MODEL_ID_GPU, StepTiming, _attention_for, _choose_dtype,
     _config_dict, _DecodeCase, _hf_config, _kv_fits, _kv_shapes, _params, _PrefillCase, build_model,
@@ -318,10 +318,15 @@ def run_measure(device: str = "cpu", quick: bool = True, model=None, out_dir=Non
     if separate_overheads and not sep:
         notes.append("one overhead for both phases (the training cases hold only one phase)")
     pred = _roofline_cases(spec, system, timings, precision, efficiency=fit.efficiency)
-    chip = chip.model_copy(update={"notes": (
-        f"{chip.notes} Fitted on {spec.id} in {dtype} ({len(timings)} steps, {int(train.sum())} to fit): "
-        f"efficiency compute {fit.compute:.3f}, memory {fit.memory:.3f}, overhead {fit.overhead_s * 1e3:.2f} ms "
-        f"per decode step, {fit.overhead_prefill_s * 1e3:.2f} ms per prefill pass.").strip()})
+    from chalk.specs.hardware import ChipEfficiency
+
+    fitted_on = (f"fitted by chalk measure on {spec.id} in {dtype} ({len(timings)} steps, {int(train.sum())} to "
+                 f"fit, the rest held out)")
+    chip = chip.model_copy(update={
+        "notes": (f"{chip.notes} Efficiency {fitted_on}: see the efficiency block, which chalk uses when this "
+                  f"file is passed as --hardware.").strip(),
+        "efficiency": ChipEfficiency(compute=fit.compute, memory=fit.memory, overhead_s=fit.overhead_s,
+                                     overhead_prefill_s=fit.overhead_prefill_s, source=fitted_on)})
     cases = tuple(
         MeasuredCase(phase=t.phase, batch=t.batch, context=t.context, measured_s=t.measured_s,
                      predicted_s=float(r.step_time_s), held_out=bool(h), flops=float(r0.flops),

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from chalk.analyses.measure_ceilings import Ceilings
-from chalk.analyses.measure_common import (TORCH_TO_CHALK, _check_transformers_version, _stat, _sync_fn,
+from chalk.analyses.measure.ceilings import Ceilings
+from chalk.analyses.measure.common import (TORCH_TO_CHALK, _check_transformers_version, _stat, _sync_fn,
                                            _time_fn, _torch, _transformers)
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.errors import ChalkError, InputError

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from chalk.analyses.measure_common import (TORCH_TO_CHALK, _THREAD_NOTE, _calibrate_inner, _check_device,
+from chalk.analyses.measure.common import (TORCH_TO_CHALK, _THREAD_NOTE, _calibrate_inner, _check_device,
                                            _sync_fn, _time_fn, _torch)
 from chalk.errors import ChalkError, InputError
 from chalk.specs.hardware import Chip, System

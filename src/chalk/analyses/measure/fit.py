@@ -25,7 +25,7 @@ from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 
 if TYPE_CHECKING:
-    from chalk.analyses.measure_steps import StepTiming
+    from chalk.analyses.measure.steps import StepTiming
 
 
 # =========================================================================== 3. the fit
