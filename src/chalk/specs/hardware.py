@@ -43,10 +43,10 @@ class ChipEfficiency(BaseModel):
             raise SpecError(f"{where}: efficiency has unknown field(s) {', '.join(sorted(map(str, unknown)))}")
         try:
             pre = d.get("overhead_prefill_ms")
-            return cls(compute=_num(d["compute"], f"{where}: efficiency.compute"),
-                       memory=_num(d["memory"], f"{where}: efficiency.memory"),
-                       overhead_s=_num(d.get("overhead_ms", 0) or 0, f"{where}: efficiency.overhead_ms") / 1e3,
-                       overhead_prefill_s=None if pre is None else _num(pre, f"{where}: efficiency.overhead_prefill_ms")
+            return cls(compute=spec_number(d["compute"], f"{where}: efficiency.compute"),
+                       memory=spec_number(d["memory"], f"{where}: efficiency.memory"),
+                       overhead_s=spec_number(d.get("overhead_ms", 0) or 0, f"{where}: efficiency.overhead_ms") / 1e3,
+                       overhead_prefill_s=None if pre is None else spec_number(pre, f"{where}: efficiency.overhead_prefill_ms")
                        / 1e3, source=str(d.get("source", "") or ""))
         except KeyError as e:
             raise SpecError(f"{where}: efficiency needs {e.args[0]!r}") from None
