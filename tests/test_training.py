@@ -132,7 +132,7 @@ def test_bubble_invariants(pp, m, v):
 # -- invariants of the estimate --------------------------------------------------------------
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from(["llama-3.1-8b", "llama-3.1-405b", "deepseek-v3", "mixtral-8x7b"]),
-       st.floats(1e9, 1e14), st.floats(1.1, 20.0))
+       st.floats(1e9, 4e13), st.floats(1.1, 20.0))  # tokens x factor stays under the 1e15 bound
 def test_gpu_hours_linear_in_tokens(model, tokens, factor):
     a = tr.train_estimate(model, tokens=tokens)
     b = tr.train_estimate(model, tokens=tokens * factor)
