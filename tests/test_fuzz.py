@@ -33,7 +33,9 @@ SEED = 11
 TIME_GUARD_S = 30.0
 #: Commands that take minutes or start a server when given good input: only their bad input is fuzzed
 #: (each must be refused before the work starts).
-ONLY_BAD = {"measure", "web", "lecture", "revnet"}
+ONLY_BAD = {"measure", "web", "lecture", "revnet", "calibrate"}
+#: Flags that turn a quick command into a minutes-long one (leave-one-source-out refits): not fuzzed on their own.
+SLOW_FLAGS = {("validate", "--cv")}
 
 INTS = ["0", "-1", "1.5", "2147483648", "1000000000", "99999999999999999999", "abc", ""]
 FLOATS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "abc", ""]
@@ -170,7 +172,11 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
     files = _spec_files(tmp / "specs")
     (tmp / "a-folder.png").mkdir(exist_ok=True)
     bad_paths = [str(tmp / "missing" / "x.png"), str(tmp / "a-folder.png"), "/proc/chalk-fuzz.png", "",
-                 str(tmp / "x.nosuffix")]
+                 str(tmp / "x.nosuffix"), str(tmp / ("x" * 300 + ".png"))]
+    (tmp / "a-file.txt").write_text("not a folder")
+    #: output folders that must be refused (an existing or creatable folder is a valid --output-dir)
+    bad_dirs = [str(tmp / "missing" / "deeper" / "x"), str(tmp / "a-file.txt"), "/proc/chalk-fuzz", "",
+                str(tmp / ("x" * 300))]
     app = typer.main.get_command(cli.app)
     rng = random.Random(SEED)
     cases: list[tuple[str, ...]] = []
@@ -185,11 +191,12 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
         for p in cmd.params:
             key, kind = _opt(p), _param_kind(p)
             if kind == "flag":
-                if not only_bad:
+                if not only_bad and (path[0], key) not in SLOW_FLAGS:
                     cases.append(path + tuple(_render(cmd, {**base, **jsv, p: True})))
                 continue
             is_arg = getattr(p, "param_type_name", "") == "argument"
-            values = {"int": INTS, "float": FLOATS, "path": bad_paths, "choice": ["nosuch", ""]}.get(kind, NAMES)
+            values = {"int": INTS, "float": FLOATS, "path": bad_dirs if key == "--output-dir" else bad_paths,
+                      "choice": ["nosuch", ""]}.get(kind, NAMES)
             if key == "--model" or (is_arg and path == ("models", "show")):
                 values = values + files["models"] + ([] if only_bad else files["good_models"])
             if key in ("--hardware", "--compare") or (is_arg and path == ("hardware", "show")):

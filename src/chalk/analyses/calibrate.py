@@ -23,13 +23,16 @@ from chalk.errors import ChalkError
 #: The parameters refitted, and the grid each is searched over.
 FIT_GRID = {
     "compute": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7),
-    "memory": (0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
+    "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
     "overhead_per_layer_s": (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6),
     "moe_shuffle_passes": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0),
     "overlap": (0.0, 0.25, 0.5, 0.75),
     "max_seqs_per_scheduler": (256, 512, 1024, 2048),
     "kv_reserve_output_fraction": (0.0, 0.5, 1.0),
 }
+
+#: Most coordinate-descent rounds one fit may take (each round visits every grid value once; two usually converge).
+MAX_ROUNDS = 8
 
 #: Metrics in the objective and the headline figures.
 FITTED_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "user_tokens_per_s")
@@ -44,20 +47,46 @@ def _rows():
 _CACHE: dict = {}
 
 
-def predictions(cal: Calibration) -> np.ndarray:
-    """Every validation row predicted under `cal` (NaN where chalk cannot answer); memoised."""
+def predictions(cal: Calibration, ttft: bool = False) -> np.ndarray:
+    """Every validation row of a fitted metric predicted under `cal` (NaN where chalk cannot answer), and with
+    `ttft` the TTFT rows too (each replays its closed loop in the simulator); memoised."""
     from chalk.analyses.validate import predict
 
-    key = cal
+    key = (cal, ttft)
     if key not in _CACHE:
         out = []
         for r in _rows():
+            if r.metric not in FITTED_METRICS and not (ttft and r.metric == "ttft_s"):
+                out.append(math.nan)
+                continue
             try:
                 out.append(float(predict(r, cal)))
             except ChalkError:
                 out.append(math.nan)
         _CACHE[key] = np.array(out)
     return _CACHE[key]
+
+
+#: Per-request latencies searched for the TTFT rows (seconds).
+REQUEST_LATENCY_GRID = tuple(np.round(np.arange(0.0, 0.6001, 0.02), 3))
+
+
+def fit_request_latency(cal: Calibration, mask: np.ndarray | None = None) -> Calibration:
+    """`cal` with the per-request latency that best explains the TTFT rows selected by `mask` (all by default):
+    the grid value minimising the objective over their log errors. TTFT rows fit this one parameter only; the
+    throughput and TPOT parameters are fitted without them."""
+    rows = _rows()
+    sel = np.array([r.metric == "ttft_s" for r in rows]) & (True if mask is None else mask)
+    base = dataclasses.replace(cal, request_latency_s=0.0)
+    pred = predictions(base, ttft=True)
+    meas = np.array([r.measured for r in rows])
+    best, best_obj = 0.0, math.inf
+    for lat in REQUEST_LATENCY_GRID:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            obj = objective(np.log((pred[sel] + lat) / meas[sel]))
+        if obj < best_obj - 1e-12:
+            best, best_obj = float(lat), obj
+    return dataclasses.replace(cal, request_latency_s=best)
 
 
 def log_errors(pred: np.ndarray, rows=None) -> np.ndarray:
@@ -101,7 +130,7 @@ def fit(mask: np.ndarray | None = None, start: Calibration = CALIBRATION, rounds
                     best, best_obj, moved = cand, obj, True
         if not moved:
             break
-    return best, best_obj
+    return fit_request_latency(best, mask), best_obj
 
 
 def _summary(abs_err: np.ndarray) -> dict:
@@ -125,12 +154,13 @@ def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration
     for gname in groups:
         in_g = np.array([r.group == gname for r in rows])
         cal, _ = fit(~in_g, start=start, rounds=rounds, grid=grid)
-        pred = predictions(cal)
+        pred = predictions(cal, ttft=True)
         meas = np.array([r.measured for r in rows])
         err = pred / meas - 1
         held[in_g] = err[in_g]
         ge = np.abs(err[in_g & fitted])
-        per_group[gname] = {**_summary(ge), "fit": {k: getattr(cal, k) for k in (grid or FIT_GRID)}}
+        per_group[gname] = {**_summary(ge), "fit": {k: getattr(cal, k) for k in (*(grid or FIT_GRID),
+                                                                              "request_latency_s")}}
     moe = np.array([load_model(r.model).is_moe for r in rows])
     fixed = np.array([r.kind == "fixed" for r in rows])
     a = np.abs(held)
@@ -141,7 +171,7 @@ def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration
            "fixed_throughput": _summary(a[fixed & np.array([r.metric == "output_tokens_per_s_per_gpu"
                                                            for r in rows])]),
            "fixed_tpot": _summary(a[fixed & np.array([r.metric == "tpot_s" for r in rows])]),
-           "ttft_not_fitted": _summary(a[np.array([r.metric == "ttft_s" for r in rows])]),
+           "ttft": _summary(a[np.array([r.metric == "ttft_s" for r in rows])]),
            "rounds": rounds}
     out["groups"]["dense"] = out["dense"]
     out["groups"]["moe"] = out["moe"]

@@ -82,23 +82,36 @@ def spec_mapping(value, where: str) -> dict:
 
 
 # ------------------------------------------------------------------ output paths
+def _path_name_ok(path, option: str, what: str) -> Path:
+    """The path as a Path, refused in one line when it is empty or has a name the file system cannot hold."""
+    text = str(path)
+    if not text.strip():
+        raise InputError(f"{option} needs a {what} name")
+    p = Path(text)
+    limit = 255  # NAME_MAX of the common Linux, macOS and Windows file systems
+    if any(len(part.encode()) > limit for part in p.parts):
+        raise InputError(f"{option}: a name in {text[:60]!r}... is longer than {limit} bytes")
+    return p
+
+
 def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> Path:
     """Check an output file path before any work: its folder exists and is writable, it is not a folder.
 
     `option` names the flag in messages (e.g. '--csv'); `suffixes` restricts the extension.
     """
-    p = Path(str(path))
-    if not str(path).strip():
-        raise InputError(f"{option} needs a file name")
+    p = _path_name_ok(path, option, "file")
     if suffixes and p.suffix.lower() not in suffixes:
-        raise InputError(f"{option} must end in {' or '.join(suffixes)}, got {str(path)!r}")
-    if p.is_dir():
-        raise InputError(f"{option}: {str(path)!r} is a folder, not a file")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"{option}: folder {str(parent)!r} does not exist")
-    if p.exists() and not os.access(p, os.W_OK) or not p.exists() and not os.access(parent, os.W_OK):
-        raise InputError(f"{option}: cannot write {str(path)!r} (permission denied)")
+        raise InputError(f"{option} must end in {' or '.join(suffixes)}, got {str(path)[:80]!r}")
+    try:
+        if p.is_dir():
+            raise InputError(f"{option}: {str(path)!r} is a folder, not a file")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"{option}: folder {str(parent)!r} does not exist")
+        if p.exists() and not os.access(p, os.W_OK) or not p.exists() and not os.access(parent, os.W_OK):
+            raise InputError(f"{option}: cannot write {str(path)!r} (permission denied)")
+    except OSError as e:
+        raise InputError(f"{option}: cannot use {str(path)[:80]!r} ({e.strerror or type(e).__name__})") from None
     if _is_virtual_fs(parent):
         raise InputError(f"{option}: cannot write {str(path)!r} (not a regular file system)")
     return p
@@ -106,14 +119,17 @@ def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> P
 
 def output_dir(path, option: str) -> Path:
     """Check an output folder before any work: it exists (or its parent does, to create it) and is writable."""
-    p = Path(str(path))
-    if p.exists() and not p.is_dir():
-        raise InputError(f"{option}: {str(path)!r} exists and is not a folder")
-    target = p if p.exists() else p.parent if str(p.parent) else Path(".")
-    if not target.is_dir():
-        raise InputError(f"{option}: folder {str(target)!r} does not exist")
-    if not os.access(target, os.W_OK) or _is_virtual_fs(target):
-        raise InputError(f"{option}: cannot write into {str(target)!r}")
+    p = _path_name_ok(path, option, "folder")
+    try:
+        if p.exists() and not p.is_dir():
+            raise InputError(f"{option}: {str(path)!r} exists and is not a folder")
+        target = p if p.exists() else p.parent if str(p.parent) else Path(".")
+        if not target.is_dir():
+            raise InputError(f"{option}: folder {str(target)!r} does not exist")
+        if not os.access(target, os.W_OK) or _is_virtual_fs(target):
+            raise InputError(f"{option}: cannot write into {str(target)!r}")
+    except OSError as e:
+        raise InputError(f"{option}: cannot use {str(path)[:80]!r} ({e.strerror or type(e).__name__})") from None
     return p
 
 
