@@ -151,3 +151,32 @@ def test_plot_option_writes_an_image(tmp_path, args):
     json.loads(stdout)  # stdout stays pure JSON; the "wrote" line goes to stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert f"wrote {out}" in err
+
+
+def test_help_shows_no_type_on_flags_and_int_on_batch():
+    """issue 12: `--help` showed `<bool>` beside flags that take no value, and `<float>` on a whole --batch."""
+    import typer
+    from typer.testing import CliRunner
+
+    from chalk.faces import cli
+
+    app = typer.main.get_command(cli.app)
+
+    def leaves(cmd, path=()):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from leaves(sub, path + (name,))
+        else:
+            yield path
+
+    runner = CliRunner()
+    seen = 0
+    for path in leaves(app):
+        res = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "<bool>" not in res.output, path
+        if path == ("estimate",):
+            assert "<int>" in next(ln for ln in res.output.splitlines() if "--batch" in ln)
+        seen += 1
+    assert seen > 15

@@ -12,6 +12,23 @@ from chalk.errors import ChalkError
 from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si, table,
                                     usd, whole, write_plot)
 
+def _flag_type_hidden() -> None:
+    """--help shows no `<bool>` type beside a flag that takes no value (typer shows the bool type of every option)."""
+    from typer import core
+
+    shown = core.TyperOption.display_type_rich
+    if getattr(shown, "_chalk", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._chalk = True
+    core.TyperOption.display_type_rich = display_type_rich
+
+
+_flag_type_hidden()
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.")
 hardware_app = typer.Typer(no_args_is_help=True, help="The chip and system catalog.")
@@ -37,7 +54,7 @@ HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system
 def estimate(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    batch: float = typer.Option(1, "--batch", "-b", callback=whole("--batch"), help="Sequences in the step (per replica)."),
+    batch: float = typer.Option(1, "--batch", "-b", callback=whole("--batch"), metavar="<int>", help="Sequences in the step (per replica)."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens (prompt length for prefill)."),
     phase: Phase = typer.Option(Phase.decode, "--phase"),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "

@@ -184,7 +184,7 @@ def register(app: typer.Typer) -> None:
         sheet: str = typer.Option("deepseek-r1", "--sheet", help="Price sheet id to earn revenue at."),
         chips: Optional[int] = typer.Option(None, "--chips", help="Chips serving decode (default: the system's)."),
         batch: Optional[float] = typer.Option(
-            None, "--batch", "-b", callback=whole("--batch"), help="Sequences per decode step over all chips (default 128 per chip)."),
+            None, "--batch", "-b", callback=whole("--batch"), metavar="<int>", help="Sequences per decode step over all chips (default 128 per chip)."),
         batch_per_chip: float = typer.Option(128, "--batch-per-chip", help="Sequences per chip without --batch."),
         context: Optional[float] = typer.Option(
             None, "--context", "-c", help="KV tokens per decoding sequence (default 4,989, DeepSeek's average)."),

@@ -26,7 +26,7 @@ def plot(
     output: str = typer.Option(..., "--output", "-o", callback=out_file("--output", PLOT_FORMATS),
                         help="Image file to write: .png or .svg."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
-    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"),
+    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"), metavar="<int>",
                                           help="cost-vs-context / batch-train: the batch (default: critical, "
                                                "rounded up to a power of two)."),
     chips: Optional[int] = typer.Option(None, "--chips", help="Chips (default: the system's scale-up domain)."),
@@ -72,7 +72,7 @@ def report(
     output: str = typer.Option("report.html", "--output", "-o", callback=out_file("--output"),
                         help="HTML file to write."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
-    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"),
+    batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"), metavar="<int>",
                                           help="Operating batch (default: critical, rounded up to a power of 2)."),
     chips: Optional[int] = typer.Option(None, "--chips"),
     precision: Optional[str] = typer.Option(None, "--precision", "-p"),
