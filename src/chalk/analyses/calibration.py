@@ -52,6 +52,10 @@ class Calibration:
     #: GUARANTEED_NO_EVICT capacity scheduler); SGLang's new_token_ratio sits between. Batch capacity is sized at a
     #: context of I + O/2 + this * O/2.
     kv_reserve_output_fraction: float = 0.0
+    #: Per-request latency a client sees outside the GPU steps before its first token (API server, tokeniser,
+    #: scheduler hand-off, streaming the first chunk); added to TTFT only. Fitted on the TTFT rows alone
+    #: (`chalk.analyses.calibrate.fit_request_latency`).
+    request_latency_s: float = 0.0
     label: str = "calibrated"
 
     def vendor_factors(self, vendor: str) -> tuple[float, float]:
@@ -186,7 +190,7 @@ CALIBRATION = Calibration(
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
-              "kv_reserve_output_fraction")
+              "kv_reserve_output_fraction", "request_latency_s")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:

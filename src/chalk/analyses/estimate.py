@@ -58,7 +58,9 @@ def parse_layout(text) -> dict:
 
 
 def make_layout(model: ModelSpec, spec) -> Layout:
-    """A validated one-replica Layout from `parse_layout` output (or its text)."""
+    """A validated one-replica Layout from `parse_layout` output (or its text); a Layout passes through."""
+    if isinstance(spec, Layout):
+        return spec
     d = parse_layout(spec)
     tp, pp, a = d.get("tp", 1), d.get("pp", 1), d.get("attn_dp", 1)
     if not valid_tp(model, tp):

@@ -10,6 +10,7 @@ of work, runs prompt chunks; output per GPU counts both pools.
 
 from __future__ import annotations
 
+import math
 import dataclasses
 from dataclasses import dataclass
 
@@ -314,15 +315,19 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
 def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
                      precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
-                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None) -> dict:
+                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
+                     simulate: bool = True) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
     Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
     them, one token each per step, their prompts' prefill spread over the steps) or waiting for their prompt to be
     prefilled; B is capped by the scheduler and by KV memory; by Little's law N = B + X * TTFT, with X = B /
-    (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap. p99s: TTFT of the p99
-    prompt, TPOT of a step that carries a whole prefill chunk.
+    (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap.
+    `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
+    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
+    it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
+    carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
     `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
     of `layout` (pure decode steps); the other GPUs prefill; TTFT is one prompt's prefill on the layout; output per
     GPU counts all `gpus`.
@@ -403,13 +408,24 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     out_gpu = X * O * R / gpus
     p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
         else I
+    ttft_p99 = ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
+    tpot_p99 = max(tpot_chunk, tpot)
+    latency_source = "closed form"
+    if simulate and not disagg and speculative is None:
+        sim = closed_loop_latencies(m, system, lay, Nr, min(cap, Nr), B, L, costs, cal, ovh, chunk,
+                                    _length("input_len", input_len)[1] or I,
+                                    _length("output_len", output_len)[1] or O)
+        ttft = float(sim.mean_ttft_s) + waiting / X
+        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X, float(sim.tpot_p99_s)
+        latency_source = f"simulated closed loop ({sim.n_requests:,} requests)"
+    ttft, ttft_p99 = ttft + cal.request_latency_s, ttft_p99 + cal.request_latency_s
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
            "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
            "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
            "decoding_per_replica": B, "batch_cap_per_replica": cap,
            "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
            "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
-           "ttft_p99_s": ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X, "tpot_p99_s": max(tpot_chunk, tpot),
+           "ttft_p99_s": ttft_p99, "tpot_p99_s": tpot_p99, "latency_source": latency_source,
            "input_len": I, "output_len": O, "mean_decode_context": L, "cache_hit": F,
            "engine": eng.id if eng is not None else None, "efficiency": cal.label,
            "speculative": None if speculative is None else {
@@ -421,6 +437,31 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
                                                     out_gpu * np.exp(cal.residual_high)]}
     return ServingResult(res)
+
+
+#: Requests replayed per replica in a closed-loop latency check: this many times the concurrency (the first wave
+#: and about this many refills of every seat), within the bounds below.
+CLOSED_LOOP_ROUNDS = 8
+CLOSED_LOOP_REQUESTS = (400, 20_000)
+
+
+def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
+                          input_len, output_len, seed: int = 0):
+    """One replica's closed loop replayed in the request simulator: `concurrency` requests in flight, at most
+    `seats` of them running (the scheduler cap), step times from the step model's tangent at `batch` decoding
+    sequences of `context` tokens. Returns the `SimulationResult` (latencies counted from each request's send)."""
+    from chalk.analyses import simulate as sim
+
+    I = float(getattr(input_len, "mean", input_len))
+    O = float(getattr(output_len, "mean", output_len))
+    b = max(float(batch), 1.0)
+    sc = sim.StepCost.from_step_model(m, system, lay, batch=b, context=context, prompt_len=max(I, 1.0),
+                                      prefill_tokens=b * I / max(O, 1.0), precision=costs.precision,
+                                      kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
+    n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
+    reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)
+    return sim.simulate_continuous(reqs, sc, max_batch=max(int(seats), 1), kv_capacity_tokens=math.inf,
+                                   prefill_chunk_tokens=int(chunk) if chunk else None, closed_loop=True)
 
 
 def _cost_per_mtok(system: System, per_gpu_rate):

@@ -227,8 +227,10 @@ def _plain(v):
 
 
 def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, step_sum, peak_kv,
-            step_cost: StepCost, max_batch, period_s=None, kv_cap=None, chunk=None) -> SimulationResult:
-    a, out = req.arrival_s, req.output_len
+            step_cost: StepCost, max_batch, period_s=None, kv_cap=None, chunk=None,
+            closed_loop: bool = False) -> SimulationResult:
+    # a closed-loop client sends a request when one of its seats frees: latencies count from that send (admission)
+    a, out = (admit if closed_loop else req.arrival_s), req.output_len
     queue, ttft, e2e = admit - a, first - a, finish - a
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
@@ -404,7 +406,7 @@ def _capacity(v) -> float:
 
 def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                         kv_capacity_tokens: float | None = None,
-                        prefill_chunk_tokens: int | None = None) -> SimulationResult:
+                        prefill_chunk_tokens: int | None = None, closed_loop: bool = False) -> SimulationResult:
     """Continuous batching (Orca/vLLM) with optional chunked prefill (Sarathi-Serve).
 
     At each step start, waiting requests are admitted FCFS while fewer than `max_batch` run and
@@ -414,6 +416,8 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
     whole prompts in their admission step), in the same step as one decode token for every running
     sequence. The step that ends a prompt's prefill yields its first token (TTFT); the request leaves
     at the end of the step yielding its `output_len`-th token, freeing its slot and KV.
+    `closed_loop`: the requests are a benchmark client's queue (all at t = 0, `max_batch` seats = its concurrency),
+    so each request is sent when a seat frees and its TTFT and end-to-end time count from that send.
     """
     req = _check_requests(requests)
     B = positive("max_batch", max_batch, integer=True)
@@ -541,5 +545,28 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                 reserved -= need[i]
     return _result("continuous", req, np.array(admit), np.array(first), np.array(finish), n_steps=step,
                    busy=busy, step_sum=step_sum, peak_kv=peak_kv, step_cost=sc, max_batch=B,
-                   kv_cap=cap, chunk=chunk)
+                   kv_cap=cap, chunk=chunk, closed_loop=closed_loop)
+
+
+#: Spread of a length given only as a mean in a closed-loop replay: uniform over [8/9, 10/9] of the mean, the spread
+#: of serving benchmarks' `--random-range-ratio 0.8` (lengths uniform in [0.8 L, L], mean 0.9 L).
+MEAN_LENGTH_SPREAD = (8 / 9, 10 / 9)
+
+
+def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: int = 0) -> Requests:
+    """A benchmark client's queue for `simulate_continuous(..., closed_loop=True)`: `n` requests at t = 0 (the
+    client keeps `concurrency` of them in flight). A length is a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
+    `chalk.specs.lengths.LengthDistribution` (sampled)."""
+    positive("concurrency", concurrency, integer=True)
+    n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS))
+    rng = np.random.default_rng(seed)
+
+    def draw(spec):
+        if hasattr(spec, "sample"):
+            return spec.sample(n, rng)
+        m = float(positive("length", spec))
+        lo, hi = max(int(m * MEAN_LENGTH_SPREAD[0]), 1), max(int(round(m * MEAN_LENGTH_SPREAD[1])), 1)
+        return rng.integers(lo, hi + 1, n)
+
+    return Requests.from_arrays(np.zeros(n), draw(input_len), draw(output_len))
 

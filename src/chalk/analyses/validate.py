@@ -142,11 +142,13 @@ def _layout(row: Row) -> str | None:
 
 
 @lru_cache(maxsize=512)
-def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus):
-    """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it)."""
+def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
+           simulate=False):
+    """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
+    the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's)."""
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
-                            speculative=spec, engine=engine, decode_gpus=decode_gpus)
+                            speculative=spec, engine=engine, decode_gpus=decode_gpus, simulate=simulate)
 
 
 def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> float:
@@ -156,7 +158,7 @@ def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> 
     if row.kind == "fixed" and row.concurrency:
         r = _fixed(row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len, row.output_len,
                    row.gpus, row.precision, row.kv_precision, cal, _speculation(row), eng,
-                   _decode_gpus(row) if row.disaggregated else None)
+                   _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s")
         return float(r[row.metric])
     if row.kind == "search":
         lay = _layout(row)
@@ -193,7 +195,8 @@ def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> 
 
 
 def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
-    """Every row predicted, with its error; the median and p90 |error|; residual percentiles."""
+    """Every row predicted, with its error. The headline median and p90 |error| and the residual percentiles are over
+    the throughput and TPOT rows (the metrics the calibration fits); TTFT rows are their own group."""
     cal = cal or calibration(ideal)
     out = []
     for r in load_rows():
@@ -211,20 +214,30 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
                     "measured": r.measured, "predicted": p, "error": err,
                     "abs_error": None if err is None else abs(err), "source": r.source, "error_note": note})
     moe = {r.model: load_model(r.model).is_moe for r in load_rows()}
-    groups = {"dense": lambda o: not moe[o["model"]], "moe": lambda o: moe[o["model"]],
-              "held_out_mlperf": lambda o: o["id"].startswith(HELD_OUT_PREFIX)}
+    from chalk.analyses.calibrate import FITTED_METRICS
+
+    def headline(o):
+        return o["metric"] in FITTED_METRICS
+
+    groups = {"dense": lambda o: headline(o) and not moe[o["model"]], "moe": lambda o: headline(o) and moe[o["model"]],
+              "held_out_mlperf": lambda o: o["id"].startswith(HELD_OUT_PREFIX),
+              "fixed_throughput": lambda o: o["kind"] == "fixed" and o["metric"] == "output_tokens_per_s_per_gpu",
+              "fixed_tpot": lambda o: o["kind"] == "fixed" and o["metric"] == "tpot_s",
+              "ttft": lambda o: o["metric"] == "ttft_s"}
     by_group = {}
     for g, pick in groups.items():
         e = np.array([o["abs_error"] for o in out if o["abs_error"] is not None and pick(o)])
         by_group[g] = {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else None,
                        "p90_abs_error": float(np.percentile(e, 90)) if e.size else None}
-    errs = np.array([o["abs_error"] for o in out if o["abs_error"] is not None])
-    res = np.array([np.log(o["measured"] / o["predicted"]) for o in out if o["predicted"]])
+    head = [o for o in out if headline(o)]
+    errs = np.array([o["abs_error"] for o in head if o["abs_error"] is not None])
+    res = np.array([np.log(o["measured"] / o["predicted"]) for o in head if o["predicted"]])
     failed = sum(o["predicted"] is None for o in out)
-    return {"efficiency": cal.label, "rows": out, "n": len(out), "failed": failed,
+    return {"efficiency": cal.label, "rows": out, "n": len(out), "n_headline": len(head), "failed": failed,
+            "headline_metrics": list(FITTED_METRICS),
             "median_abs_error": float(np.median(errs)) if errs.size else None,
             "p90_abs_error": float(np.percentile(errs, 90)) if errs.size else None,
-            "median_signed_error": float(np.median([o["error"] for o in out if o["error"] is not None]))
+            "median_signed_error": float(np.median([o["error"] for o in head if o["error"] is not None]))
             if errs.size else None,
             "residual_p10": float(np.percentile(res, 10)) if res.size else None,
             "residual_p90": float(np.percentile(res, 90)) if res.size else None,
