@@ -345,3 +345,32 @@ def test_plot_draws_the_simulated_period():
     gaps = np.diff(xs)
     assert len(xs) >= 5 and np.allclose(gaps, 50.0)  # departures every --period-ms, in ms
     assert "50 ms" in ax.get_title(loc="left")
+
+
+def test_closed_loop_latency_counts_from_the_send():
+    """A closed-loop client sends a request when a seat frees: its TTFT must not include the wait for the seat."""
+    from chalk.analyses import simulate as S
+
+    sc = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=4, context=600, prompt_len=512,
+                                    prefill_tokens=8)
+    reqs = S.closed_loop_requests(4, 400, 512, 128, seed=1)
+    assert abs(float(reqs.input_len.mean()) - 512) < 512 * 0.02  # the mean is kept (uniform over 8/9..10/9)
+    closed = S.simulate_continuous(reqs, sc, max_batch=4, closed_loop=True)
+    queued = S.simulate_continuous(reqs, sc, max_batch=4)
+    assert float(closed.queue_s.max()) == 0.0
+    # from the send, a prompt waits at most the step in flight and its own prefill: well under one request's life
+    assert closed.ttft_p99_s < 0.2 * closed.e2e_p50_s
+    # counted from t = 0 instead, the last requests would have waited for ~100 lifetimes
+    assert queued.ttft_p99_s > 50 * closed.e2e_p50_s
+
+
+def test_fixed_mode_latencies_come_from_the_simulator():
+    from chalk.analyses.serving import fixed_deployment
+
+    f = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=1000, output_len=200)
+    assert f["latency_source"].startswith("simulated closed loop")
+    assert f["ttft_p99_s"] >= f["ttft_s"] > 0 and f["tpot_p99_s"] >= 0.9 * f["tpot_s"]
+    closed = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=1000,
+                              output_len=200, simulate=False)
+    assert closed["latency_source"] == "closed form"
+    assert closed["tpot_s"] == f["tpot_s"] and closed["output_tokens_per_s_per_gpu"] == f["output_tokens_per_s_per_gpu"]

@@ -88,11 +88,9 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, in
         kvp = resolve_kv_precision(kv_precision, precision or ModelSizes(m).default_precision(), system)
         sc = sim.StepCost.from_roofline(m, system, precision=precision, kv_precision=kvp,
                                         efficiency=default_efficiency(ideal, m))
-    if concurrency is not None:  # closed loop: everything queued at once, `concurrency` seats
-        rng = np.random.default_rng(seed)
-        lo_i, lo_o = max(int(0.8 * input_len), 1), max(int(0.8 * output_len), 1)
-        reqs = sim.Requests.from_arrays(np.zeros(n), rng.integers(lo_i, int(input_len) + 1, n),
-                                        rng.integers(lo_o, int(output_len) + 1, n))
+    if concurrency is not None:  # closed loop: a benchmark client's queue, `concurrency` seats, latency from send
+        reqs = sim.closed_loop_requests(max_batch, n, input_len, output_len, seed)
     else:
         reqs = sim.poisson_arrivals(rate, n, input_len, output_len, seed)
-    return sim.simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=prefill_chunk)
+    return sim.simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=prefill_chunk,
+                                   closed_loop=concurrency is not None)

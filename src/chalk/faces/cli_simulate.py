@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
             positive("concurrency", concurrency, integer=True)
             max_batch = concurrency
-            reqs = sim.Requests.from_arrays([0.0] * requests, [input_len] * requests, [output_len] * requests)
+            reqs = sim.closed_loop_requests(concurrency, requests, input_len, output_len, seed)
         else:
             reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len,
                                                                             seed)
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
         else:
             r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                        prefill_chunk_tokens=prefill_chunk)
+                                        prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None)
         over = sim.overload(r)
         if plot:
             from chalk.faces.plots_simulate import plot_simulation
