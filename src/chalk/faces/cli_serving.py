@@ -231,7 +231,8 @@ def calibrate(
     cal, obj = C.fit(rounds=rounds)
     lo, hi = C.residual_range(cal)
     fitted = {k: getattr(cal, k) for k in C.FIT_GRID}
-    fitted.update(residual_low=round(lo, 3), residual_high=round(hi, 3), use_kernel_tables=cal.use_kernel_tables)
+    fitted.update(residual_low=round(lo, 3), residual_high=round(hi, 3), use_kernel_tables=cal.use_kernel_tables,
+                  request_latency_s=cal.request_latency_s)
     out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()),
            "date": datetime.date.today().isoformat(),
            "method": "coordinate descent over chalk.analyses.calibrate.FIT_GRID; objective median |log error| + "
