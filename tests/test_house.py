@@ -128,3 +128,23 @@ def test_durations_read_naturally():
     assert seconds(2.53e-8) == "25.3 ns" and seconds(0.0253) == "25.3 ms" and seconds(7200) == "2 h"
     for v in (1e-9, 1e-5, 0.5, 99, 150, 5000, 3e5, 4e8):
         assert "e+" not in seconds(v) and "e-" not in seconds(v), v
+
+
+def test_readme_file_tree_names_every_module():
+    """issue 12: the README's file tree matches the code: every module and package is named in it."""
+    readme = SRC.parent.parent / "README.md"
+    if not readme.exists():
+        import pytest
+
+        pytest.skip("not a source checkout")
+    text = readme.read_text()
+    tree = text[text.index("## File tree"):text.index("## Conventions")]
+    missing = []
+    for p in sorted(SRC.rglob("*.py")):
+        if p.name == "__init__.py":
+            if p.parent != SRC and f"{p.parent.name}/" not in tree:
+                missing.append(str(p.parent.relative_to(SRC)) + "/")
+            continue
+        if p.stem not in tree:
+            missing.append(str(p.relative_to(SRC)))
+    assert missing == []
