@@ -180,3 +180,22 @@ def test_help_shows_no_type_on_flags_and_int_on_batch():
             assert "<int>" in next(ln for ln in res.output.splitlines() if "--batch" in ln)
         seen += 1
     assert seen > 15
+
+
+@pytest.mark.parametrize("args, whole", [
+    (("hardware", "list"), ["a100-sxm", "tpu-v5e", "mi355x", "2.04 TB/s"]),
+    (("pricing",), ["claude-opus-4.1", "gemini-2.5-pro", "gpt-5-mini-priority", "200,000"]),
+    (("layout", "-m", "deepseek-v3", "-H", "gb200-nvl72"), ["DP-attn8", "671 GB"]),
+    (("validate",), ["dsv3-h800-decode-prod", "output_tokens/s/GPU"]),
+])
+def test_tables_stay_readable_at_80_columns(args, whole):
+    """issue 12: at 80 columns tables wrapped mid-word ("claude-opus-4.\\n1", "200,00\\n0")."""
+    import os
+
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    for w in whole:
+        assert any(w in ln for ln in lines), w

@@ -81,9 +81,47 @@ def console():
 
 
 def table(title: str, columns: list[str]):
+    """A rich table that stays readable at any width: no cell breaks mid-word ("claude-opus-4.\n1", "200,00\n0").
+    Every column is at least as wide as its longest word; when the words alone do not fit the terminal, each row
+    prints as a block of `column: value` lines instead."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", header_style="bold")
+    class _Readable(Table):
+        def __rich_console__(self, console, options):
+            def words(c):
+                return getattr(c, "plain", str(c)).split()
+
+            def lines(c):
+                return getattr(c, "plain", str(c)).splitlines() or [""]
+
+            cols = self.columns
+            longest = [max((len(w) for c in (col.header, *col._cells) for w in words(c)), default=1) for col in cols]
+            widest = [max(max((len(ln) for c in col._cells for ln in lines(c)), default=1), lo)
+                      for col, lo in zip(cols, longest)]
+            room = options.max_width - 3 * (len(cols) - 1)
+            if sum(longest) <= room:
+                width = list(widest)
+                while sum(width) > room:  # the widest column that can give way wraps at a space
+                    i = max((j for j in range(len(width)) if width[j] > longest[j]), key=lambda j: width[j])
+                    width[i] -= 1
+                for col, w in zip(cols, width):
+                    col.width = w
+                yield from super().__rich_console__(console, options)
+                return
+            from rich.text import Text
+
+            if self.title:
+                yield Text(str(self.title), style="bold")
+            heads = [getattr(c.header, "plain", str(c.header)) for c in self.columns]
+            for i in range(self.row_count):
+                cells = [getattr(col._cells[i], "plain", str(col._cells[i])) for col in self.columns]
+                yield Text(cells[0], style="bold")
+                for h, v in zip(heads[1:], cells[1:]):
+                    yield Text(f"  {h}: {v}")
+
+    t = _Readable(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False)
     for c in columns:
         t.add_column(c, overflow="fold")
     return t
