@@ -258,16 +258,19 @@ def analyze_sheet(sheet: PriceSheet | str, a: Assumptions = DEFAULT) -> dict:
     return d
 
 
-def pricing_report(a: Assumptions = DEFAULT, sheets: list[PriceSheet] | None = None) -> dict:
-    """`chalk pricing --json`: every sheet's readings, the assumptions and the shared references."""
+def pricing_report(a: Assumptions = DEFAULT, sheets: list[PriceSheet] | None = None):
+    """`chalk pricing --json`: every sheet's readings, the assumptions and the shared references, as a
+    `PricingReport` (a dict with `.to_dict()` and `.to_frame()`)."""
+    from chalk.analyses.results import PricingReport
+
     sheets = sheets if sheets is not None else load_price_sheets()
     curve = mode_curve(a)
-    return {"sheets": [analyze_sheet(s, a) for s in sheets],
+    return PricingReport({"sheets": [analyze_sheet(s, a) for s in sheets],
             "assumptions": a.to_dict(),
             "retention_tiers": {k: match_storage_tier(v) for k, v in RETENTION_WINDOWS_S.items()},
             "cache_economics": cache_economics(a),
             "mode_reference": {k: curve[k] for k in ("model", "hardware", "context", "baseline_batch",
-                                                      "baseline_step_s")}}
+                                                      "baseline_step_s")}})
 
 
 # ----------------------------------------------------------------------------- margin

@@ -36,3 +36,31 @@ class ServingResult(Result):
 
 class LayoutReport(Result):
     """`chalk.layout`: feasible layouts with memory per GPU, the MoE rack layout and the pipeline analysis."""
+
+
+def _frame(records: list[dict]):
+    """A pandas DataFrame of `records`; pandas is imported only here (an optional extra)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        from chalk.analyses.sweep import MissingExtraError
+
+        raise MissingExtraError("to_frame() needs pandas: pip install 'chalk[frames]' (or pandas)") from None
+    return pd.DataFrame(records)
+
+
+class ValidationReport(Result):
+    """`chalk.validate`: every validation row predicted (`rows`), the headline median / p90 |error| over the
+    throughput and TPOT rows, residual percentiles and `groups` (dense, moe, fixed, ttft, ...).
+    `.to_frame()`: one row per validation row."""
+
+    def to_frame(self):
+        return _frame(self["rows"])
+
+
+class PricingReport(Result):
+    """`chalk.pricing`: each price sheet read back into hardware facts (`sheets`) and the assumptions used.
+    `.to_frame()`: one row per sheet."""
+
+    def to_frame(self):
+        return _frame([{k: v for k, v in s.items() if not isinstance(v, (dict, list))} for s in self["sheets"]])

@@ -219,6 +219,15 @@ class SimulationResult:
             d.update({k: [_plain(v) for v in getattr(self, k).tolist()] for k in self._ARRAYS})
         return d
 
+    def to_frame(self):
+        """One row per request (arrival, queue, TTFT, TPOT, end-to-end, in s) as a pandas DataFrame, the summary in
+        `.attrs`; pandas is an optional extra."""
+        from chalk.analyses.results import _frame
+
+        df = _frame({k: getattr(self, k) for k in self._ARRAYS})
+        df.attrs.update(self.summary())
+        return df
+
 
 def _plain(v):
     if isinstance(v, (float, np.floating)):

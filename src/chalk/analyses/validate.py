@@ -234,7 +234,10 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
     errs = np.array([o["abs_error"] for o in head if o["abs_error"] is not None])
     res = np.array([np.log(o["measured"] / o["predicted"]) for o in head if o["predicted"]])
     failed = sum(o["predicted"] is None for o in out)
-    return {"efficiency": cal.label, "rows": out, "n": len(out), "n_headline": len(head), "failed": failed,
+    from chalk.analyses.results import ValidationReport
+
+    return ValidationReport({"efficiency": cal.label, "rows": out, "n": len(out), "n_headline": len(head),
+            "failed": failed,
             "headline_metrics": list(FITTED_METRICS),
             "median_abs_error": float(np.median(errs)) if errs.size else None,
             "p90_abs_error": float(np.percentile(errs, 90)) if errs.size else None,
@@ -242,4 +245,4 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             if errs.size else None,
             "residual_p10": float(np.percentile(res, 10)) if res.size else None,
             "residual_p90": float(np.percentile(res, 90)) if res.size else None,
-            "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group}
+            "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group})

@@ -1,0 +1,61 @@
+"""The Python API is the first face (issue 12): every top-level function returns a typed, documented result with
+`.to_dict()`, and `.to_frame()` where it is a table; a reused Session answers as `chalk.estimate` does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import chalk
+
+pd = pytest.importorskip("pandas")
+
+
+def _json_ready(d):
+    json.dumps(d, allow_nan=False)  # raises on NaN / inf / numpy scalars left behind
+
+
+def test_top_level_names():
+    for name in ("estimate", "Session", "sweep", "throughput", "layout", "simulate", "train", "pricing", "validate",
+                 "plan"):
+        assert name in chalk.__all__
+        assert callable(getattr(chalk, name)), name
+
+
+def test_estimate_and_session_agree():
+    r = chalk.estimate("llama-3.1-8b", "h100-sxm", 64, 4096)
+    assert type(r).__name__ == "RooflineResult"
+    _json_ready(r.to_dict())
+    s = chalk.Session("llama-3.1-8b", "h100-sxm")
+    assert s.estimate(64, 4096).step_time_s == pytest.approx(r.step_time_s, rel=1e-12)
+    assert s.estimate(64, 4096) is s.estimate(64, 4096)  # a repeated question is remembered
+    # a grid is one vectorised call; at the same layout its points are the scalar answers
+    one = s.estimate(64, 4096, layout="tp=2")
+    grid = s.estimate(np.array([1.0, 64.0, 512.0]), 4096.0, layout="tp=2")
+    assert np.asarray(grid.step_time_s)[1] == pytest.approx(one.step_time_s, rel=1e-9)
+
+
+def test_throughput_and_layout_are_typed():
+    t = chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200)
+    assert type(t).__name__ == "ServingResult" and t.tpot_s == t["tpot_s"] > 0
+    _json_ready(t.to_dict())
+    lay = chalk.layout("llama-3.1-70b", "h100-sxm")
+    assert type(lay).__name__ == "LayoutReport"
+    _json_ready(lay.to_dict())
+
+
+def test_tables_have_frames():
+    sw = chalk.sweep("llama-3.1-8b", "h100-sxm", batches=[1, 8], contexts=[1024, 4096])
+    assert sw.to_frame().shape[0] == 4
+    v = chalk.validate()
+    assert type(v).__name__ == "ValidationReport" and len(v.to_frame()) == v.n
+    p = chalk.pricing()
+    assert type(p).__name__ == "PricingReport" and len(p.to_frame()) == len(p["sheets"])
+    s = chalk.simulate("llama-3.1-8b", "h100-sxm", rate=5, requests=200)
+    df = s.to_frame()
+    assert len(df) == 200 and {"ttft_s", "tpot_s"} <= set(df.columns)
+    assert df["ttft_s"].mean() == pytest.approx(s.mean_ttft_s)
+    tr = chalk.train("llama-3.1-8b")
+    _json_ready(tr.to_dict())
