@@ -199,3 +199,31 @@ def test_tables_stay_readable_at_80_columns(args, whole):
     assert max(len(ln) for ln in lines) <= 80
     for w in whole:
         assert any(w in ln for ln in lines), w
+
+
+def test_one_name_and_one_default_across_commands():
+    """issue 12: --gpus and --chips name the same idea everywhere (each an alias of the other), and every command's
+    KV precision defaults to `auto`."""
+    import typer
+
+    from chalk.faces import cli
+
+    def leaves(cmd, path=()):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from leaves(sub, path + (name,))
+        else:
+            yield path, cmd
+
+    kv, counts = 0, 0
+    for path, cmd in leaves(typer.main.get_command(cli.app)):
+        for p in cmd.params:
+            opts = set(getattr(p, "opts", []))
+            if opts & {"--gpus", "--chips"}:
+                assert {"--gpus", "--chips"} <= opts, (path, opts)
+                counts += 1
+            if "--kv-precision" in opts:
+                assert p.default == "auto", path
+                kv += 1
+    assert counts >= 8 and kv >= 6

@@ -70,9 +70,11 @@ class StepCost:
         system = resolve_hardware(system) if isinstance(system, str) else system
         n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
         L = float(positive("reference context", reference_context_tokens))
-        kvp = canonical(kv_precision)
         sz = ModelSizes(model)
         prec = canonical(precision) if precision is not None else sz.default_precision()
+        from chalk.analyses.parallel import resolve_kv_precision
+
+        kvp = canonical(resolve_kv_precision(kv_precision, prec, system))
         chip = system.chip
         peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
         bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory

@@ -188,9 +188,9 @@ def sweep(
                                 help="Comma-separated batch sizes, or start:stop:points for a log range."),
     contexts: str = typer.Option("4096", "--contexts", help="Comma-separated context lengths, or start:stop:points."),
     phase: Phase = typer.Option(Phase.decode, "--phase"),
-    chips: Optional[int] = typer.Option(None, "--chips"),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
     precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-    kv_precision: str = typer.Option("bf16", "--kv-precision"),
+    kv_precision: str = typer.Option("auto", "--kv-precision"),
     ideal: bool = typer.Option(False, "--ideal"),
     as_json: bool = typer.Option(False, "--json"),
     csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"), help="Write the table to this CSV file."),
@@ -335,7 +335,7 @@ def models_list(as_json: bool = typer.Option(False, "--json")):
 
 @models_app.command("show")
 def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.json path or folder."),
-                kv_precision: str = typer.Option("bf16", "--kv-precision"),
+                kv_precision: str = typer.Option("auto", "--kv-precision"),
                 precision: Optional[str] = typer.Option(None, "--precision", "-p"),
                 as_json: bool = typer.Option(False, "--json")):
     """One model's derived sizes."""

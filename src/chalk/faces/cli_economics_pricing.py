@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or its folder."),
         hardware: str = typer.Option(..., "--hardware", "-H", help="Chip id (its system), system id, or YAML."),
         sheet: str = typer.Option("deepseek-r1", "--sheet", help="Price sheet id to earn revenue at."),
-        chips: Optional[int] = typer.Option(None, "--chips", help="Chips serving decode (default: the system's)."),
+        chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="Chips serving decode (default: the system's)."),
         batch: Optional[float] = typer.Option(
             None, "--batch", "-b", callback=whole("--batch"), metavar="<int>", help="Sequences per decode step over all chips (default 128 per chip)."),
         batch_per_chip: float = typer.Option(128, "--batch-per-chip", help="Sequences per chip without --batch."),
@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
         output_len: Optional[float] = typer.Option(None, "--output-len", help="Tokens out per request."),
         cache_hit: float = typer.Option(0.563, "--cache-hit", help="Fraction of input tokens hitting the cache (0-1)."),
         precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute: bf16, fp8, fp4..."),
-        kv_precision: str = typer.Option("bf16", "--kv-precision", help="KV cache precision."),
+        kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision."),
         ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ):

@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         hardware: Optional[str] = typer.Option(
             None, "--hardware", "-H", help="Chip or system id (default: the model's published run, else h100-sxm)."),
         gpus: Optional[int] = typer.Option(
-            None, "--gpus", help="GPUs (default: the published run's count, else 16384)."),
+            None, "--gpus", "--chips", help="GPUs (default: the published run's count, else 16384)."),
         tokens: Optional[str] = typer.Option(
             None, "--tokens", "-D", help="Pretraining tokens, e.g. 15T (default: the published run's, else 15T)."),
         precision: Optional[str] = typer.Option(

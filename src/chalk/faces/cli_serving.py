@@ -11,7 +11,7 @@ from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num,
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
-GPUS_OPT = typer.Option(None, "--gpus", help="GPUs in the deployment (default: searched within the system).")
+GPUS_OPT = typer.Option(None, "--gpus", "--chips", help="GPUs in the deployment (default: searched within the system).")
 PREC_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's).")
 KV_OPT = typer.Option("auto", "--kv-precision",
                       help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16.")
@@ -33,7 +33,7 @@ def _resolve(model: str, hardware: str):
 def layout(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs to lay out (default: the scale-up domain)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs to lay out (default: the scale-up domain)."),
     precision: Optional[str] = PREC_OPT,
     kv_precision: str = KV_OPT,
     context: float = typer.Option(4096, "--context", "-c", help="Tokens of context per sequence."),

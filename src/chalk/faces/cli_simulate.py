@@ -20,9 +20,9 @@ def register(app: typer.Typer) -> None:
     def simulate(
         model: str = typer.Option(..., "--model", "-m", help="Catalog id, config.json or folder."),
         hardware: str = typer.Option(..., "--hardware", "-H", help="Chip, system or YAML path."),
-        chips: Optional[int] = typer.Option(None, "--chips"),
+        chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
         precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-        kv_precision: str = typer.Option("bf16", "--kv-precision"),
+        kv_precision: str = typer.Option("auto", "--kv-precision"),
         ideal: bool = typer.Option(False, "--ideal", help="Pure roofline step times."),
         scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
                                             help="'train': a batch departs every --period-ms; 'continuous'."),

@@ -29,9 +29,9 @@ def plot(
     batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"), metavar="<int>",
                                           help="cost-vs-context / batch-train: the batch (default: critical, "
                                                "rounded up to a power of two)."),
-    chips: Optional[int] = typer.Option(None, "--chips", help="Chips (default: the system's scale-up domain)."),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="Chips (default: the system's scale-up domain)."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision."),
-    kv_precision: str = typer.Option("bf16", "--kv-precision", help="KV cache precision."),
+    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     sparse_law: Optional[str] = typer.Option(None, "--sparse-law", help="'sqrt': the lecture's square-root law."),
     stages: int = typer.Option(4, "--stages", help="pipeline: PP stages."),
@@ -74,9 +74,9 @@ def report(
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
     batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"), metavar="<int>",
                                           help="Operating batch (default: critical, rounded up to a power of 2)."),
-    chips: Optional[int] = typer.Option(None, "--chips"),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
     precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-    kv_precision: str = typer.Option("bf16", "--kv-precision"),
+    kv_precision: str = typer.Option("auto", "--kv-precision"),
     ideal: bool = typer.Option(False, "--ideal"),
 ):
     """Write one self-contained HTML page replaying the lecture for a model/hardware pair."""
