@@ -52,7 +52,11 @@ def test_estimate_prefill_and_strict_fit():
 
 
 def test_models_show_json():
+    # the KV cache defaults to auto, as everywhere: FP8 (packed MLA, 40,016 B/token) beside FP8 weights
     rc, out, _ = run("models", "show", "deepseek-v3", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["kv_bytes_per_token"] == 40016
+    rc, out, _ = run("models", "show", "deepseek-v3", "--kv-precision", "bf16", "--json")
     d = json.loads(out)
     assert rc == 0 and d["kv_bytes_per_token"] == 70272
     assert d["total_params"] == pytest.approx(671.0e9, rel=0.001)

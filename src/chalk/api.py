@@ -37,10 +37,9 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
     """
     from chalk.analyses.sweep import sweep_table
 
-    batches = np.asarray(batches if batches is not None else 2 ** np.arange(0, 14), dtype=float)
-    contexts = np.asarray(contexts if contexts is not None else [4096], dtype=float)
-    positive("batch", batches)
-    positive("context", contexts)
+    batches = positive("batch", batches if batches is not None else 2 ** np.arange(0, 14))
+    contexts = positive("context", contexts if contexts is not None else [4096])
+    batches, contexts = np.atleast_1d(np.asarray(batches, dtype=float)), np.atleast_1d(np.asarray(contexts, dtype=float))
     if batches.size * contexts.size > MAX_GRID_POINTS:
         raise InputError(f"a sweep of {batches.size:,} batches x {contexts.size:,} contexts is more than "
                          f"{MAX_GRID_POINTS:,} points")
@@ -69,13 +68,13 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, in
     from chalk.specs.catalog import as_system
 
     m, system = as_model(model), as_system(hardware)
-    n = int(positive("requests", requests, integer=True))
+    n = int(positive("requests", requests, integer=True, scalar=True))
     if concurrency is not None:
         if layout is None:
             from chalk.errors import InputError
 
             raise InputError("a closed loop (concurrency) needs a layout")
-        max_batch = int(positive("concurrency", concurrency, integer=True))
+        max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     if layout is not None:
         ref = float(max_batch)
         sc = sim.StepCost.from_step_model(m, system, layout, batch=ref, context=float(input_len) + output_len / 2,

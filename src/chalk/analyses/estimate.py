@@ -118,7 +118,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     costs = model_costs(model, precision, kvp)
     B = np.asarray(w.batch, dtype=float)
     L = np.asarray(w.context, dtype=float)
-    n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True))
+    n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True, scalar=True))
     notes = []
     if layout is None:
         lay, fits_any = default_layout(model, system, costs, float(np.max(B)) if phase == "decode" else 0.0,

@@ -125,13 +125,14 @@ def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> M
                       expert_precision=canonical(wp or model.expert_precision or model.native_precision))
 
 
-def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system: System) -> str:
+def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system: System | None = None) -> str:
     """'auto' (or None): an 8-bit KV cache when weights run at 8 bits or fewer on a chip with an FP8 rate
-    (TensorRT-LLM's ModelOpt FP8/FP4 checkpoints and MLPerf submissions do this), else BF16."""
+    (TensorRT-LLM's ModelOpt FP8/FP4 checkpoints and MLPerf submissions do this), else BF16. Without a system
+    (a model on its own), the chip is taken to have an FP8 rate."""
     if kv_precision and str(kv_precision).lower() != "auto":
         return canonical(kv_precision)
     narrow = bytes_per_element(weight_precision) <= 1
-    return "fp8" if narrow and "fp8" in system.chip.flops_per_s else "bf16"
+    return "fp8" if narrow and (system is None or "fp8" in system.chip.flops_per_s) else "bf16"
 
 
 # --------------------------------------------------------------------------- layouts
@@ -227,14 +228,16 @@ def default_kernels(chip, cal: Calibration, framework: str | None = None):
 
 # --------------------------------------------------------------------------- reports
 def layout_step_report(model: ModelSpec, system: System, layout: Layout, batch_per_replica: float, context: float,
-                       precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False) -> dict:
-    """Decode step of one layout at a batch: time breakdown, memory per chip, fit."""
+                       precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
+                       overlap: str = "auto") -> dict:
+    """Decode step of one layout at a batch: time breakdown, memory per chip, fit. `overlap`: 'none' reports the
+    communication before two-micro-batch overlap hides any of it."""
     cal = calibration(ideal)
     sz = ModelSizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
     r = stage_step(costs, system, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, 0.0, context,
-                   1.0, cal)
+                   1.0, cal, overlap=overlap)
     w, kv = memory_per_chip(costs, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, context)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     tpot = float(P.pipeline_token_latency_s(r["stage_time_s"], layout.pp))
@@ -253,6 +256,8 @@ def moe_rack_layout(model: ModelSpec, system: System, precision: str | None = No
                     context: float = 4096, kv_precision: str | None = "auto", ideal: bool = False) -> dict:
     """The lecture's MoE rack layout: the largest EP inside one scale-up domain, against spilling the same
     EP group across two domains over the scale-out network."""
+    batch_per_gpu = float(positive("batch per GPU", batch_per_gpu, scalar=True))
+    context = float(positive("context", context, scalar=True))
     if not model.is_moe:
         return {"applies": False, "reason": f"{model.id} is dense: no expert parallelism"}
     if system.chip.scaleout_bandwidth_bytes_per_s <= 0:
@@ -267,14 +272,17 @@ def moe_rack_layout(model: ModelSpec, system: System, precision: str | None = No
         rows.append(layout_step_report(model, system, lay, batch_per_gpu * ep, context, precision, kv_precision,
                                        ideal))
     inside, spill = rows[0], rows[-1]
+    # the all-to-all itself, before two-micro-batch overlap hides part of it (what crossing the NIC costs)
+    raw = [layout_step_report(model, system, Layout(tp=1, attn_dp=r["ep"], pp=1, dp=1, moe=True),
+                              batch_per_gpu * r["ep"], context, precision, kv_precision, ideal,
+                              overlap="none")["alltoall_time_s"] for r in (inside, spill)]
     ratio = chip.scaleup_bandwidth_bytes_per_s / chip.scaleout_bandwidth_bytes_per_s
     return {"applies": True, "domain_chips": D, "ep_inside_domain": ep_in, "ep_spilled": spill["ep"],
             "scaleup_bytes_per_s_one_way": chip.scaleup_bandwidth_bytes_per_s,
             "scaleout_bytes_per_s_one_way": chip.scaleout_bandwidth_bytes_per_s,
             "scaleout_slowdown": ratio, "batch_per_gpu": batch_per_gpu, "context": context,
             "inside": inside, "spilled": spill,
-            "alltoall_slowdown_when_spilled": (spill["alltoall_time_s"] / inside["alltoall_time_s"]
-                                               if inside["alltoall_time_s"] > 0 else None),
+            "alltoall_slowdown_when_spilled": raw[1] / raw[0] if raw[0] > 0 else None,
             "step_slowdown_when_spilled": spill["stage_time_s"] / inside["stage_time_s"],
             "efficiency": cal.label}
 
@@ -284,6 +292,9 @@ def pipeline_analysis(model: ModelSpec, system: System, precision: str | None = 
                       microbatches: int = 8, kv_precision: str | None = "auto", ideal: bool = False) -> dict:
     """Weights per chip fall as 1/PP while KV per chip stays constant (PP micro-batches in flight); the
     inference latency penalty; training bubbles (PP-1)/(M+PP-1), plain and interleaved."""
+    batch_per_stage = float(positive("batch per stage", batch_per_stage, scalar=True))
+    context = float(positive("context", context, scalar=True))
+    microbatches = count("micro-batches", microbatches)
     cal = calibration(ideal)
     sz = ModelSizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()
@@ -319,7 +330,7 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
     pipeline analysis."""
     n = system.chips if gpus is None else count("gpus", gpus, MAX_GPUS)
     check_reach(system, n)
-    context = float(positive("context", context))
+    context = float(positive("context", context, scalar=True))
     cal = calibration(ideal)
     sz = ModelSizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()

@@ -60,9 +60,9 @@ def assumptions(active_params: float | None = None, hardware: str | None = None,
     """Build Assumptions; `hardware` takes eq. 6's ratio from a chip: (FLOPs at `precision` / 2) / HBM bw."""
     a = Assumptions(**kw)
     if active_params is not None:
-        a = replace(a, active_params=float(positive("active params", active_params)))
+        a = replace(a, active_params=float(positive("active params", active_params, scalar=True)))
     if multiplies_per_byte is not None:
-        a = replace(a, multiplies_per_byte=float(positive("ratio", multiplies_per_byte)),
+        a = replace(a, multiplies_per_byte=float(positive("ratio", multiplies_per_byte, scalar=True)),
                     ratio_source="given")
     elif hardware is not None:
         chip = resolve_hardware(hardware).chip

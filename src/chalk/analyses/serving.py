@@ -220,9 +220,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                                                   kv_precision, ideal, calibration_override,
                                                                   engine, cache_hit)
     if min_user_tps is not None:
-        positive("min_user_tps", min_user_tps)
+        positive("min_user_tps", min_user_tps, scalar=True)
     if max_ttft_s is not None:
-        positive("max_ttft_s", max_ttft_s)
+        positive("max_ttft_s", max_ttft_s, scalar=True)
     if gpus is not None:
         gpus = count("gpus", gpus, MAX_GPUS)
         check_reach(system, gpus)
@@ -343,12 +343,12 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     N = int(concurrency)
     lay = make_layout(m, layout)
     G = lay.replica_gpus
-    gpus = G if gpus is None else int(positive("gpus", gpus, integer=True))
+    gpus = G if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
     disagg = decode_gpus is not None
     if gpus % G and not disagg:
         raise InputError(f"{gpus} GPUs do not divide into replicas of {G} ({lay.label()})")
     if disagg:
-        decode_gpus = int(positive("decode_gpus", decode_gpus, integer=True))
+        decode_gpus = int(positive("decode_gpus", decode_gpus, integer=True, scalar=True))
         if decode_gpus % G or decode_gpus > gpus:
             raise InputError(f"{decode_gpus} decode GPUs do not divide into replicas of {G} within {gpus} GPUs")
     R = (decode_gpus if disagg else gpus) // G

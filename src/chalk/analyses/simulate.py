@@ -98,9 +98,9 @@ def poisson_arrivals(rate_per_s: float, n: int, input_len=512, output_len=128, s
     A length is a fixed int, a sequence of values sampled uniformly with replacement (an empirical
     distribution), or a callable `f(rng, n)` returning n lengths (e.g. a lognormal, rounded).
     """
-    rate = positive("rate_per_s", rate_per_s)
+    rate = positive("rate_per_s", rate_per_s, scalar=True)
     n = positive("n", n, integer=True, maximum=MAX_REQUESTS)
-    rng = np.random.default_rng(int(positive("seed", seed, integer=True, allow_zero=True)))
+    rng = np.random.default_rng(int(positive("seed", seed, integer=True, allow_zero=True, scalar=True)))
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
     return Requests.from_arrays(arrivals, _lengths("input_len", input_len, n, rng),
                                 _lengths("output_len", output_len, n, rng))
@@ -567,13 +567,13 @@ def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: 
     client keeps `concurrency` of them in flight). A length is a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
     `chalk.specs.lengths.LengthDistribution` (sampled)."""
     positive("concurrency", concurrency, integer=True)
-    n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS))
+    n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
     rng = np.random.default_rng(seed)
 
     def draw(spec):
         if hasattr(spec, "sample"):
             return spec.sample(n, rng)
-        m = float(positive("length", spec))
+        m = float(positive("length", spec, scalar=True))
         lo, hi = max(int(m * MEAN_LENGTH_SPREAD[0]), 1), max(int(round(m * MEAN_LENGTH_SPREAD[1])), 1)
         return rng.integers(lo, hi + 1, n)
 

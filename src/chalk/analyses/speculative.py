@@ -77,7 +77,7 @@ class SpeculativeBreakeven:
 
 
 def _validate(draft_tokens, acceptance) -> tuple[int, float]:
-    k = int(positive("draft tokens", draft_tokens, integer=True))
+    k = int(positive("draft tokens", draft_tokens, integer=True, scalar=True))
     a = float(acceptance)
     if not (np.isfinite(a) and 0.0 <= a <= 1.0):
         raise InputError(f"acceptance must be in [0, 1], got {acceptance!r}")
@@ -175,7 +175,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
     from chalk.analyses.estimate import estimate as _est
 
     k, a = _validate(draft_tokens, acceptance)
-    context = float(positive("context", context))
+    context = float(positive("context", context, scalar=True))
     spec = as_model(model)
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)
 
@@ -183,7 +183,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
         r = _est(spec, hardware, b, context, **kw)
         return speculative_estimate(r, spec, hardware, k, a, **kw)
 
-    batches = np.geomspace(1.0, float(positive("max batch", max_batch)), int(points))
+    batches = np.geomspace(1.0, float(positive("max batch", max_batch, scalar=True)), int(points))
     s = at(batches)
     free = np.asarray(s.bound) == "memory"
     pays = np.asarray(s.pays, dtype=bool)

@@ -68,8 +68,8 @@ class StepCost:
 
         model = load_model(model) if isinstance(model, str) else model
         system = resolve_hardware(system) if isinstance(system, str) else system
-        n = int(positive("chips", chips if chips is not None else system.chips, integer=True))
-        L = float(positive("reference context", reference_context_tokens))
+        n = int(positive("chips", chips if chips is not None else system.chips, integer=True, scalar=True))
+        L = float(positive("reference context", reference_context_tokens, scalar=True))
         sz = ModelSizes(model)
         prec = canonical(precision) if precision is not None else sz.default_precision()
         from chalk.analyses.parallel import resolve_kv_precision
@@ -122,10 +122,10 @@ class StepCost:
         kvp = resolve_kv_precision(kv_precision, prec, system)
         costs = model_costs(model, precision, kvp)
         kern = default_kernels(system.chip, cal) or False
-        B = float(positive("batch", batch))
-        L = float(positive("context", context))
-        I = float(positive("prompt length", prompt_len))
-        c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True))
+        B = float(positive("batch", batch, scalar=True))
+        L = float(positive("context", context, scalar=True))
+        I = float(positive("prompt length", prompt_len, scalar=True))
+        c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True, scalar=True))
 
         def T(b, ctx, c):
             st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
@@ -156,7 +156,7 @@ class StepCost:
     def constant(cls, step_time_s: float) -> StepCost:
         """A step that always takes `step_time_s` whatever it holds (the lecture's idealised train)."""
         return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,
-                   overhead_s=float(positive("step time", step_time_s)), label=f"constant {step_time_s} s")
+                   overhead_s=float(positive("step time", step_time_s, scalar=True)), label=f"constant {step_time_s} s")
 
     def times_s(self, n_decode, decode_context_tokens, prefill_tokens=0, prefill_attended_tokens=0,
                 prefill_prior_tokens=0) -> tuple[np.ndarray, np.ndarray]:

@@ -223,14 +223,14 @@ def training_layout(sz: ModelSizes, system: System, gpus: int, seq_len: float, g
         while shard(pp)[0] * TRAIN_STATE_BYTES_PER_PARAM > budget and tp * pp * 2 <= min(gpus, tp * m.num_layers):
             pp *= 2
     else:
-        pp = int(positive("pipeline stages", pipeline_stages, integer=True))
+        pp = int(positive("pipeline stages", pipeline_stages, integer=True, scalar=True))
         if tp * pp > gpus:
             raise InputError(f"{pp} pipeline stages x TP {tp} need more than {gpus} GPUs")
         if pp > m.num_layers:
             raise InputError(f"{pp} pipeline stages exceed the model's {m.num_layers} layers")
     params, dp, ep = shard(pp)
     per_stage = math.ceil(m.num_layers / pp)
-    v = per_stage if interleave is None else int(positive("interleave", interleave, integer=True))
+    v = per_stage if interleave is None else int(positive("interleave", interleave, integer=True, scalar=True))
     if v > per_stage:
         raise InputError(f"interleave {v} exceeds the {per_stage} layers per pipeline stage")
     if pp == 1:
@@ -273,11 +273,11 @@ def _resolve(model, hardware, gpus, tokens, precision, seq_len, global_batch_tok
         d.update(hardware=ref.hardware, gpus=ref.gpus, tokens=ref.tokens, seq_len=ref.seq_len,
                  global_batch_tokens=ref.global_batch_tokens)
     system = as_system(hardware or d["hardware"])
-    gpus = int(positive("gpus", gpus if gpus is not None else d["gpus"], integer=True))
-    tokens = float(positive("tokens", tokens if tokens is not None else d["tokens"]))
-    seq_len = int(positive("sequence length", seq_len if seq_len is not None else d["seq_len"], integer=True))
+    gpus = int(positive("gpus", gpus if gpus is not None else d["gpus"], integer=True, scalar=True))
+    tokens = float(positive("tokens", tokens if tokens is not None else d["tokens"], scalar=True))
+    seq_len = int(positive("sequence length", seq_len if seq_len is not None else d["seq_len"], integer=True, scalar=True))
     batch = float(positive("global batch tokens",
-                           global_batch_tokens if global_batch_tokens is not None else d["global_batch_tokens"]))
+                           global_batch_tokens if global_batch_tokens is not None else d["global_batch_tokens"], scalar=True))
     sz = ModelSizes(spec)
     if precision is None:
         precision = ref.precision if ref is not None else ("fp8" if sz.default_precision() == "fp8" else "bf16")
@@ -355,7 +355,7 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
     chin = float(T.chinchilla_tokens(sz.active_params))
     d_inf = None
     if inference_tokens_per_s is not None:
-        days = 60.0 if deployment_days is None else float(positive("deployment days", deployment_days))
+        days = 60.0 if deployment_days is None else float(positive("deployment days", deployment_days, scalar=True))
         d_inf = float(T.inference_tokens(positive("inference tokens per second", inference_tokens_per_s),
                                          days * T.SECONDS_PER_DAY, p))
     elif deployment_days is not None:
@@ -366,7 +366,7 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
     if rl_tokens is None:
         d_rl, rl_src = float(T.equilibrium_rl_tokens(tokens, rl_flops_per_param, rl_inefficiency)), "eq. 7 balance"
     else:
-        d_rl, rl_src = float(positive("RL tokens", rl_tokens)), "given"
+        d_rl, rl_src = float(positive("RL tokens", rl_tokens, scalar=True)), "given"
     if d_inf is None:
         d_inf_pool = tokens * 6.0 / (2.0 * inference_inefficiency)
         inf_src = "eq. 7 balance"

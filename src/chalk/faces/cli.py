@@ -343,8 +343,12 @@ def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.
     from chalk.specs import catalog
     from chalk.specs.precision import canonical
 
+    from chalk.analyses.parallel import resolve_kv_precision
+
     sz = ModelSizes(catalog.load_model(name))
-    d = sz.summary(kv_precision=canonical(kv_precision), precision=canonical(precision) if precision is not None else None)
+    prec = canonical(precision) if precision is not None else None
+    kvp = resolve_kv_precision(kv_precision, prec or sz.default_precision())
+    d = sz.summary(kv_precision=kvp, precision=prec)
     if as_json:
         emit_json(d)
         return

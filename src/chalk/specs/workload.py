@@ -22,12 +22,16 @@ MAX_GRID_POINTS = 100_000
 MAX_GPUS = 10_000_000
 
 
-def positive(name: str, value, *, integer: bool = False, allow_zero: bool = False, maximum: float = MAX_QUANTITY):
-    """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`."""
+def positive(name: str, value, *, integer: bool = False, allow_zero: bool = False, maximum: float = MAX_QUANTITY,
+             scalar: bool = False):
+    """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`. `scalar`: one
+    number, not a list or an array."""
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError, OverflowError):
         arr = np.asarray(None)
+    if scalar and arr.ndim != 0:
+        raise InputError(f"{name} must be one number, got {short(value)}")
     if arr.dtype.kind not in "iuf" or arr.size == 0:
         raise InputError(f"{name} must be a number, got {short(value)}")
     with np.errstate(all="ignore"):
@@ -46,12 +50,12 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
 
 def count(name: str, value, maximum: float = MAX_QUANTITY) -> int:
     """A positive whole number (GPUs, stages, requests, ...) no larger than `maximum`."""
-    return int(positive(name, value, integer=True, maximum=maximum))
+    return int(positive(name, value, integer=True, maximum=maximum, scalar=True))
 
 
 def tokens(name: str, value) -> float:
     """A token count (a length or a mean length): finite, at least one token, at most MAX_QUANTITY."""
-    v = float(positive(name, value))
+    v = float(positive(name, value, scalar=True))
     if v < 1:
         raise InputError(f"{name} must be at least 1 token, got {short(value)}")
     return v
