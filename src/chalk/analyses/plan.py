@@ -248,9 +248,10 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
     mml = _max_model_len(ask)
     kvp = v["op"]["kv_precision"]
 
-    def dep(par, seqs):
+    def dep(par, seqs, role):  # a prefill pool drafts nothing: speculation is a decode-side setting
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,
-                          max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp, speculative=spec)
+                          max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
+                          speculative=None if role == "prefill" else spec)
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
@@ -260,8 +261,8 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
         parts = []
         try:
             for role, par, seqs, n in pools:
-                prof = _profile(load_engine(e), system, par, spec is not None)
-                cmd = render_launch(e, dep(par, seqs), prof)
+                prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
+                cmd = render_launch(e, dep(par, seqs, role), prof)
                 head = f"# {role}: run {n} of these" + (" behind a least-loaded router" if role != "prefill" else "")
                 parts.append(head + "\n" + cmd.text)
         except ChalkError as err:

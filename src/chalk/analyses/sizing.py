@@ -153,10 +153,14 @@ def replicas_for(d_value: float, kind: str, c: dict) -> tuple[int, int]:
     R = max(int(F.replicas_needed(F.peak_in_flight(n_mean), c["cap"])), 1)
     P = 0
     if c["mode"] == "disaggregated":
-        rate = d_value / c["e2e_at_cap_s"] if kind == "users" else d_value
-        P = max(int(F.utilisation_bound_servers(rate * c["prompt_tokens"], c["prefill_tokens_per_s"],
-                                                PREFILL_MAX_UTILISATION)), 1)
+        P = prefill_replicas(d_value / c["e2e_at_cap_s"] if kind == "users" else d_value, c)
     return R, P
+
+
+def prefill_replicas(rate_per_s: float, c: dict) -> int:
+    """Prefill replicas that keep the prompt queue of `rate_per_s` requests under the utilisation ceiling."""
+    return max(int(F.utilisation_bound_servers(rate_per_s * c["prompt_tokens"], c["prefill_tokens_per_s"],
+                                               PREFILL_MAX_UTILISATION)), 1)
 
 
 def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
@@ -183,7 +187,12 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     c["e2e_at_cap_s"] = cap / _per_replica_rate(at_cap, G, ask.O)
     c["at_cap"] = at_cap
     R, P = replicas_for(ask.demand.value, ask.demand.kind, c)
-    return _cost(ask, system, c, R, P)
+    s = _cost(ask, system, c, R, P)
+    if mode == "disaggregated":  # size the prefill pool for the rate the decode replicas actually serve
+        P2 = prefill_replicas(s["requests_per_s"], c)
+        if P2 != P:
+            s = _cost(ask, system, c, R, P2)
+    return s
 
 
 def _cost(ask: Ask, system: System, c: dict, R: int, P: int) -> dict:
