@@ -151,6 +151,7 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand) -> dict
     par = v["parallelism"]
     o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
+         "replica_layout": v["layout"],
          "replica_gpus": v["replica_gpus"], "concurrency_per_replica": float(v["in_flight_per_replica"]),
          "max_concurrency_per_replica": int(v["cap"]), "capacity_per_replica": float(v["capacity_per_replica"]),
          "demand": ask.demand.value, "demand_unit": ask.demand.unit, "headroom": max(v["headroom"], 0.0),
@@ -187,22 +188,22 @@ def _why(options) -> None:
     best = options[0]
     for o in options:
         if o is best:
-            o["why"] = "cheapest that meets the targets"
+            o["why"] = "cheapest"
             continue
         if not o["meets_targets"]:
             sim, t = o["simulated"], o["targets"]
             miss = [f"p99 {k.upper()} {_ms(sim[f'{k}_p99_s'])} > {_ms(t[f'{k}_p99_s'])}"
                     for k in ("ttft", "tpot") if t[f"{k}_p99_s"] and (sim[f"{k}_p99_s"] or math.inf) > t[f"{k}_p99_s"]]
-            o["why"] = "misses the targets in the replay: " + ", ".join(miss)
+            o["why"] = "misses in the replay: " + ", ".join(miss)
             continue
         ratio = o["usd_per_hour"] / best["usd_per_hour"]
         g, p = o["gpus"] / best["gpus"], o["usd_per_gpu_hour"] / best["usd_per_gpu_hour"]
         parts = []
         if abs(g - 1) > 0.005:
-            parts.append(f"{g:.2f}x the GPUs" + (" (prefill pool too)" if o["prefill"] and g > 1 else ""))
+            parts.append(f"{g:.2f}x GPUs")
         if abs(p - 1) > 0.005:
-            parts.append(f"{p:.2f}x the $/GPU-h")
-        o["why"] = f"{ratio:.2f}x the cost: " + (", ".join(parts) or "same GPUs and price, more replicas")
+            parts.append(f"{p:.2f}x $/GPU-h")
+        o["why"] = f"{ratio:.2f}x cost: " + (", ".join(parts) or "same GPUs and price")
 
 
 def _ms(v) -> str:

@@ -110,7 +110,15 @@ def _len_arg(v: str):
 def _ms(v) -> str:
     if v is None:
         return "-"
-    return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s" if v < 100 else f"{v:.0f} s"
+    return f"{v * 1e3:.0f}ms" if v < 1 else f"{v:.2f}s" if v < 100 else f"{v:.0f}s"
+
+
+def _short(o) -> str:
+    """The deployment in a table cell: 'TP2 x28', or 'P TP1 x92 / D TP4 x12' for prefill and decode pools."""
+    main = f"{o['replica_layout']} x{o['replicas']}"
+    if not o["prefill"]:
+        return main
+    return f"P {o['prefill']['layout']} x{o['prefill']['replicas']} / D {main}"
 
 
 def _print(r, launch: bool) -> None:
@@ -125,15 +133,22 @@ def _print(r, launch: bool) -> None:
     lens = [r.get(f"{k}_dist") or num(r[f"{k}_len"]) for k in ("input", "output")]
     tab = table(f"{r['model']} · {num(d['value'])} {d['unit']}{peak} · {lens[0]} in / {lens[1]} out · "
                 f"{', '.join(want) or 'no latency targets'}",
-                ["chip", "deployment", "GPUs", "$/hour", "$/M out", "sim p99 TTFT/TPOT", "why it loses"])
+                ["chip", "deployment", "GPUs", "$/hour", "p99 TTFT/TPOT", "why it loses"])
+    from rich import box
+
+    tab.box = box.SIMPLE_HEAD  # no vertical rules: the table fits 80 columns
+    tab.expand = True
+    for i in (0, 2, 3, 4):
+        tab.columns[i].no_wrap = True
+    tab.columns[1].ratio, tab.columns[5].ratio = 2, 3
     for o in r["options"]:
         sim = o["simulated"]
-        tab.add_row(o["hardware"], ("PD " if o["prefill"] else "") + o["layout"], num(o["gpus"]),
-                    usd(o["usd_per_hour"]), usd(o["usd_per_mtok_output"]),
-                    f"{_ms(sim['ttft_p99_s'])} / {_ms(sim['tpot_p99_s'])}", o["why"])
+        tab.add_row(o["hardware"], _short(o), num(o["gpus"]), usd(o["usd_per_hour"]),
+                    f"{_ms(sim['ttft_p99_s'])}/{_ms(sim['tpot_p99_s'])}", o["why"])
     for u in r["unavailable"]:
-        tab.add_row(u["hardware"], u["mode"], "-", "-", "-", "-", u["why"])
+        tab.add_row(u["hardware"], u["mode"], "-", "-", "-", u["why"])
     c.print(tab)
+    c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router)[/dim]")
     b = r["options"][0]
     c.print(f"cheapest: {b['hardware']} {b['mode']}, {b['layout']}: {num(b['gpus'])} GPUs x "
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
