@@ -310,8 +310,8 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
 def sim_meets(ask: Ask, sim: fleet.FleetReplay) -> bool:
     tpot, ttft = ask.demand.tpot_target_s, ask.demand.ttft_p99_s
     ok = True
-    if tpot is not None:
-        ok &= math.isfinite(sim.tpot_p99_s) and sim.tpot_p99_s <= tpot
+    if tpot is not None and not math.isnan(sim.tpot_p99_s):  # NaN: no request had a second token to time
+        ok &= sim.tpot_p99_s <= tpot
     if ttft is not None:
         ok &= math.isfinite(sim.ttft_p99_s) and sim.ttft_p99_s <= ttft
     return bool(ok)
@@ -327,8 +327,8 @@ def verify(ask: Ask, system: System, s: dict) -> dict:
         if sim_meets(ask, sim) or bumps >= MAX_BUMPS:
             break
         bumps += 1
-        over_tpot = sim.tpot_p99_s / tpot if tpot else 0.0
-        over_ttft = sim.ttft_p99_s / ttft if ttft else 0.0
+        over_tpot = sim.tpot_p99_s / tpot if tpot and math.isfinite(sim.tpot_p99_s) else 0.0
+        over_ttft = sim.ttft_p99_s / ttft if ttft and math.isfinite(sim.ttft_p99_s) else 0.0
         over = max(over_tpot, over_ttft, 1.0)
         R, P = s["replicas"], s["prefill_replicas"]
         grow = lambda n: max(n + 1, int(math.ceil(n * min(1.0 + 2.0 * (over - 1.0), 1.5))))  # noqa: E731

@@ -91,7 +91,7 @@ class Demand:
     def scaled(self, factor: float) -> Demand:
         """The same demand times `factor` (> 0), targets unchanged."""
         f = float(factor)
-        return Demand(users=None if self.users is None else max(self.users * f, 1.0),
+        return Demand(users=None if self.users is None else max(math.ceil(self.users * f - 1e-9), 1),
                       rate=None if self.rate is None else max(self.rate * f, MIN_RATE),
                       min_user_tps=self.min_user_tps, ttft_p99_s=self.ttft_p99_s, tpot_p99_s=self.tpot_p99_s)
 
