@@ -275,3 +275,13 @@ def test_speculative_and_engine_options_reach_the_launch():
         if o["prefill"]:
             assert "speculative" not in o["launch"]["vllm"].split("# decode")[0]
     assert r["engine"] == "sglang" and all(o["efficiency"].endswith("profile") for o in r["options"])
+
+
+def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
+    """With attention-DP, one request alone leaves ranks idle and its TPOT can exceed that of a fuller batch: the
+    concurrency search starts from the layout search's batch rather than from one request (a regression)."""
+    r = plan("deepseek-v3", "h200,h100-sxm", users=2000, min_user_tps=30, input_len=2000, output_len=1000,
+             sim_requests=4000, modes="aggregated")
+    assert r["options"][0]["chip"] == "h200" and r["options"][0]["meets_targets"]
+    assert r["unavailable"] == [{"hardware": "h100-sxm", "mode": "aggregated", "why": r["unavailable"][0]["why"]}]
+    assert "does not fit" in r["unavailable"][0]["why"]

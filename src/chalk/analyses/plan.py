@@ -363,10 +363,12 @@ def _unmet(ask, systems, options, unavailable) -> str:
             tt = min(f["ttft_s"] for f in fr)
             best_speed = max(best_speed, (u, s.chip.id))
             best_ttft = min(best_ttft, (tt, s.chip.id))
-    for o in options:  # measured in the replay
+    if options:  # sized, replayed and bumped, still missing: say what the replay measured at best
+        o = min(options, key=lambda o: (o["simulated"]["tpot_p99_s"] or math.inf, o["simulated"]["ttft_p99_s"]))
         sim = o["simulated"]
-        if sim["tpot_p99_s"]:
-            best_speed = max(best_speed, (1 / sim["tpot_p99_s"], o["chip"] + " (replayed)"))
+        return (f"no candidate meets {' and '.join(want) or 'the targets'} in the replay, even after adding "
+                f"replicas: best measured p99 TPOT {_ms(sim['tpot_p99_s'])}, p99 TTFT {_ms(sim['ttft_p99_s'])} "
+                f"on {o['hardware']} ({o['mode']}, {o['layout']})")
     if best_speed[1] is None:
         why = "; ".join(f"{u['hardware']}: {u['why']}" for u in unavailable[:3])
         return f"no candidate can serve {ask.model.id}: {why}"

@@ -115,19 +115,38 @@ def _meets(ask: Ask, c: dict, res) -> bool:
     return True
 
 
-def _max_concurrency(ask: Ask, system: System, c: dict):
+def _max_concurrency(ask: Ask, system: System, c: dict, guess: float):
     """The most requests in flight per replica whose predicted TPOT (and p99 TTFT) meet the targets, within
-    the replica's batch cap (scheduler and KV memory): (n, its fixed-deployment result) or None."""
-    r1 = _fixed(ask, system, c, 1)
-    if not _meets(ask, c, r1):
-        return None
-    lo, r_lo = 1, r1
-    hi = max(int(math.floor(r1["batch_cap_per_replica"])), 1)
-    if hi == 1:
-        return 1, r1
-    r_hi = _fixed(ask, system, c, hi)
-    if _meets(ask, c, r_hi):
-        return hi, r_hi
+    the replica's batch cap (scheduler and KV memory): (n, its fixed-deployment result) or None.
+
+    Starts from the layout search's batch (`guess`), which meets the speed floor: TPOT need not fall as the
+    batch shrinks below it (a few sequences leave attention-DP ranks idle), so the search walks down from there
+    only when the guess misses, and bisects upward between a point that meets and one that does not.
+    """
+    g = max(int(round(guess)), 1)
+    r_g = _fixed(ask, system, c, g)
+    cap = max(int(math.floor(r_g["batch_cap_per_replica"])), 1)
+    if g > cap:
+        g, r_g = cap, _fixed(ask, system, c, cap)
+    if _meets(ask, c, r_g):
+        lo, r_lo = g, r_g
+        if cap == g:
+            return lo, r_lo
+        r_cap = _fixed(ask, system, c, cap)
+        if _meets(ask, c, r_cap):
+            return cap, r_cap
+        hi = cap
+    else:
+        hi, x, r_lo = g, g, None
+        while x > 1:
+            x = max(1, int(x / 1.5))
+            r = _fixed(ask, system, c, x)
+            if _meets(ask, c, r):
+                lo, r_lo = x, r
+                break
+            hi = x
+        if r_lo is None:
+            return None
     while hi - lo > max(1, int(lo * CONCURRENCY_TOLERANCE)):
         mid = int(round(math.sqrt(lo * hi))) if hi > 4 * lo else (lo + hi) // 2
         mid = min(max(mid, lo + 1), hi - 1)
@@ -179,7 +198,7 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
         c["prefill"] = {"layout": p["layout"].split(" x")[0], "parallelism": pp, "replica_gpus": Gp,
                         "lone_prompt_s": float(p["ttft_s"])}
         c["prefill_tokens_per_s"] = float(p["input_tokens_per_s_per_gpu"]) * Gp
-    found = _max_concurrency(ask, system, c)
+    found = _max_concurrency(ask, system, c, float(r["batch_per_replica"]))
     if found is None:
         return None
     cap, at_cap = found

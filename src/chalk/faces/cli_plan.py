@@ -146,7 +146,8 @@ def _print(r, launch: bool) -> None:
         tab.add_row(o["hardware"], _short(o), num(o["gpus"]), usd(o["usd_per_hour"]),
                     f"{_ms(sim['ttft_p99_s'])}/{_ms(sim['tpot_p99_s'])}", o["why"])
     for u in r["unavailable"]:
-        tab.add_row(u["hardware"], u["mode"], "-", "-", "-", u["why"])
+        tab.add_row(u["hardware"], "PD pools" if u["mode"] == "disaggregated" else "aggregated", "-", "-", "-",
+                    u["why"])
     c.print(tab)
     c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router)[/dim]")
     b = r["options"][0]
