@@ -41,10 +41,6 @@ def deepseek():
                 sim_requests=8000)
 
 
-def _plans(llama, deepseek):
-    return [llama, deepseek]
-
-
 def test_json_contract_and_cheapest_first(llama):
     d = llama.to_dict()
     json.dumps(d, allow_nan=False)

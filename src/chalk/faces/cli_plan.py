@@ -37,7 +37,8 @@ def _duration(option: str):
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one."),
+    model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder "
+                              "holding one."),
     hardware: Optional[str] = typer.Option(None, "--hardware", "-H", help="Candidate chips or systems, comma-"
                                            "separated (default: every catalog chip with a price)."),
     users: Optional[float] = typer.Option(None, "--users", help="Demand: concurrent users, one request in flight "
