@@ -13,8 +13,9 @@ prompt tokens at its prefill rate (a prompt goes to the replica free first: M/G/
 least the pool's one-prompt TTFT. The prompt's KV then joins a decode replica, routed as above, whose steps
 cost pure decode (prompt tokens are free there: the prefill pool computed them).
 
-Measured on the 2-core dev machine (`benchmarks/bench_plan.py`): 1e6 requests of llama-3.1-70b on 25 x TP8
-H100 replicas (2000 in / 500 out, ~40 in flight each) replay in ~6 s with two worker processes.
+Measured on the 2-core dev machine (`benchmarks/bench_plan.py`): 1e6 requests of llama-3.1-70b on 24 x TP8
+H100 replicas (2000 in / 500 out, ~42 in flight each) replay in 5.4-5.8 s with two worker processes
+(routing ~1 s of it).
 """
 
 from __future__ import annotations
