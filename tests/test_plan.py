@@ -281,3 +281,22 @@ def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
     assert r["options"][0]["chip"] == "h200" and r["options"][0]["meets_targets"]
     assert r["unavailable"] == [{"hardware": "h100-sxm", "mode": "aggregated", "why": r["unavailable"][0]["why"]}]
     assert "does not fit" in r["unavailable"][0]["why"]
+
+
+def test_web_plan_tab_runs_on_submit():
+    """The explorer's Plan tab (Streamlit's AppTest, no browser): idle until the form is submitted, then the
+    cheapest option, the table and the launch commands."""
+    pytest.importorskip("streamlit")
+    pytest.importorskip("plotly")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import chalk.faces.web_app as web_app
+
+    at = AppTest.from_file(str(Path(web_app.__file__)), default_timeout=120).run()
+    assert not at.exception and "Plan" in [t.label for t in at.tabs]
+    assert not [m for m in at.metric if m.label == "Cheapest"]
+    next(b for b in at.button if b.label == "Plan").click().run()
+    assert not at.exception and not at.error
+    assert [m for m in at.metric if m.label == "Cheapest"] and any("serve" in c.value for c in at.code)
