@@ -45,6 +45,37 @@ def _argmap(argv):
     return out
 
 
+def assert_launch_text_valid(engine: str, text: str) -> int:
+    """Every command in a launch snippet (one or more commands, comments, TensorRT-LLM options files written by a
+    heredoc) uses only flags and options-file keys the engine accepted at its recorded version. Returns the
+    number of commands checked. Shared with tests/test_plan.py."""
+    prof = load_engine(engine)
+    commands, yaml_text, in_yaml = 0, [], False
+    for line in text.splitlines():
+        if in_yaml:
+            if line.strip() == "EOF":
+                in_yaml = False
+                bad = [k for k in yaml_keys("\n".join(yaml_text)) if k not in prof.accepted_yaml_keys]
+                assert not bad, f"{engine} options file uses unknown keys {bad}"
+                yaml_text = []
+            else:
+                yaml_text.append(line)
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.startswith("cat > ") and "<<'EOF'" in line:
+            in_yaml = True
+            continue
+        argv = shlex.split(line)
+        flags = [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+        assert flags, f"no flags in {line!r}"
+        unknown = [f for f in flags if f not in prof.accepted_flags]
+        assert not unknown, f"{engine} {prof.version} does not accept {unknown}"
+        commands += 1
+    assert not in_yaml, "unterminated options heredoc"
+    return commands
+
+
 @pytest.mark.parametrize("dep, engine", list(itertools.product(DEPLOYMENTS, ENGINES)))
 def test_every_rendered_flag_is_accepted_by_the_engine(dep, engine):
     cmd = render_launch(engine, dep)
@@ -59,6 +90,7 @@ def test_every_rendered_flag_is_accepted_by_the_engine(dep, engine):
         bad = [k for k in yaml_keys(cmd.config_yaml) if k not in prof.accepted_yaml_keys]
         assert not bad, f"trtllm options file uses unknown keys {bad}"
         assert f"cat > {TRTLLM_OPTIONS_FILE}" in cmd.text
+    assert assert_launch_text_valid(engine, cmd.text) == 1
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -64,3 +64,26 @@ class PricingReport(Result):
 
     def to_frame(self):
         return _frame([{k: v for k, v in s.items() if not isinstance(v, (dict, list))} for s in self["sheets"]])
+
+
+class PlanResult(Result):
+    """`chalk.plan`: the cheapest deployment per candidate chip and serving mode, cheapest first.
+
+    Keys: options (each: hardware, chip, system, mode, gpus, replicas, layout, parallelism, prefill,
+    concurrency_per_replica, max_concurrency_per_replica, capacity_per_replica, headroom, precision, kv_precision,
+    speculative, usd_per_gpu_hour, usd_per_hour, usd_per_day, usd_per_mtok_output, predicted, simulated {ttft_p99_s,
+    tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, diurnal), unavailable (hardware,
+    mode, why), demand, targets, input_len, output_len, engine, efficiency, notes, curves.
+    """
+
+    FRAME_KEYS = ("hardware", "mode", "layout", "gpus", "replicas", "concurrency_per_replica", "usd_per_gpu_hour",
+                  "usd_per_hour", "usd_per_day", "usd_per_mtok_output", "headroom", "meets_targets", "why")
+
+    def to_frame(self):
+        """One row per option (the scalar columns plus the simulated p99s); pandas is imported only here."""
+        rows = [{**{k: o.get(k) for k in self.FRAME_KEYS},
+                 "simulated_ttft_p99_s": o["simulated"]["ttft_p99_s"],
+                 "simulated_tpot_p99_s": o["simulated"]["tpot_p99_s"]} for o in self["options"]]
+        df = _frame(rows)
+        df.attrs.update({"model": self["model"], "demand": self["demand"], "targets": self["targets"]})
+        return df

@@ -378,7 +378,7 @@ def lecture(as_json: bool = typer.Option(False, "--json", help="Print {\"claims\
 
 
 # ------------------------------------------------------------------ command modules added by later issues
-for _mod in ("cli_serving", "cli_simulate", "cli_economics", "cli_visual", "cli_measure"):
+for _mod in ("cli_serving", "cli_simulate", "cli_economics", "cli_visual", "cli_measure", "cli_plan"):
     try:
         importlib.import_module(f"chalk.faces.{_mod}").register(app)
     except ModuleNotFoundError as _e:

@@ -464,8 +464,11 @@ def main():
     if not r.fits:
         st.warning(f"Batch {num(batch)} at context {num(context)} does not fit in {si(r.hbm_bytes, 'B')} of HBM "
                    f"(max batch {num(r.max_batch_fit)}).")
-    tabs = st.tabs(["Roofline", "Serving", "Layout", "Pricing", "Training", "Lecture"])
-    for tab, fn in zip(tabs, (tab_roofline, tab_serving, tab_layout, tab_pricing, tab_training, tab_lecture)):
+    from chalk.faces.web_plan import tab_plan
+
+    tabs = st.tabs(["Roofline", "Serving", "Plan", "Layout", "Pricing", "Training", "Lecture"])
+    for tab, fn in zip(tabs, (tab_roofline, tab_serving, tab_plan, tab_layout, tab_pricing, tab_training,
+                              tab_lecture)):
         with tab:
             _guard(st, fn, common, batch, context, r)
 

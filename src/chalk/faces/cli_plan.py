@@ -1,0 +1,182 @@
+"""`chalk plan`: from demand and latency targets to GPUs, layout, replicas, dollars and launch commands.
+A thin face on `chalk.analyses.plan.plan`: no formulas here."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, table, usd, wrote
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+
+
+def _duration(option: str):
+    """A latency target: seconds (0.5), or with a unit (500ms, 0.5s)."""
+    def check(value):
+        if value is None:
+            return None
+        from chalk.errors import InputError
+
+        text = str(value).strip().lower()
+        scale = 1.0
+        for suffix, f in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+            if text.endswith(suffix):
+                text, scale = text[: -len(suffix)].strip(), f
+                break
+        try:
+            v = float(text) * scale
+        except ValueError:
+            raise InputError(f"{option} must be a duration in seconds (0.5) or with a unit (500ms), "
+                             f"got {str(value)[:40]!r}") from None
+        return v
+    return check
+
+
+def plan(
+    model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder "
+                              "holding one."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", "-H", help="Candidate chips or systems, comma-"
+                                           "separated (default: every catalog chip with a price)."),
+    users: Optional[float] = typer.Option(None, "--users", help="Demand: concurrent users, one request in flight "
+                                          "each."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Demand: requests per second (Poisson)."),
+    input_len: str = typer.Option(..., "--input-len", help="Prompt tokens per request: a mean, a distribution "
+                                  "(lognormal:mean=2000,p99=8000) or a file of lengths."),
+    output_len: str = typer.Option(..., "--output-len", help="Output tokens per request: as --input-len."),
+    min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Output tokens/s every user gets "
+                                                 "(checked as p99 TPOT <= 1/X)."),
+    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=_duration("--ttft-p99"),
+                                           help="Target p99 time to first token: seconds, or 500ms."),
+    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=_duration("--tpot-p99"),
+                                           help="Target p99 time per output token: seconds, or 20ms."),
+    diurnal: Optional[str] = typer.Option(None, "--diurnal", help="CSV of 24 hourly demand multipliers (one per "
+                                          "line, or hour,multiplier): size the peak, cost the day."),
+    price: Optional[List[str]] = typer.Option(None, "--price", help="Price override CHIP=USD_PER_GPU_HOUR "
+                                              "(repeat, or comma-separate)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: size with that engine's "
+                                         "scheduler cap, KV memory, prefill chunk and overhead."),
+    precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weight precisions to choose from, "
+                                            "comma-separated, e.g. bf16,fp8 (default: the checkpoint's)."),
+    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 with 8-bit "
+                                     "weights, else bf16."),
+    mode: str = typer.Option("all", "--mode", help="all | aggregated | disaggregated (prefill/decode pools)."),
+    mtp: Optional[int] = typer.Option(None, "--mtp", help="Allow speculative decoding / MTP: draft tokens per step."),
+    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="EAGLE draft model (HF repo) for the "
+                                              "launch commands of a model without MTP heads."),
+    sim_requests: int = typer.Option(12_000, "--sim-requests", help="Requests each option's replay simulates."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the replay's arrivals and lengths."),
+    ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
+    launch: bool = typer.Option(True, "--launch/--no-launch", help="Print the launch commands."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: {\"options\": [...]}, cheapest first."),
+    plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                       help="Also draw cost vs per-user speed and GPUs vs demand to this .png/.svg."),
+):
+    """The cheapest deployment per chip that serves a demand within latency targets, checked in a replay:
+    layout, replicas, GPUs, $/hour, and the launch commands."""
+    from chalk.analyses.plan import plan as run
+    from chalk.analyses.serving import Speculation
+    from chalk.errors import InputError
+
+    modes = {"all": ("aggregated", "disaggregated"), "aggregated": ("aggregated",),
+             "disaggregated": ("disaggregated",)}.get(mode.strip().lower())
+    if modes is None:
+        raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode[:40]!r}")
+    r = run(model, hardware, users=users, rate=rate, input_len=_len_arg(input_len), output_len=_len_arg(output_len),
+            min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
+            engine=engine, precision=precision, kv_precision=kv_precision,
+            speculative=Speculation(mtp, acceptance) if mtp is not None else None, draft_model=draft_model,
+            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot))
+    if plot:
+        from chalk.faces.plots_plan import plot_plan
+
+        wrote(plot_plan(r, plot))
+    if as_json:
+        emit_json(r)
+        return
+    _print(r, launch)
+
+
+def _len_arg(v: str):
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def _ms(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.0f}ms" if v < 1 else f"{v:.2f}s" if v < 100 else f"{v:.0f}s"
+
+
+def _short(o) -> str:
+    """The deployment in a table cell: 'TP2 x28', or 'P TP1 x92 / D TP4 x12' for prefill and decode pools."""
+    main = f"{o['replica_layout']} x{o['replicas']}"
+    if not o["prefill"]:
+        return main
+    return f"P {o['prefill']['layout']} x{o['prefill']['replicas']} / D {main}"
+
+
+def _print(r, launch: bool) -> None:
+    c = console()
+    d, t = r["demand"], r["targets"]
+    want = []
+    if t["tpot_p99_s"]:
+        want.append(f"p99 TPOT <= {_ms(t['tpot_p99_s'])}")
+    if t["ttft_p99_s"]:
+        want.append(f"p99 TTFT <= {_ms(t['ttft_p99_s'])}")
+    peak = f" (peak {num(d['planned_for'])})" if d["peak_multiplier"] != 1 else ""
+    lens = [r.get(f"{k}_dist") or num(r[f"{k}_len"]) for k in ("input", "output")]
+    tab = table(f"{r['model']} · {num(d['value'])} {d['unit']}{peak} · {lens[0]} in / {lens[1]} out · "
+                f"{', '.join(want) or 'no latency targets'}",
+                ["chip", "deployment", "GPUs", "$/hour", "p99 TTFT/TPOT", "why it loses"])
+    from rich import box
+
+    tab.box = box.SIMPLE_HEAD  # no vertical rules: the table fits 80 columns
+    tab.expand = True
+    for i in (0, 2, 3, 4):
+        tab.columns[i].no_wrap = True
+    tab.columns[1].ratio, tab.columns[5].ratio = 2, 3
+    for o in r["options"]:
+        sim = o["simulated"]
+        tab.add_row(o["hardware"], _short(o), num(o["gpus"]), usd(o["usd_per_hour"]),
+                    f"{_ms(sim['ttft_p99_s'])}/{_ms(sim['tpot_p99_s'])}", o["why"])
+    for u in r["unavailable"]:
+        tab.add_row(u["hardware"], "PD pools" if u["mode"] == "disaggregated" else "aggregated", "-", "-", "-",
+                    u["why"])
+    c.print(tab)
+    c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router)[/dim]")
+    b = r["options"][0]
+    c.print(f"cheapest: {b['hardware']} {b['mode']}, {b['layout']}: {num(b['gpus'])} GPUs x "
+            f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
+            f"{usd(b['usd_per_mtok_output'])} per M output tokens; {num(b['concurrency_per_replica'])} requests in "
+            f"flight per replica (cap {num(b['max_concurrency_per_replica'])}), capacity "
+            f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica, headroom {pct(b['headroom'])}; "
+            f"{b['precision']} weights, {b['kv_precision']} KV"
+            + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step)"
+               if b["speculative"] else ""))
+    for o in r["options"]:
+        if o.get("diurnal"):
+            di = o["diurnal"]
+            c.print(f"[bold]{o['hardware']} {o['mode']}[/bold] by hour: replicas "
+                    f"{' '.join(str(x) for x in di['replicas_per_hour'])}; a day costs "
+                    f"{usd(di['usd_per_day_fixed'])} fixed at the peak, {usd(di['usd_per_day_autoscaled'])} "
+                    f"autoscaled ({pct(di['autoscaling_saving'])} less)")
+    if launch:
+        seen = set()
+        for o in r["options"]:
+            if o["hardware"] in seen or not o["meets_targets"]:
+                continue
+            seen.add(o["hardware"])
+            c.rule(f"{o['hardware']}: {o['mode']} {o['layout']}", style="dim")
+            for eng, text in o["launch"].items():
+                c.print(text, markup=False, highlight=False, soft_wrap=True)
+            for n in o["launch_notes"]:
+                c.print(f"[dim]note: {n}[/dim]")
+    for n in r["notes"]:
+        c.print(f"[dim]note: {n}[/dim]")

@@ -1,0 +1,81 @@
+"""The explorer's "Plan" tab: demand and targets in, the cheapest deployment per chip out. Thin: it calls
+`chalk.analyses.plan.plan` and draws its curves; no formulas."""
+
+from __future__ import annotations
+
+from chalk.faces.fmt import num, pct, seconds, usd
+
+#: Chips offered by default beside the sidebar's hardware.
+DEFAULT_CHIPS = ["h100-sxm", "h200", "b200", "mi300x"]
+
+
+def plan_figures(res):
+    """(cost against per-user speed, GPUs against demand) as plotly figures from a PlanResult's curves."""
+    import plotly.graph_objects as go
+
+    curves = res["curves"]
+    cost = go.Figure()
+    for hw, c in curves["cost_vs_speed"].items():
+        cost.add_trace(go.Scatter(x=c["user_tokens_per_s"], y=c["usd_per_mtok_output"], mode="lines", name=hw))
+        cost.add_trace(go.Scatter(x=[c["chosen"][0]], y=[c["chosen"][1]], mode="markers", name=f"{hw}: plan",
+                                  marker=dict(symbol="star", size=14, line=dict(color="black", width=1))))
+    cost.update_layout(title="Cost against per-user speed (serving frontier per chip)", template="plotly_white",
+                       height=420, xaxis_title="tokens/s per user", yaxis_title="$ per M output tokens")
+    cost.update_xaxes(type="log")
+    cost.update_yaxes(type="log", tickprefix="$")
+    gpus = go.Figure()
+    for key, g in curves["gpus_vs_demand"].items():
+        gpus.add_trace(go.Scatter(x=curves["demand"], y=g, mode="lines", name=key, line=dict(shape="hv")))
+    gpus.add_vline(x=res["demand"]["planned_for"], line_dash="dot", line_color="#555")
+    gpus.update_layout(title="GPUs against demand", template="plotly_white", height=420,
+                       xaxis_title=f"demand ({curves['demand_unit']})", yaxis_title="GPUs")
+    gpus.update_xaxes(type="log")
+    gpus.update_yaxes(type="log")
+    return cost, gpus
+
+
+def tab_plan(st, common, batch, context, r):
+    from chalk.analyses.plan import plan
+    from chalk.specs.catalog import chip_ids
+
+    chips = chip_ids()
+    with st.form("plan"):
+        c = st.columns(4)
+        users = c[0].number_input("concurrent users", min_value=1, max_value=10_000_000, value=1000, step=100)
+        speed = c[1].number_input("min tokens/s per user", min_value=1.0, max_value=10_000.0, value=30.0)
+        ttft = c[2].number_input("p99 TTFT target, s (0 = none)", min_value=0.0, max_value=600.0, value=0.0)
+        out_len = c[3].number_input("output tokens per request", min_value=1, max_value=1_000_000, value=500)
+        hw = st.multiselect("candidate chips", chips, default=[h for h in DEFAULT_CHIPS if h in chips])
+        go = st.form_submit_button("Plan")
+    if not go and "plan_result" not in st.session_state:
+        st.info(f"Plan {common['model']} for a demand: pick the chips and targets, then press Plan "
+                f"(prompts of {num(context)} tokens, the sidebar's context).")
+        return
+    if go:
+        st.session_state["plan_result"] = plan(
+            common["model"], hw or None, users=int(users), min_user_tps=float(speed),
+            ttft_p99_s=float(ttft) or None, input_len=float(context), output_len=float(out_len),
+            precision=common["precision"], ideal=common["ideal"])
+    res = st.session_state["plan_result"]
+    best = res["options"][0]
+    m = st.columns(4)
+    m[0].metric("Cheapest", f"{best['hardware']} · {best['mode']}")
+    m[1].metric("GPUs", num(best["gpus"]))
+    m[2].metric("$ per hour", usd(best["usd_per_hour"]))
+    m[3].metric("$ per M output tokens", usd(best["usd_per_mtok_output"]))
+    st.dataframe({"chip": [o["hardware"] for o in res["options"]], "mode": [o["mode"] for o in res["options"]],
+                  "layout": [o["layout"] for o in res["options"]], "GPUs": [o["gpus"] for o in res["options"]],
+                  "$/hour": [usd(o["usd_per_hour"]) for o in res["options"]],
+                  "sim p99 TTFT": [seconds(o["simulated"]["ttft_p99_s"]) for o in res["options"]],
+                  "sim p99 TPOT": [seconds(o["simulated"]["tpot_p99_s"]) for o in res["options"]],
+                  "headroom": [pct(o["headroom"]) for o in res["options"]],
+                  "why it loses": [o["why"] for o in res["options"]]}, width="stretch")
+    cost, gpus = plan_figures(res)
+    a, b = st.columns(2)
+    a.plotly_chart(cost, width="stretch")
+    b.plotly_chart(gpus, width="stretch")
+    for eng, text in best["launch"].items():
+        st.code(text, language="bash")
+    st.caption(f"{res['model']}: {num(res['demand']['value'])} {res['demand']['unit']}, {num(res['input_len'])} "
+               f"in / {num(res['output_len'])} out; latencies measured in a replay of the fleet. "
+               "chalk.analyses.plan.plan.")

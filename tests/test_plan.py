@@ -1,0 +1,302 @@
+"""`chalk plan` (issue 13): consistency of the dollars and the fleet, the JSON contract, cheapest-first ordering,
+launch commands with real flags, latency checked in the replay, diurnal sizing, and one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chalk.analyses import sizing as S
+from chalk.analyses.plan import plan
+from chalk.analyses.serving import Speculation
+from chalk.errors import FitError, InputError, UnknownNameError
+from chalk.faces import cli
+from chalk.specs.catalog import as_model, as_system
+from chalk.specs.demand import Demand, read_diurnal
+from test_launch import assert_launch_text_valid
+
+CHIPS = "h100-sxm,h200,b200,mi300x"
+OPTION_KEYS = {"hardware", "gpus", "replicas", "layout", "parallelism", "concurrency_per_replica",
+               "usd_per_gpu_hour", "usd_per_hour", "usd_per_mtok_output", "simulated", "meets_targets", "launch"}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """The first done-when plan, through the Python API."""
+    return plan("llama-3.1-70b", CHIPS, users=1000, min_user_tps=50, input_len=2000, output_len=500)
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    """The second done-when plan: DeepSeek-V3 on a GB200 NVL72, aggregated and disaggregated."""
+    return plan("deepseek-v3", "gb200-nvl72", users=20000, min_user_tps=30, input_len=2000, output_len=1000,
+                sim_requests=8000)
+
+
+def test_json_contract_and_cheapest_first(llama):
+    d = llama.to_dict()
+    json.dumps(d, allow_nan=False)
+    opts = d["options"]
+    assert {o["chip"] for o in opts} == {"h100-sxm", "h200", "b200", "mi300x"}
+    for o in opts:
+        assert OPTION_KEYS <= set(o)
+        assert {"ttft_p99_s", "tpot_p99_s"} <= set(o["simulated"])
+        assert {"tp", "ep", "pp", "dp", "attn_dp"} <= set(o["parallelism"])
+        assert o["why"]
+    costs = [o["usd_per_hour"] for o in opts if o["meets_targets"]]
+    assert costs == sorted(costs)
+    assert opts[0]["meets_targets"] and opts[0]["why"].startswith("cheapest")
+    assert all(o["why"].startswith(f"{o['usd_per_hour'] / opts[0]['usd_per_hour']:.2f}x") for o in opts[1:]
+               if o["meets_targets"])
+
+
+@pytest.mark.parametrize("which", ["llama", "deepseek"])
+def test_dollars_and_fleet_are_consistent(which, request):
+    r = request.getfixturevalue(which)
+    for o in r["options"]:
+        assert o["gpus"] * o["usd_per_gpu_hour"] == pytest.approx(o["usd_per_hour"], rel=1e-9)
+        assert o["usd_per_day"] == pytest.approx(24 * o["usd_per_hour"], rel=1e-9)
+        pre = o["prefill"]["gpus"] if o["prefill"] else 0
+        assert o["gpus"] == o["replicas"] * o["replica_gpus"] + pre
+        assert o["replicas"] * o["capacity_per_replica"] >= o["demand"] * (1 - 1e-9)
+        assert o["concurrency_per_replica"] <= o["max_concurrency_per_replica"] + 1e-9
+        assert o["headroom"] >= 0
+        # $ per M output tokens: the fleet's dollars over the tokens it serves
+        assert o["usd_per_mtok_output"] == pytest.approx(o["usd_per_hour"] / 3600 / o["output_tokens_per_s"] * 1e6)
+        if o["meets_targets"]:
+            t, sim = o["targets"], o["simulated"]
+            for k in ("ttft_p99_s", "tpot_p99_s"):
+                if t[k] is not None:
+                    assert sim[k] is not None and sim[k] <= t[k]
+            assert sim["n_measured"] > 1000
+
+
+def test_latency_is_measured_not_assumed(llama):
+    for o in llama["options"]:
+        sim = o["simulated"]
+        assert sim["n_requests"] >= 10_000 and sim["replicas_simulated"] >= 1
+        # the replay agrees with the prediction it checks (same step model) to within a few tens of percent
+        assert 0.7 < sim["tpot_p99_s"] / o["predicted"]["tpot_s"] < 1.5
+        assert o["targets"]["tpot_p99_s"] == pytest.approx(1 / 50)
+
+
+def test_launch_commands_for_each_option_use_real_flags(llama, deepseek):
+    for r in (llama, deepseek):
+        for o in r["options"]:
+            engines = {"vllm", "sglang"} | ({"trtllm"} if o["chip"] != "mi300x" else set())
+            assert set(o["launch"]) == engines, o["hardware"]
+            for eng, text in o["launch"].items():
+                n = assert_launch_text_valid(eng, text)
+                assert n == (2 if o["prefill"] else 1)
+            vllm = o["launch"]["vllm"]
+            assert f"--tensor-parallel-size {o['parallelism']['tp']}" in vllm
+            assert f"--max-num-seqs {math.ceil(o['max_concurrency_per_replica'] / o['parallelism']['attn_dp'])}" in vllm
+
+
+def test_deepseek_has_a_disaggregated_option(deepseek):
+    modes = {o["mode"] for o in deepseek["options"]}
+    assert modes == {"aggregated", "disaggregated"}
+    d = next(o for o in deepseek["options"] if o["mode"] == "disaggregated")
+    assert d["prefill"]["replicas"] >= 1 and d["prefill"]["gpus"] > 0
+    assert "prefill" in d["layout"] and "decode" in d["layout"]
+    assert "--enable-expert-parallel" in d["launch"]["vllm"]
+
+
+def test_rate_demand_with_length_distributions():
+    r = plan("llama-3.1-8b", "h100-sxm", rate=40, input_len="lognormal:mean=1000,p99=6000",
+             output_len="lognormal:mean=300,p99=1500", tpot_p99_s=0.02, ttft_p99_s=2.0, sim_requests=5000,
+             precision="bf16,fp8", modes="aggregated")
+    o = r["options"][0]
+    assert r["demand"]["kind"] == "rate" and o["demand_unit"] == "requests/s"
+    assert o["replicas"] * o["capacity_per_replica"] >= 40
+    assert o["requests_per_s"] == pytest.approx(40)
+    assert o["precision"] in ("bf16", "fp8")
+    assert o["simulated"]["tpot_p99_s"] <= 0.02 and o["simulated"]["ttft_p99_s"] <= 2.0
+    assert "--max-model-len" in o["launch"]["vllm"]
+
+
+def test_diurnal_sizes_the_peak_and_autoscaling_saves(tmp_path):
+    curve = [0.2] * 6 + [0.6] * 6 + [1.0] * 8 + [0.5] * 4
+    f = tmp_path / "day.csv"
+    f.write_text("hour,multiplier\n" + "".join(f"{h},{m}\n" for h, m in enumerate(curve)))
+    r = plan("llama-3.1-8b", "h100-sxm", users=400, min_user_tps=60, input_len=1000, output_len=300,
+             diurnal=str(f), sim_requests=4000, modes="aggregated")
+    o = r["options"][0]
+    di = o["diurnal"]
+    assert di["multipliers"] == curve and len(di["replicas_per_hour"]) == 24
+    assert di["peak_replicas"] == o["replicas"] >= max(di["replicas_per_hour"]) >= di["average_replicas"]
+    assert di["usd_per_day_autoscaled"] <= di["usd_per_day_fixed"]
+    assert di["usd_per_day_fixed"] == pytest.approx(24 * o["usd_per_hour"])
+    assert min(di["replicas_per_hour"]) < max(di["replicas_per_hour"])
+    assert r["demand"]["planned_for"] == 400  # the curve peaks at 1.0
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("1\n2\n3\n", "expected 24"),
+    ("\n".join(["1"] * 23 + ["abc"]) + "\n", "not numbers"),
+    ("\n".join(["1"] * 23 + ["-1"]) + "\n", ">= 0"),
+    ("\n".join(["0"] * 24) + "\n", "every multiplier is zero"),
+    ("\n".join(["1"] * 23 + ["nan"]) + "\n", "finite"),
+    ("".join(f"{h % 12},1\n" for h in range(24)), "hour column"),
+    ("", "no multipliers"),
+])
+def test_malformed_diurnal_files(tmp_path, text, msg):
+    f = tmp_path / "d.csv"
+    f.write_text(text)
+    with pytest.raises(InputError, match=msg) as e:
+        read_diurnal(str(f))
+    assert "\n" not in str(e.value)
+
+
+def _cli(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(["plan", *args])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+BASE = ("-m", "llama-3.1-70b", "--input-len", "2000", "--output-len", "500", "-H", "h100-sxm,h200")
+
+
+@pytest.mark.parametrize("args, msg", [
+    (("--users", "0"), "users must be a positive"),
+    (("--users", "-10"), "users must be a positive"),
+    (("--rate", "0"), "rate must be a positive"),
+    (("--rate", "-3"), "rate must be a positive"),
+    ((), "give the demand"),
+    (("--users", "100", "--min-user-tps", "5000"), "best reachable"),
+    (("--users", "100", "--ttft-p99", "1ms"), "best reachable"),
+    (("--users", "100", "-H", "h100-sxm,h100-sx"), "did you mean h100-sxm"),
+    (("--users", "100", "--diurnal", "{tmp}/bad.csv"), "expected 24"),
+    (("--users", "100", "--price", "h100-sxm=0"), "must be a number of $ per GPU-hour in (0"),
+    (("--users", "100", "--price", "h100-sxm=-1.5"), "must be a number of $ per GPU-hour in (0"),
+    (("--users", "100", "--price", "b200=3"), "not among the candidates"),
+    (("--users", "100", "--tpot-p99", "fast"), "--tpot-p99 must be a duration"),
+    (("--users", "100", "--mode", "both"), "--mode must be"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
+    (tmp_path / "bad.csv").write_text("1\n2\n")
+    args = tuple(a.format(tmp=tmp_path) for a in args)
+    for js in ((), ("--json",)):
+        code, out, err = _cli(*BASE[:-2], *(BASE[-2:] if "-H" not in args else ()), *args, *js)
+        lines = err.strip().splitlines()
+        assert code == 2 and out == "" and len(lines) == 1, err
+        line = json.loads(lines[0])["error"] if js else lines[0]
+        assert msg in line
+
+
+def test_unknown_chip_and_unmet_targets_are_typed():
+    with pytest.raises(UnknownNameError):
+        plan("llama-3.1-8b", "nosuch", users=10, input_len=100, output_len=10)
+    with pytest.raises(FitError, match="best reachable"):
+        plan("llama-3.1-8b", "h100-sxm", users=10, min_user_tps=1e5, input_len=100, output_len=10)
+
+
+def test_cli_done_when_json_and_text():
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "plan", "-m", "llama-3.1-70b", "--users", "1000",
+                        "--min-user-tps", "50", "--input-len", "2000", "--output-len", "500", "-H", CHIPS, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["options"] and {o["chip"] for o in d["options"]} == set(CHIPS.split(","))
+    code, out, err = _cli("-m", "llama-3.1-8b", "--users", "50", "--min-user-tps", "40", "--input-len", "500",
+                          "--output-len", "100", "-H", "h100-sxm", "--sim-requests", "3000")
+    assert code == 0, err
+    assert "why it" in out and "vllm serve" in out and "cheapest:" in out
+
+
+def test_plot_two_panels(tmp_path):
+    from chalk.faces.plots_plan import plan_figure, plot_plan
+
+    r = plan("llama-3.1-8b", "h100-sxm,mi300x", users=200, min_user_tps=40, input_len=500, output_len=200,
+             sim_requests=3000, modes="aggregated")
+    fig = plan_figure(r)
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    assert plot_plan(r, tmp_path / "p.png").stat().st_size > 10_000
+    assert set(r["curves"]["cost_vs_speed"]) == {"h100-sxm", "mi300x"}
+
+
+def test_frame_and_python_api(llama):
+    import chalk
+
+    assert chalk.plan is plan
+    pd = pytest.importorskip("pandas")
+    df = llama.to_frame()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(llama["options"])
+    assert list(df["usd_per_hour"]) == [o["usd_per_hour"] for o in llama["options"]]
+
+
+_ASK = dict(model=None, input_len=1000.0, output_len=200.0, I=1000.0, O=200.0, precisions=(None,),
+            kv_precision="auto", speculative=None, engine=None, ideal=False, sim_requests=2000, seed=0)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 20_000), extra=st.integers(0, 20_000), tps=st.sampled_from([20.0, 60.0, 120.0]))
+def test_more_users_never_need_fewer_gpus(n, extra, tps):
+    m, system = as_model("llama-3.1-8b"), as_system("h100-sxm")
+    gpus = []
+    for users in (n, n + extra):
+        ask = S.Ask(**{**_ASK, "model": m}, demand=Demand(users=users, min_user_tps=tps))
+        s, _ = S.best(ask, system, "aggregated")
+        gpus.append(s["gpus"])
+        assert S.fleet_for(users, "users", {**s, "bump_replicas": 1.0})[2] == s["gpus"]
+    assert gpus[1] >= gpus[0]
+
+
+def test_speculative_and_engine_options_reach_the_launch():
+    r = plan("deepseek-v3", "b200", users=3000, min_user_tps=40, input_len=2000, output_len=1000,
+             speculative=Speculation(2, 0.8), engine="sglang", sim_requests=4000)
+    used = [o for o in r["options"] if o["speculative"]]
+    assert used, "MTP at 0.8 acceptance should pay on DeepSeek-V3"
+    for o in used:
+        for eng, text in o["launch"].items():
+            assert_launch_text_valid(eng, text)
+        decode = o["launch"]["vllm"].split("# decode")[-1]
+        assert "deepseek_mtp" in decode
+        if o["prefill"]:
+            assert "speculative" not in o["launch"]["vllm"].split("# decode")[0]
+    assert r["engine"] == "sglang" and all(o["efficiency"].endswith("profile") for o in r["options"])
+
+
+def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
+    """With attention-DP, one request alone leaves ranks idle and its TPOT can exceed that of a fuller batch: the
+    concurrency search starts from the layout search's batch rather than from one request (a regression)."""
+    r = plan("deepseek-v3", "h200,h100-sxm", users=2000, min_user_tps=30, input_len=2000, output_len=1000,
+             sim_requests=4000, modes="aggregated")
+    assert r["options"][0]["chip"] == "h200" and r["options"][0]["meets_targets"]
+    assert r["unavailable"] == [{"hardware": "h100-sxm", "mode": "aggregated", "why": r["unavailable"][0]["why"]}]
+    assert "does not fit" in r["unavailable"][0]["why"]
+
+
+def test_web_plan_tab_runs_on_submit():
+    """The explorer's Plan tab (Streamlit's AppTest, no browser): idle until the form is submitted, then the
+    cheapest option, the table and the launch commands."""
+    pytest.importorskip("streamlit")
+    pytest.importorskip("plotly")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import chalk.faces.web_app as web_app
+
+    at = AppTest.from_file(str(Path(web_app.__file__)), default_timeout=120).run()
+    assert not at.exception and "Plan" in [t.label for t in at.tabs]
+    assert not [m for m in at.metric if m.label == "Cheapest"]
+    next(b for b in at.button if b.label == "Plan").click().run()
+    assert not at.exception and not at.error
+    assert [m for m in at.metric if m.label == "Cheapest"] and any("serve" in c.value for c in at.code)
