@@ -29,6 +29,8 @@ FIT_GRID = {
     "overlap": (0.0, 0.25, 0.5, 0.75),
     "max_seqs_per_scheduler": (256, 512, 1024, 2048),
     "kv_reserve_output_fraction": (0.0, 0.5, 1.0),
+    "amd_compute": (0.5, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0),
+    "amd_memory": (0.7, 0.8, 0.9, 1.0),
 }
 
 #: Most coordinate-descent rounds one fit may take (each round visits every grid value once; two usually converge).

@@ -58,8 +58,15 @@ class Calibration:
     request_latency_s: float = 0.0
     label: str = "calibrated"
 
+    #: AMD's software stack relative to the NVIDIA-dominated constants (compute, memory multipliers): started from
+    #: public kernel sweeps (VENDOR below), refitted on the AMD rows of the validation set by `chalk calibrate`.
+    amd_compute: float = 0.65
+    amd_memory: float = 0.9
+
     def vendor_factors(self, vendor: str) -> tuple[float, float]:
         """(compute, memory) multipliers of a vendor's software stack relative to the fitted constants."""
+        if str(vendor).lower() == "amd":
+            return self.amd_compute, self.amd_memory
         for name, c, m in self.vendor:
             if name.lower() == str(vendor).lower():
                 return c, m
@@ -184,13 +191,14 @@ CALIBRATION = Calibration(
     overhead_per_layer_s=OVERHEAD_PER_LAYER_S, overlap=OVERLAP, moe_shuffle_passes=MOE_SHUFFLE_PASSES,
     pipeline_bubble=PIPELINE_BUBBLE, alltoall_latency_s=ALLTOALL_LATENCY_S, scaleup_latency_s=SCALEUP_LATENCY_S,
     scaleout_latency_s=SCALEOUT_LATENCY_S, memory_reserve=MEMORY_RESERVE,
-    max_seqs_per_scheduler=MAX_SEQS_PER_SCHEDULER, vendor=VENDOR, residual_low=RESIDUAL_LOW,
+    max_seqs_per_scheduler=MAX_SEQS_PER_SCHEDULER, vendor=VENDOR, amd_compute=VENDOR[0][1], amd_memory=VENDOR[0][2],
+    residual_low=RESIDUAL_LOW,
     residual_high=RESIDUAL_HIGH, moe_gemm_half_tokens=MOE_GEMM_HALF_TOKENS, moe_load_imbalance=MOE_LOAD_IMBALANCE)
 
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
-              "kv_reserve_output_fraction", "request_latency_s")
+              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:
