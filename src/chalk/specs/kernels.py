@@ -12,8 +12,8 @@ really reaches, and the same curve can be scaled to another chip by that chip's 
 Why this form: a fitted time surface in log-shape space reproduces the held-out measured rows to a few percent
 (median) where a handful of global constants cannot (GEMMs alone range from 0.1% to 90% of peak), while
 normalising by the roofline keeps the numbers physical (eta <= 1) and transferable. Between grid nodes the log of
-the time is interpolated multilinearly; beyond the grid the efficiency of the nearest node is kept (time scales
-with the roofline). Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
+the time is interpolated multilinearly; past the last node a problem runs as several grid-sized ones (time grows
+with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
 predicted times never fall when work grows (a smaller problem is capped by a larger one's time: it could be
 padded), and never drop below the chip's roofline floor.
 
@@ -49,6 +49,10 @@ FEATURES = {
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
+#: how the work grows with each feature past the grid's last node (time scales as (x / x_max)^p: a bigger problem
+#: is run as several grid-sized ones; causal prefill length enters squared; group size is intensive)
+EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
+             "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8")}
 
@@ -112,6 +116,16 @@ def corner_weights(axes, x_log2):
 def clamp_log2(axes, f):
     """log2 of linear features `f`, clamped to the grid's axes."""
     return [np.clip(np.log2(np.maximum(np.asarray(x, dtype=float), 1e-30)), a[0], a[-1]) for a, x in zip(axes, f)]
+
+
+def beyond_grid(family: str, axes, f):
+    """Factor on the time of the grid's edge for features past the last node: (x / x_max)^p per axis (`EXPONENTS`);
+    1 inside the grid and below it (a smaller problem takes the smallest node's time: it could be padded)."""
+    out = 1.0
+    for a, x, p in zip(axes, f, EXPONENTS[family]):
+        if p:
+            out = out * np.maximum(np.asarray(x, dtype=float) / 2.0 ** a[-1], 1.0) ** p
+    return out
 
 
 # --------------------------------------------------------------------------- data
@@ -280,28 +294,22 @@ class KernelProfile:
             self._grids[key] = (np.log(t).ravel(), passes, desc, float((r / t).max()))
         return self._grids[key]
 
-    def _time(self, family, precision, elem_bytes, f, roof_actual, peak_precision=None):
-        """Interpolated kernel time for linear features `f`, scaled by the roofline of the actual call beyond the
-        grid (`roof_actual`: the call's floor at the reference rates)."""
-        pp = peak_precision or precision
-        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, pp)
+    def _time(self, family, precision, elem_bytes, f, peak_precision=None):
+        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges."""
+        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision)
         ax = axes(family)
-        x = clamp_log2(ax, f)
-        cols, w = corner_weights(ax, x)
-        t_node = np.exp((ln_t[cols] * w).sum(-1))
-        peak, bw = self._rates(pp)
-        roof_c = roof_features(family, [2.0 ** v for v in x], peak, bw, elem_bytes)
-        return t_node * np.asarray(roof_actual, dtype=float) / roof_c, passes
+        cols, w = corner_weights(ax, clamp_log2(ax, f))
+        return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
 
     # ---- public
-    def gemm_time_s(self, m, n, k, dtype):
-        """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...)."""
+    def gemm_time_s(self, m, n, k, dtype, weight_precision: str | None = None):
+        """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...).
+        `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
+        e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
         m, n, k = np.broadcast_arrays(_check("m", m), _check("n", n), _check("k", k))
         p = canonical(dtype)
-        eb = bytes_per_element(p)
-        peak, bw = self._rates(p)
-        roof = K.roofline_time_s(K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), peak, bw)
-        t, _ = self._time("gemm", p, eb, (m, n, k), roof)
+        eb = bytes_per_element(weight_precision or p)
+        t, _ = self._time("gemm", p, eb, (m, n, k))
         return self._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), p)
 
     def attention_time_s(self, phase, kind, batch, q, L, heads, kv_heads, head_dim, kv_precision):
@@ -317,18 +325,18 @@ class KernelProfile:
         kvp = canonical(kv_precision)
         eb = bytes_per_element(kvp)
         key = "bf16" if eb >= 2 else "fp8"
-        peak, bw = self._rates("bf16")
+        peak, _ = self._rates("bf16")
         fam = f"{kind}_{phase}"
         if phase == "decode":
             if kind == "mha":
                 f = (b * kvh, L, h / kvh, hd)
-                f1, by = K.decode_attention_flops(b, 1.0, L, h, hd), K.decode_attention_bytes(b, L, kvh, hd, eb)
+                by = K.decode_attention_bytes(b, L, kvh, hd, eb)
                 fq = K.decode_attention_flops(b, q, L, h, hd)
             else:
                 f = (b, L, h)
-                f1, by = K.mla_decode_flops(b, 1.0, L, h), K.mla_decode_bytes(b, L, eb)
+                by = K.mla_decode_bytes(b, L, eb)
                 fq = K.mla_decode_flops(b, q, L, h)
-            t, _ = self._time(fam, key, eb, f, K.roofline_time_s(f1, by, peak, bw), peak_precision="bf16")
+            t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
             # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
             eta_c = self._grid(f"{kind}_prefill", key, eb, "bf16")[3]
             t = np.maximum(t, fq / (peak * max(eta_c, 1e-3)))
@@ -341,26 +349,29 @@ class KernelProfile:
         else:
             f = (bb, q, h)
             fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
-        t, _ = self._time(fam, key, eb, f, K.roofline_time_s(fl, by, peak, bw), peak_precision="bf16")
+        t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
+        # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
+        t = t * K.causal_pairs(q, L) / np.maximum(K.causal_pairs(q, q), 1e-30)
         frac = np.where(b < 1.0, b, 1.0)
         return self._floor(t * frac, fl * frac, by * frac, "bf16")
 
-    def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype):
+    def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
         """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
         group, the experts are split over `ep` GPUs, routing is balanced (chalk applies the busiest-GPU factor
-        itself)."""
+        itself). `weight_precision` as in `gemm_time_s`."""
         T = _check("tokens", tokens)
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
                                                                     ("top_k", top_k), ("ep", ep)))
         T, h, i, E, k, ep = np.broadcast_arrays(T, h, i, E, k, ep)
         p = canonical(dtype)
-        eb = bytes_per_element(p)
-        peak, bw = self._rates(p)
+        eb = bytes_per_element(weight_precision or p)
+        _, bw = self._rates(p)
         el = np.maximum(E / ep, 1.0)
         c = K.moe_local_copies(T, k, ep)
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
-        t, passes = self._time("moe", p, eb, (T * k / E, el, h, i), K.roofline_time_s(fl, by, peak, bw))
+        # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
+        t, passes = self._time("moe", p, eb, (c / el, el, h, i))
         t = t + K.moe_routing_bytes(T, k, h, passes) / bw
         return self._floor(t, fl, by, p)
 
