@@ -249,8 +249,7 @@ class KernelProfile:
     def _rates(self, precision: str, own: bool = False):
         """(peak FLOP/s at `precision`, HBM B/s): the measured system's reference rates, else the chip's."""
         if self._ref and not own:
-            key = dtype_key(precision)
-            peak = self._ref.get(key) or self._ref.get("bf16")
+            peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
             return float(peak), float(self._ref["hbm"])
         return self.chip.peak_flops_per_s(precision), self.chip.hbm_bandwidth_bytes_per_s
 
