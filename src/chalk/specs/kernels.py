@@ -207,10 +207,9 @@ def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip):
     of peak (throughput-bound), alpha = 0 where they take a fixed time whatever the chip (launch-latency-bound), and
     in between where both matter. alpha is clipped to [0, 1]; a single system (or systems with equal peaks) gives
     alpha = 1, i.e. its efficiency scaled by the chip's peaks."""
-    key = dtype_key(precision)
-    x = np.stack([np.log(roof_features(family, mesh, float(ref.get(key if not family.startswith(("mha", "mla"))
-                                                                    else "bf16") or ref["bf16"]),
-                                       float(ref["hbm"]), elem_bytes)) for _, _, ref in members])
+    key = "bf16" if family.startswith(("mha", "mla")) else dtype_key(precision)  # attention math runs at 16 bits
+    x = np.stack([np.log(roof_features(family, mesh, float(ref.get(key) or ref["bf16"]), float(ref["hbm"]),
+                                       elem_bytes)) for _, _, ref in members])
     y = x - np.stack([ln_eta for _, ln_eta, _ in members])
     xm, ym = x.mean(0), y.mean(0)
     var = ((x - xm) ** 2).mean(0)
@@ -236,7 +235,7 @@ class KernelProfile:
     """Kernel times of one chip under one serving framework (see the module docstring).
 
     `system`: the measured system whose tables apply (None: the curve family scaled by the chip's peaks);
-    `exclude`: curve systems left out of the family mean (the distillation's leave-one-out check)."""
+    `exclude`: systems left out of the curve family (the distillation's leave-one-system-out check)."""
 
     def __init__(self, chip, framework: str = DEFAULT_FRAMEWORK, system: str | None = None, exclude=()):
         self.chip, self.framework, self.system = chip, framework, system
