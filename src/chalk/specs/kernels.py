@@ -1,0 +1,419 @@
+"""Measured kernel efficiency: how long one GEMM, one layer's attention or one MoE layer's experts take on a GPU.
+
+The data (`chalk/catalog/kernels/`, written by `scripts/distill_kernels.py`) are distilled from the measured kernel
+tables of aiconfigurator-core (Apache-2.0; the figures only). Each table became a coarse grid of the achieved
+efficiency eta = (roofline floor at the reference chip's peaks) / (fitted kernel time), over a few shape features
+on a log2 scale (`FEATURES`): GEMM (m, n, k); MHA/GQA decode (batch x KV heads, context, query group, head dim);
+MHA prefill (batch x heads, prompt, group, head dim); MLA decode (batch, context, heads) and prefill (batch,
+prompt, heads); routed experts (tokens per expert, experts per GPU, hidden, intermediate). eta is a fraction of the
+chip's own ceilings, so it carries wave and tile quantisation, launch latency, occupancy and the bandwidth a kernel
+really reaches, and the same curve can be scaled to another chip by that chip's peaks.
+
+Why this form: a fitted time surface in log-shape space reproduces the held-out measured rows to a few percent
+(median) where a handful of global constants cannot (GEMMs alone range from 0.1% to 90% of peak), while
+normalising by the roofline keeps the numbers physical (eta <= 1) and transferable. Between grid nodes the log of
+the time is interpolated multilinearly; past the last node a problem runs as several grid-sized ones (time grows
+with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
+predicted times never fall when work grows (a smaller problem is capped by a larger one's time: it could be
+padded), and never drop below the chip's roofline floor.
+
+Chips with their own tables (H100/H800, H200, B200, GB200, B300, GB300, A100) use them ("measured"); any other chip
+(AMD, TPU, Rubin, a user's YAML) gets the curve family of the modern NVIDIA systems scaled by its own peaks
+("curve"; `curve_log_time`: per node, the part of the time that scales with the peaks and the part that does not).
+Pure numpy + PyYAML at run time.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from chalk.equations import kernels as K
+from chalk.errors import InputError
+from chalk.specs.precision import bytes_per_element, canonical
+
+FRAMEWORKS = ("trtllm", "sglang", "vllm")
+DEFAULT_FRAMEWORK = "trtllm"
+#: shape features of each grid, in the order of its axes (all on a log2 scale)
+FEATURES = {
+    "gemm": ("m", "n", "k"),
+    "mha_decode": ("batch*kv_heads", "context", "heads/kv_heads", "head_dim"),
+    "mha_prefill": ("batch*heads", "prompt", "heads/kv_heads", "head_dim"),
+    "mla_decode": ("batch", "context", "heads"),
+    "mla_prefill": ("batch", "prompt", "heads"),
+    "moe": ("tokens*top_k/experts", "experts/ep", "hidden", "moe_inter"),
+}
+#: axes along which the time must not fall (more rows, sequences, context or tokens)
+MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
+            "moe": (0,)}
+#: how the work grows with each feature past the grid's last node (time scales as (x / x_max)^p: a bigger problem
+#: is run as several grid-sized ones; causal prefill length enters squared; group size is intensive)
+EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
+             "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
+#: table dtype keys tried for a precision, nearest first
+_CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8")}
+
+
+def dtype_key(precision: str) -> str:
+    """The table key a chalk precision is timed with: 'bf16' (16 bits and wider), 'fp8' (8 bits), 'fp4'."""
+    b = bytes_per_element(canonical(precision))
+    return "bf16" if b >= 2 else ("fp8" if b >= 1 else "fp4")
+
+
+# --------------------------------------------------------------------------- roofline in feature space
+def roof_features(family: str, f, peak: float, bw: float, elem_bytes: float):
+    """Roofline floor (s) of a kernel described by its linear features `f` (tuple of arrays, `FEATURES` order)."""
+    if family == "gemm":
+        m, n, k = f
+        fl, by = K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, elem_bytes)
+    elif family == "mha_decode":
+        bk, L, g, hd = f  # batch*kv_heads sequences-heads, each serving g query heads
+        fl, by = K.decode_attention_flops(bk, 1.0, L, g, hd), K.decode_attention_bytes(bk, L, 1.0, hd, elem_bytes)
+    elif family == "mha_prefill":
+        bh, q, g, hd = f
+        fl = K.prefill_attention_flops(bh, q, q, 1.0, hd)
+        by = K.prefill_attention_bytes(bh, q, q, 1.0, 1.0 / g, hd, elem_bytes)
+    elif family == "mla_decode":
+        b, L, h = f
+        fl, by = K.mla_decode_flops(b, 1.0, L, h), K.mla_decode_bytes(b, L, elem_bytes)
+    elif family == "mla_prefill":
+        b, q, h = f
+        fl, by = K.mla_prefill_flops(b, q, q, h), K.mla_prefill_bytes(b, q, q, h)
+    elif family == "moe":
+        me, el, h, i = f
+        c = np.asarray(me, dtype=float) * el
+        fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, elem_bytes)
+    else:
+        raise InputError(f"unknown kernel family {family!r}")
+    return K.roofline_time_s(fl, by, peak, bw)
+
+
+def corner_weights(axes, x_log2):
+    """Multilinear interpolation on a grid: for points `x_log2` (list of 1-D arrays, one per axis, clamped to the
+    axes) the flat node index and weight of each of the 2^d cell corners, as two (points x 2^d) arrays."""
+    shape = [len(a) for a in axes]
+    strides = np.cumprod([1] + shape[::-1][:-1])[::-1]
+    idx, fr = [], []
+    for a, x in zip(axes, x_log2):
+        i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2)
+        idx.append(i)
+        fr.append(np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0))
+    cols, ws = [], []
+    for bits in itertools.product((0, 1), repeat=len(axes)):
+        c = np.zeros(np.shape(x_log2[0]), dtype=np.int64)
+        w = np.ones(np.shape(x_log2[0]))
+        for d, b in enumerate(bits):
+            c = c + (idx[d] + b) * strides[d]
+            w = w * (fr[d] if b else 1.0 - fr[d])
+        cols.append(c)
+        ws.append(w)
+    return np.stack(cols, -1), np.stack(ws, -1)
+
+
+def clamp_log2(axes, f):
+    """log2 of linear features `f`, clamped to the grid's axes."""
+    return [np.clip(np.log2(np.maximum(np.asarray(x, dtype=float), 1e-30)), a[0], a[-1]) for a, x in zip(axes, f)]
+
+
+def beyond_grid(family: str, axes, f):
+    """Factor on the time of the grid's edge for features past the last node: (x / x_max)^p per axis (`EXPONENTS`);
+    1 inside the grid and below it (a smaller problem takes the smallest node's time: it could be padded)."""
+    out = 1.0
+    for a, x, p in zip(axes, f, EXPONENTS[family]):
+        if p:
+            out = out * np.maximum(np.asarray(x, dtype=float) / 2.0 ** a[-1], 1.0) ** p
+    return out
+
+
+# --------------------------------------------------------------------------- data
+def _data_dir():
+    from importlib import resources
+
+    return resources.files("chalk") / "catalog" / "kernels"
+
+
+@lru_cache(maxsize=1)
+def index() -> dict:
+    """The distillation's index: provenance, grid axes, reference peaks, chips of each measured system."""
+    import yaml
+
+    try:
+        return yaml.safe_load((_data_dir() / "index.yaml").read_text()) or {}
+    except (FileNotFoundError, OSError):
+        return {}
+
+
+@lru_cache(maxsize=None)
+def axes(family: str) -> tuple:
+    return tuple(np.asarray(a, dtype=float) for a in index()["families"][family]["axes_log2"])
+
+
+@lru_cache(maxsize=None)
+def tables(system: str) -> dict:
+    """{(framework, family, dtype): row dict with `ln_eta` (grid array) and `passes`} of one measured system."""
+    out = {}
+    try:
+        text = (_data_dir() / f"{system}.csv").read_text()
+    except (FileNotFoundError, OSError):
+        return out
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        shape = [len(a) for a in axes(r["family"])]
+        r["ln_eta"] = (np.array(r["ln_eta_x100"].split(), dtype=float) / 100.0).reshape(shape)
+        r["passes"] = float(r.get("routing_passes") or 0.0)
+        out[(r["framework"], r["family"], r["dtype"])] = r
+    return out
+
+
+def clear_cache() -> None:
+    """Forget loaded data and profiles (after `scripts/distill_kernels.py` rewrote them)."""
+    index.cache_clear()
+    axes.cache_clear()
+    tables.cache_clear()
+    _curve.cache_clear()
+    _PROFILES.clear()
+
+
+def system_for_chip(chip) -> str | None:
+    """The measured system whose tables time `chip`, or None (the chip gets the curve)."""
+    for name, s in (index().get("systems") or {}).items():
+        if chip.id in (s.get("chips") or []):
+            return name
+    return None
+
+
+@lru_cache(maxsize=None)
+def _curve(framework: str, family: str, dtype: str, exclude: tuple = ()):
+    """The curve systems' tables of this kind ((system, ln eta grid, reference rates) each), their mean routing
+    passes and a descriptor; None when no curve system has one."""
+    idx = index()
+    for fw in dict.fromkeys((framework, DEFAULT_FRAMEWORK)):
+        rows = [tables(s)[(fw, family, dtype)] for s in idx.get("curve_systems", [])
+                if s not in exclude and (fw, family, dtype) in tables(s)]
+        if rows:
+            members = tuple((r["system"], r["ln_eta"], idx["systems"][r["system"]]["reference"]) for r in rows)
+            return (members, float(np.mean([r["passes"] for r in rows])),
+                    {"kind": "curve", "framework": fw, "systems": [m[0] for m in members]})
+    return None
+
+
+def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip):
+    """ln of a chip's node times from the curve systems' measured ones.
+
+    At each node, ln t_s = a + alpha * ln r_s is fitted over the curve systems s (r_s: the node's roofline at s's
+    peaks, t_s = r_s / eta_s) and evaluated at the chip's roofline: alpha = 1 where kernels run at a fixed fraction
+    of peak (throughput-bound), alpha = 0 where they take a fixed time whatever the chip (launch-latency-bound), and
+    in between where both matter. alpha is clipped to [0, 1]; a single system (or systems with equal peaks) gives
+    alpha = 1, i.e. its efficiency scaled by the chip's peaks."""
+    key = "bf16" if family.startswith(("mha", "mla")) else dtype_key(precision)  # attention math runs at 16 bits
+    x = np.stack([np.log(roof_features(family, mesh, float(ref.get(key) or ref["bf16"]), float(ref["hbm"]),
+                                       elem_bytes)) for _, _, ref in members])
+    y = x - np.stack([ln_eta for _, ln_eta, _ in members])
+    xm, ym = x.mean(0), y.mean(0)
+    var = ((x - xm) ** 2).mean(0)
+    alpha = np.where(var > 1e-6, ((x - xm) * (y - ym)).mean(0) / np.maximum(var, 1e-12), 1.0)
+    alpha = np.clip(alpha, 0.0, 1.0)
+    return ym + alpha * (np.log(roof_chip) - xm)
+
+
+def _check(name, x, positive=False):
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number or an array of numbers, got {x!r}") from None
+    bad = ~np.isfinite(a) | ((a <= 0) if positive else (a < 0))
+    if np.any(bad):
+        v = a[bad].ravel()[0] if a.ndim else a
+        raise InputError(f"{name} must be finite and {'> 0' if positive else '>= 0'}, got {float(v)!r}")
+    return a
+
+
+# --------------------------------------------------------------------------- the profile
+class KernelProfile:
+    """Kernel times of one chip under one serving framework (see the module docstring).
+
+    `system`: the measured system whose tables apply (None: the curve family scaled by the chip's peaks);
+    `exclude`: systems left out of the curve family (the distillation's leave-one-system-out check)."""
+
+    def __init__(self, chip, framework: str = DEFAULT_FRAMEWORK, system: str | None = None, exclude=()):
+        self.chip, self.framework, self.system = chip, framework, system
+        self.exclude = tuple(exclude)
+        ref = (index().get("systems") or {}).get(system, {}).get("reference") if system else None
+        self._ref = ref or None  # rates the measured grids were normalised by
+        self._grids: dict = {}
+
+    # ---- rates
+    def _rates(self, precision: str, own: bool = False):
+        """(peak FLOP/s at `precision`, HBM B/s): the measured system's reference rates, else the chip's."""
+        if self._ref and not own:
+            peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
+            return float(peak), float(self._ref["hbm"])
+        return self.chip.peak_flops_per_s(precision), self.chip.hbm_bandwidth_bytes_per_s
+
+    # ---- which table
+    def _lookup(self, family: str, dtype: str):
+        """(ln eta grid or curve members, routing passes, descriptor) for a family and table dtype, nearest dtype
+        first: this system's framework, then its other frameworks, then the curve family."""
+        chain = _CHAIN[dtype]
+        if self.system:
+            t = tables(self.system)
+            for d in chain:
+                for fw in dict.fromkeys((self.framework, DEFAULT_FRAMEWORK, *FRAMEWORKS)):
+                    r = t.get((fw, family, d))
+                    if r is not None:
+                        return r["ln_eta"], r["passes"], {"kind": "measured", **r}
+        for d in chain:
+            c = _curve(self.framework, family, d, self.exclude)
+            if c is not None:
+                return c
+        return None
+
+    def _grid(self, family: str, precision: str, elem_bytes: float, peak_precision: str):
+        """ln of the node times on this chip, made non-decreasing along the family's size axes."""
+        key = (family, precision, elem_bytes, peak_precision)
+        if key not in self._grids:
+            found = self._lookup(family, dtype_key(precision))
+            if found is None:
+                raise InputError(f"no kernel data for {family} on {self.chip.id}")
+            data, passes, desc = found
+            ax = axes(family)
+            mesh = np.meshgrid(*[2.0 ** a for a in ax], indexing="ij")
+            peak, bw = self._rates(peak_precision)
+            r = roof_features(family, mesh, peak, bw, elem_bytes)
+            if desc["kind"] == "measured":
+                t = r / np.exp(data)
+            else:
+                t = np.maximum(np.exp(curve_log_time(data, family, precision, elem_bytes, mesh, r)), r)
+            # a smaller problem can always be padded to a larger one: cap each node by every larger node
+            for a in MONOTONE[family]:
+                t = np.flip(np.minimum.accumulate(np.flip(t, a), axis=a), a)
+            self._grids[key] = (np.log(t).ravel(), passes, desc, float((r / t).max()))
+        return self._grids[key]
+
+    def _time(self, family, precision, elem_bytes, f, peak_precision=None):
+        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges."""
+        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision)
+        ax = axes(family)
+        cols, w = corner_weights(ax, clamp_log2(ax, f))
+        return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
+
+    # ---- public
+    def gemm_time_s(self, m, n, k, dtype, weight_precision: str | None = None):
+        """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...).
+        `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
+        e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
+        m, n, k = np.broadcast_arrays(_check("m", m), _check("n", n), _check("k", k))
+        p = canonical(dtype)
+        eb = bytes_per_element(weight_precision or p)
+        t, _ = self._time("gemm", p, eb, (m, n, k))
+        return self._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), p)
+
+    def attention_time_s(self, phase, kind, batch, q, L, heads, kv_heads, head_dim, kv_precision):
+        """Seconds for one layer's attention on one GPU (see `chalk.analyses.step_model` for the arguments)."""
+        if phase not in ("decode", "prefill"):
+            raise InputError(f"attention phase must be 'decode' or 'prefill', got {phase!r}")
+        if kind not in ("mha", "mla"):
+            raise InputError(f"attention kind must be 'mha' or 'mla', got {kind!r}")
+        b, q, L = _check("batch", batch), _check("q", q), _check("L", L)
+        h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
+                                                                 ("head_dim", head_dim)))
+        b, q, L, h, kvh, hd = np.broadcast_arrays(b, q, L, h, kvh, hd)
+        kvp = canonical(kv_precision)
+        eb = bytes_per_element(kvp)
+        key = "bf16" if eb >= 2 else "fp8"
+        peak, _ = self._rates("bf16")
+        fam = f"{kind}_{phase}"
+        if phase == "decode":
+            if kind == "mha":
+                f = (b * kvh, L, h / kvh, hd)
+                by = K.decode_attention_bytes(b, L, kvh, hd, eb)
+                fq = K.decode_attention_flops(b, q, L, h, hd)
+            else:
+                f = (b, L, h)
+                by = K.mla_decode_bytes(b, L, eb)
+                fq = K.mla_decode_flops(b, q, L, h)
+            t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
+            # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
+            eta_c = self._grid(f"{kind}_prefill", key, eb, "bf16")[3]
+            t = np.maximum(t, fq / (peak * max(eta_c, 1e-3)))
+            return self._floor(t, fq, by, "bf16")
+        bb = np.maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
+        if kind == "mha":
+            f = (bb * h, q, h / kvh, hd)
+            fl = K.prefill_attention_flops(bb, q, L, h, hd)
+            by = K.prefill_attention_bytes(bb, q, L, h, kvh, hd, eb)
+        else:
+            f = (bb, q, h)
+            fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
+        t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
+        # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
+        t = t * K.causal_pairs(q, L) / np.maximum(K.causal_pairs(q, q), 1e-30)
+        frac = np.where(b < 1.0, b, 1.0)
+        return self._floor(t * frac, fl * frac, by * frac, "bf16")
+
+    def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
+        """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
+        group, the experts are split over `ep` GPUs, routing is balanced (chalk applies the busiest-GPU factor
+        itself). `weight_precision` as in `gemm_time_s`."""
+        T = _check("tokens", tokens)
+        h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
+                                                                    ("num_experts", num_experts),
+                                                                    ("top_k", top_k), ("ep", ep)))
+        T, h, i, E, k, ep = np.broadcast_arrays(T, h, i, E, k, ep)
+        p = canonical(dtype)
+        eb = bytes_per_element(weight_precision or p)
+        _, bw = self._rates(p)
+        el = np.maximum(E / ep, 1.0)
+        c = K.moe_local_copies(T, k, ep)
+        fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
+        # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
+        t, passes = self._time("moe", p, eb, (c / el, el, h, i))
+        t = t + K.moe_routing_bytes(T, k, h, passes) / bw
+        return self._floor(t, fl, by, p)
+
+    def _floor(self, t, flops, bytes_, precision):
+        """Never faster than the chip's own roofline; finite, >= 0."""
+        peak, bw = self._rates(precision, own=True)
+        t = np.maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        return np.where(np.isfinite(t), t, 0.0)
+
+    def source(self, kind: str) -> str:
+        """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""
+        fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",)}.get(kind)
+        if fams is None:
+            raise InputError(f"kernel kind must be 'gemm', 'attention' or 'moe', got {kind!r}")
+        idx = index()
+        pkg = f"{idx.get('package', 'aiconfigurator-core')} {idx.get('package_version', '?')}"
+        parts = []
+        for fam in fams:
+            found = self._lookup(fam, "bf16")
+            if found is None:
+                continue
+            d = found[2]
+            if d["kind"] == "measured":
+                sysname = d["system"] + ("" if self.chip.id in idx["systems"][d["system"]]["chips"][:1]
+                                         else f" (for {self.chip.id})")
+                what = f"{d['framework']} {d['version']}, {fam.replace('_', ' ')} fit"
+                parts.append(what if parts else f"measured: {pkg}, {sysname}, {what}")
+            else:
+                parts.append(f"curve: {fam.replace('_', ' ')} family fitted on {'/'.join(d['systems'])} ({pkg}, "
+                             f"{d['framework']}), scaled by {self.chip.id} peaks")
+        return "; ".join(parts) if parts else "roofline"
+
+
+_PROFILES: dict = {}
+
+
+def kernel_profile(chip, framework: str | None = None) -> KernelProfile | None:
+    """The kernel profile of `chip` under `framework` (None: TensorRT-LLM's tables): measured tables when chalk has
+    them for the chip, else the curve family scaled by the chip's peaks; None when no data applies (no distilled
+    data installed, or a framework chalk has no tables for)."""
+    fw = (framework or DEFAULT_FRAMEWORK).lower()
+    if fw not in FRAMEWORKS or not index().get("systems"):
+        return None
+    key = (chip.id, tuple(sorted(chip.flops_per_s.items())), chip.hbm_bandwidth_bytes_per_s, fw)
+    if key not in _PROFILES:
+        _PROFILES[key] = KernelProfile(chip, fw, system_for_chip(chip))
+    return _PROFILES[key]
