@@ -152,3 +152,26 @@ def test_cli_help_lists_every_plot_kind():
     from chalk.faces.cli_visual import PLOT_KINDS
 
     assert set(PLOT_KINDS) == set(plots.kinds())
+
+
+def test_titles_count_chips_not_systems():
+    """issue 12: "72 x gb200-nvl72" read like 72 racks; titles name the chip and put the system beside it."""
+    from chalk.faces.plots_common import chips_label
+
+    assert chips_label(72, "gb200-nvl72") == "72 × gb200 (gb200-nvl72)"
+    assert chips_label(1, "h100-sxm") == "1 × h100-sxm (hgx-h100)"
+
+
+def test_cost_vs_context_spans_the_models_context_with_ticks_below_a_dollar():
+    """issue 12: the x axis ends at the model's maximum context; the cost axis shows whole decades below $1."""
+    import math
+
+    from chalk.faces.plots_roofline import cost_vs_context
+
+    fig = cost_vs_context(model="llama-3.1-70b", hardware="h100-sxm")
+    ax = fig.axes[0]
+    assert ax.get_xlim()[1] == pytest.approx(131072)
+    lo, hi = ax.get_ylim()
+    assert lo < 1 and math.log10(lo) == pytest.approx(round(math.log10(lo)))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any(lbl.startswith("$0.") for lbl in labels), labels

@@ -67,8 +67,20 @@ def cost_components_per_mtok(r, hardware):
             for k in ("compute", "weight", "kv", "memory")}
 
 
+def chips_label(chips, hardware) -> str:
+    """'8 × h100-sxm (hgx-h100)': the count is of chips, never of systems ("72 × gb200-nvl72" read as 72 racks)."""
+    from chalk.specs.catalog import as_system
+
+    try:
+        system = as_system(hardware)
+    except Exception:  # noqa: BLE001 - a label must not fail a plot that already computed
+        return f"{chips} × {hardware}"
+    chip = system.chip.id
+    return f"{chips} × {chip}" + (f" ({system.id})" if system.id != chip else "")
+
+
 def title_of(r, extra: str = "") -> str:
-    t = f"{r.model} on {r.chips} × {r.hardware} · {r.precision} weights ({r.compute_precision} compute), " \
+    t = f"{r.model} on {chips_label(r.chips, r.hardware)} · {r.precision} weights ({r.compute_precision} compute), " \
         f"{r.kv_precision} KV"
     return t + (f" · {extra}" if extra else "")
 

@@ -15,7 +15,7 @@ import numpy as np
 from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _fmt_axes, _formatter, _need,
-                                      _plt, _require, _sci, default_batch, whole)
+                                      _plt, _require, _sci, chips_label, default_batch, whole)
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
@@ -195,7 +195,7 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
         batch = int(default_batch(r1) if batch is None else batch)
         r = api.estimate(model, hardware, batch, context, chips=chips, precision=precision, kv_precision=kv_precision,
                          ideal=ideal)
-        period_s, where = float(r.step_time_s), f"{r.model} on {r.chips} × {r.hardware}, batch {num(batch)}"
+        period_s, where = float(r.step_time_s), f"{r.model} on {chips_label(r.chips, r.hardware)}, batch {num(batch)}"
     T = float(0.020 if period_s is None else period_s)
     B = int(2048 if batch is None else batch)
     if not 0 < float(load) < 1:

@@ -107,8 +107,13 @@ def cost_vs_context(model=None, hardware=None, context=4096, chips=None, precisi
     common = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     r1 = api.estimate(model, hardware, 1, context, **common)
     batch = float(batch) if batch is not None else default_batch(r1)
-    dense = roofline_over_context(model, hardware, batch, **common)
-    sparse = roofline_over_context(model, hardware, batch, sparse_law="sqrt", **common)
+    # up to the model's own maximum context (its config's max_position_embeddings), 2M tokens where unknown
+    from chalk.specs.catalog import as_model
+
+    top = float(as_model(model).max_context or 2 ** 21)
+    contexts = np.geomspace(min(256.0, top / 8), top, 120)
+    dense = roofline_over_context(model, hardware, batch, contexts=contexts, **common)
+    sparse = roofline_over_context(model, hardware, batch, contexts=contexts, sparse_law="sqrt", **common)
     attn = _attention_label(model)
     plt = _plt()
     L = np.asarray(dense.context)
@@ -132,6 +137,13 @@ def cost_vs_context(model=None, hardware=None, context=4096, chips=None, precisi
     ax2.set_ylim(0, 1.05 * max(np.nanmax(dense.mfu), np.nanmax(sparse.mfu), 0.05))
     _fmt_axes(ax, "tokens", "usd")
     _fmt_axes(ax2, "tokens", "pct")
+    # whole decades on the cost axis, so a cost under $1 has its tick ($0.10, $0.01)
+    costs = np.concatenate([np.asarray(dense.cost_per_mtok_usd, float), np.asarray(sparse.cost_per_mtok_usd, float)])
+    costs = costs[np.isfinite(costs) & (costs > 0)]
+    if costs.size:
+        ax.set_ylim(10 ** np.floor(np.log10(costs.min())), 10 ** np.ceil(np.log10(costs.max())))
+    ax.set_xlim(L.min(), L.max())
+    ax2.set_xlim(L.min(), L.max())
     ax.set_title("cost per output token vs context", loc="left")
     ax2.set_title("MFU vs context: past the balance context the KV fetch sets the pace", loc="left")
     h, lab = ax2.get_legend_handles_labels()
