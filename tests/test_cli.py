@@ -231,3 +231,43 @@ def test_one_name_and_one_default_across_commands():
                 assert p.default == "auto", path
                 kv += 1
     assert counts >= 8 and kv >= 6
+
+
+def _readme_commands():
+    from pathlib import Path
+    import shlex
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    if not readme.exists():
+        return []
+    text = readme.read_text()
+    block = text[text.index("## Worked examples"):text.index("From Python")]
+    lines, out = block.replace("\\\n", " ").splitlines(), []
+    for ln in lines:
+        ln = ln.split("  #")[0].strip()
+        if not ln.startswith("chalk ") or ln.startswith(("chalk web", "chalk measure")) or "calib/" in ln:
+            continue
+        out.append(shlex.split(ln)[1:])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", _readme_commands(), ids=lambda a: " ".join(a)[:60])
+def test_readme_examples_run_as_written(args, tmp_path, monkeypatch):
+    """issue 12: every worked example in the README runs as written (the chalk web / measure ones excepted: a
+    server, and a minute-long measurement with the torch extra)."""
+    from chalk.specs import catalog
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    config = str(catalog._catalog_dir("models") / "llama-3.1-8b" / "config.json")
+    args = [config if a == "path/to/config.json" else str(root / a) if a.startswith("examples/") else a
+            for a in args]
+    monkeypatch.chdir(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (args, p.stderr[-500:])
+
+
+def test_readme_has_examples():
+    assert len(_readme_commands()) >= 25
