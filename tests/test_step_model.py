@@ -174,3 +174,21 @@ def test_library_raises_typed_errors():
         throughput("llama-3.1-8b", "h100-sxm", input_len=10, output_len=10, engine="nosuch")
     with pytest.raises(InputError):
         Speculation(2, 0.0)
+
+
+def test_ops_name_their_source_measured_or_curve():
+    """issue 9: a chip with measured kernel tables times its GEMMs and attention from them; a chip without uses the
+    curve family scaled by its own peaks (and its vendor's fitted software factor); elementwise ops and links stay
+    on the roofline; every op says which."""
+    h100 = {o["name"]: o for o in chalk.estimate("llama-3.1-70b", "h100-sxm", 64, 4096, layout="tp=4").ops}
+    mi = {o["name"]: o for o in chalk.estimate("llama-3.1-70b", "mi300x", 64, 4096, layout="tp=4").ops}
+    for name in ("attn_proj", "mlp", "attention_decode", "lm_head"):
+        assert h100[name]["source"] == "measured table" and "aiconfigurator-core" in h100[name]["detail"]
+        assert mi[name]["source"] == "fitted curve" and "mi300x" in mi[name]["detail"]
+    assert "AMD" in mi["mlp"]["detail"]
+    assert h100["elementwise"]["source"] == "calibrated roofline" and h100["allreduce"]["source"] == "roofline (link)"
+    ideal = {o["name"]: o for o in chalk.estimate("llama-3.1-70b", "h100-sxm", 64, 4096, layout="tp=4",
+                                                  ideal=True).ops}
+    assert ideal["mlp"]["source"] == "roofline"
+    # measured kernels never beat the roofline at peak rates
+    assert h100["mlp"]["time_s"] >= ideal["mlp"]["time_s"] * 0.999

@@ -98,8 +98,19 @@ class _Timer:
         self.peak_attn = chip.peak_flops_per_s("bf16")  # attention matmuls run at 16 bits even over an FP8 cache
         self.bw = chip.hbm_bandwidth_bytes_per_s
         self.kernels = None if self.ideal else kernels
+        # a vendor's software stack relative to the tables' (NVIDIA) frameworks: slower compute-bound and
+        # memory-bound kernels by the fitted vendor factors (1 for NVIDIA)
+        self.k_c, self.k_m = 1.0 / v_c, 1.0 / v_m
+        self.vendor = chip.vendor
         self.roofline_source = "roofline (peak)" if self.ideal else \
             f"roofline x calibrated efficiency ({self.ec:.2f} FLOP/s, {self.em:.2f} HBM)"
+
+    def ksrc(self, kind: str) -> str:
+        """Where a kernel-table time came from, with the vendor software factor when one applies."""
+        src = self.kernels.source(kind)
+        if self.k_c != 1.0 or self.k_m != 1.0:
+            src += f"; x{self.k_c:.2f} compute / x{self.k_m:.2f} memory time for {self.vendor}'s software (fitted)"
+        return src
 
     def roofline(self, flops, bytes_, peak):
         c = np.asarray(flops, dtype=float) / (peak * self.ec)
@@ -111,9 +122,9 @@ class _Timer:
         t, c, mm = self.roofline(flops, bytes_, peak)
         kp = self.kernels
         if kp is not None:
-            tk = np.asarray(kp.gemm_time_s(np.maximum(m, 1.0), n, k, dtype), dtype=float) * count
+            tk = np.asarray(kp.gemm_time_s(np.maximum(m, 1.0), n, k, dtype), dtype=float) * count * self.k_c
             t = np.where(np.asarray(m) > 0, tk, 0.0)
-            return t, c, mm, kp.source("gemm")
+            return t, c, mm, self.ksrc("gemm")
         return t, c, mm, self.roofline_source
 
     def elementwise(self, bytes_):
@@ -212,7 +223,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         kvh = np.maximum(m.num_kv_heads * shard, 1.0)
         tk = np.asarray(kp.attention_time_s("decode", kind, np.maximum(B_rank, 1.0), q, np.maximum(L_eff, 1.0),
                                             heads, kvh, m.head_dim, costs.kv_precision), dtype=float) * n_layers
-        t, src = np.where(B_rank > 0, tk, 0.0), kp.source("attention")
+        t, src = np.where(B_rank > 0, tk * tm.k_m, 0.0), tm.ksrc("attention")
     add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
 
     f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
@@ -226,7 +237,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         seqs = np.maximum(c_rank / I, 1e-9)
         tk = np.asarray(kp.attention_time_s("prefill", kind, seqs, I, I, heads, kvh, m.head_dim,
                                             costs.kv_precision), dtype=float) * n_layers
-        t, src = np.where(c_rank > 0, tk, 0.0), kp.source("attention")
+        t, src = np.where(c_rank > 0, tk * tm.k_c, 0.0), tm.ksrc("attention")
     add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src)
 
     # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
@@ -240,20 +251,22 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         if kp is not None:
             tk = np.asarray(kp.moe_time_s(np.maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
                                           m.experts_per_token, ep, tm.expert_dtype), dtype=float)
-            tk = tk * n_moe * imbalance / np.where(a > 1, 1.0, tp / np.maximum(ep, 1.0))
+            tk = tk * n_moe * imbalance * tm.k_c / np.where(a > 1, 1.0, tp / np.maximum(ep, 1.0))
             t_c = f_exp / (tm.peak_expert * tm.ec)
-            t, src = np.where(T_stage > 0, tk, 0.0), kp.source("moe")
+            t, src = np.where(T_stage > 0, tk, 0.0), tm.ksrc("moe")
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / (tm.peak_expert * tm.ec)
             t, src = np.maximum(t_c, t_m), tm.roofline_source + (
                 "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
         add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
-        # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all)
-        perm_copies = copies / np.where(a > 1, ep, 1.0)
-        by = perm_copies * n_moe * cal.moe_shuffle_passes * H * ACTIVATION_BYTES
-        t, src = tm.elementwise(by)
-        add("moe_permute", "elementwise", np.zeros_like(by), by, t, 0.0, t, src + f"; {cal.moe_shuffle_passes:g} "
-            "passes per routed copy (calibrated)", bound="memory")
+        # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all);
+        # a measured MoE table already times its own routing (its fitted routing passes), so none is added to it
+        if kp is None:
+            perm_copies = copies / np.where(a > 1, ep, 1.0)
+            by = perm_copies * n_moe * cal.moe_shuffle_passes * H * ACTIVATION_BYTES
+            t, src = tm.elementwise(by)
+            add("moe_permute", "elementwise", np.zeros_like(by), by, t, 0.0, t, src + f"; "
+                f"{cal.moe_shuffle_passes:g} passes per routed copy (calibrated)", bound="memory")
 
     # ---- elementwise kernels and sampling (memory-bound)
     width = (m.intermediate_size * (m.num_layers - m.n_moe_layers)
