@@ -140,8 +140,9 @@ def index() -> dict:
     """The distillation's index: provenance, grid axes, reference peaks, chips of each measured system."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser where installed: 10x faster
     try:
-        return yaml.safe_load((_data_dir() / "index.yaml").read_text()) or {}
+        return yaml.load((_data_dir() / "index.yaml").read_text(), Loader=loader) or {}  # noqa: S506 - safe loader
     except (FileNotFoundError, OSError):
         return {}
 
