@@ -96,21 +96,21 @@ def corner_weights(axes, x_log2):
     axes) the flat node index and weight of each of the 2^d cell corners, as two (points x 2^d) arrays."""
     shape = [len(a) for a in axes]
     strides = np.cumprod([1] + shape[::-1][:-1])[::-1]
-    idx, fr = [], []
-    for a, x in zip(axes, x_log2):
-        i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2)
-        idx.append(i)
-        fr.append(np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0))
-    cols, ws = [], []
-    for bits in itertools.product((0, 1), repeat=len(axes)):
-        c = np.zeros(np.shape(x_log2[0]), dtype=np.int64)
-        w = np.ones(np.shape(x_log2[0]))
-        for d, b in enumerate(bits):
-            c = c + (idx[d] + b) * strides[d]
-            w = w * (fr[d] if b else 1.0 - fr[d])
-        cols.append(c)
-        ws.append(w)
-    return np.stack(cols, -1), np.stack(ws, -1)
+    bits = _corner_bits(len(axes))  # (2^d, d): corner k takes the upper node on axis j where bits[k, j]
+    cols, ws = 0, 1.0
+    for j, (a, x) in enumerate(zip(axes, x_log2)):
+        x = np.asarray(x, dtype=float)
+        i = np.asarray(np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2))
+        f = np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0)[..., None]
+        b = bits[:, j]
+        cols = cols + (i[..., None] + b) * strides[j]
+        ws = ws * np.where(b == 1, f, 1.0 - f)
+    return np.asarray(cols, dtype=np.int64), ws
+
+
+@lru_cache(maxsize=None)
+def _corner_bits(d: int) -> np.ndarray:
+    return np.array(list(itertools.product((0, 1), repeat=d)), dtype=np.int64).reshape(-1, d)
 
 
 def clamp_log2(axes, f):
