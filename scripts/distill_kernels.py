@@ -91,19 +91,25 @@ def data_root() -> Path:
 
 
 # --------------------------------------------------------------------------- reading tables
+def _one_dtype_per_key(d, column: str, names: dict, prefer_fp8: list):
+    """The rows of one table dtype per chalk dtype key (bf16, fp8, fp4), tagged `dtype`: for fp8 the first of
+    `prefer_fp8` present (per-tensor before block-scaled), else the first of the table's names mapping to the key."""
+    keep = []
+    for key in ("bf16", "fp8", "fp4"):
+        present = [n for n, k in names.items() if k == key and n in set(d[column])]
+        for n in prefer_fp8 if key == "fp8" else present:
+            if n in present:
+                keep.append(d[d[column] == n].assign(dtype=key))
+                break
+    return pd.concat(keep) if keep else d.iloc[:0].assign(dtype=[])
+
+
 def standardise(family: str, d: pd.DataFrame) -> pd.DataFrame:
     """Rows of one table as chalk call arguments + `dtype` (table key) + `t` (seconds)."""
     d = d.copy()
     d["t"] = d["latency"].astype(float) * 1e-3  # tables hold milliseconds
     if family == "gemm":
-        keep = []
-        for key in ("bf16", "fp8", "fp4"):
-            names = [n for n, k in GEMM_DT.items() if k == key and n in set(d.gemm_dtype)]
-            for n in PREFER["gemm"] if key == "fp8" else names:
-                if n in names:
-                    keep.append(d[d.gemm_dtype == n].assign(dtype=key))
-                    break
-        d = pd.concat(keep) if keep else d.iloc[:0].assign(dtype=[])
+        d = _one_dtype_per_key(d, "gemm_dtype", GEMM_DT, PREFER["gemm"])
         return d.groupby(["dtype", "m", "n", "k"], as_index=False).t.min()
     if family in ("mha_decode", "mha_prefill"):
         d = d[(d.get("window_size", 0) == 0) & (d.head_dim <= 256) & d.kv_cache_dtype.isin(list(KV_DT))]
@@ -126,14 +132,7 @@ def standardise(family: str, d: pd.DataFrame) -> pd.DataFrame:
         d["L"] = d.isl + (d.step if family == "mla_decode" else 0)
         return d.groupby(["dtype", "batch", "q", "L", "heads"], as_index=False).t.min()
     d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & ~d.kernel_source.str.contains("nongated")]
-    keep = []
-    for key in ("bf16", "fp8", "fp4"):
-        names = [n for n, k in MOE_DT.items() if k == key and n in set(d.moe_dtype)]
-        for n in PREFER["moe"] if key == "fp8" else names:
-            if n in names:
-                keep.append(d[d.moe_dtype == n].assign(dtype=key))
-                break
-    d = pd.concat(keep) if keep else d.iloc[:0].assign(dtype=[])
+    d = _one_dtype_per_key(d, "moe_dtype", MOE_DT, PREFER["moe"])
     d = d.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "moe_inter",
                           "topk": "top_k", "moe_ep_size": "ep"})
     return d.groupby(["dtype", "tokens", "hidden", "moe_inter", "num_experts", "top_k", "ep"], as_index=False).t.min()
