@@ -157,26 +157,31 @@ def test_plot_option_writes_an_image(tmp_path, args):
     assert f"wrote {out}" in err
 
 
+def _command_leaves(cmd=None, path=()):
+    """Every leaf command of the CLI as (path, click command)."""
+    if cmd is None:
+        import typer
+
+        from chalk.faces import cli
+
+        cmd = typer.main.get_command(cli.app)
+    subs = getattr(cmd, "commands", None)
+    if subs:
+        for name, sub in subs.items():
+            yield from _command_leaves(sub, path + (name,))
+    else:
+        yield path, cmd
+
+
 def test_help_shows_no_type_on_flags_and_int_on_batch():
     """issue 12: `--help` showed `<bool>` beside flags that take no value, and `<float>` on a whole --batch."""
-    import typer
     from typer.testing import CliRunner
 
     from chalk.faces import cli
 
-    app = typer.main.get_command(cli.app)
-
-    def leaves(cmd, path=()):
-        subs = getattr(cmd, "commands", None)
-        if subs:
-            for name, sub in subs.items():
-                yield from leaves(sub, path + (name,))
-        else:
-            yield path
-
     runner = CliRunner()
     seen = 0
-    for path in leaves(app):
+    for path, _ in _command_leaves():
         res = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "200"})
         assert res.exit_code == 0, (path, res.output)
         assert "<bool>" not in res.output, path
@@ -208,20 +213,8 @@ def test_tables_stay_readable_at_80_columns(args, whole):
 def test_one_name_and_one_default_across_commands():
     """issue 12: --gpus and --chips name the same idea everywhere (each an alias of the other), and every command's
     KV precision defaults to `auto`."""
-    import typer
-
-    from chalk.faces import cli
-
-    def leaves(cmd, path=()):
-        subs = getattr(cmd, "commands", None)
-        if subs:
-            for name, sub in subs.items():
-                yield from leaves(sub, path + (name,))
-        else:
-            yield path, cmd
-
     kv, counts = 0, 0
-    for path, cmd in leaves(typer.main.get_command(cli.app)):
+    for path, cmd in _command_leaves():
         for p in cmd.params:
             opts = set(getattr(p, "opts", []))
             if opts & {"--gpus", "--chips"}:
