@@ -334,9 +334,11 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     """
     from chalk.analyses.estimate import make_layout
 
-    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
-                                                                  kv_precision, ideal, calibration_override,
-                                                                  engine, cache_hit)
+    # a length given as a distribution or a file is read once: the closed-loop replay samples the same object
+    di, do = _length("input_len", input_len)[1], _length("output_len", output_len)[1]
+    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,
+                                                                  precision, kv_precision, ideal,
+                                                                  calibration_override, engine, cache_hit)
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
             not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
         raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
@@ -413,8 +415,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     latency_source = "closed form"
     if simulate and not disagg and speculative is None:
         sim = closed_loop_latencies(m, system, lay, Nr, min(cap, Nr), B, L, costs, cal, ovh, chunk,
-                                    _length("input_len", input_len)[1] or I,
-                                    _length("output_len", output_len)[1] or O)
+                                    di or I, do or O)
         ttft = float(sim.mean_ttft_s) + waiting / X
         ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X, float(sim.tpot_p99_s)
         latency_source = f"simulated closed loop ({sim.n_requests:,} requests)"
