@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -80,11 +81,9 @@ def console():
     return Console()
 
 
-def table(title: str, columns: list[str]):
-    """A rich table that stays readable at any width: no cell breaks mid-word ("claude-opus-4.\n1", "200,00\n0").
-    Every column is at least as wide as its longest word; when the words alone do not fit the terminal, each row
-    prints as a block of `column: value` lines instead."""
-    from rich import box
+@lru_cache(maxsize=1)
+def _readable_table_class():
+    """The rich Table subclass `table` builds (made once; rich is imported only when a table is printed)."""
     from rich.table import Table
 
     class _Readable(Table):
@@ -120,8 +119,17 @@ def table(title: str, columns: list[str]):
                 for h, v in zip(heads[1:], cells[1:]):
                     yield Text(f"  {h}: {v}")
 
-    t = _Readable(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False)
+    return _Readable
+
+
+def table(title: str, columns: list[str]):
+    """A rich table that stays readable at any width: no cell breaks mid-word ("claude-opus-4.\n1", "200,00\n0").
+    Every column is at least as wide as its longest word; when the words alone do not fit the terminal, each row
+    prints as a block of `column: value` lines instead."""
+    from rich import box
+
+    t = _readable_table_class()(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                                pad_edge=False, show_edge=False)
     for c in columns:
         t.add_column(c, overflow="fold")
     return t
