@@ -21,6 +21,12 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
    |predicted / measured - 1| on the held-out rows, per family and system, plus a leave-one-system-out check of
    the curve family that chips without tables get; writes a sample of held-out rows to
    tests/data/kernel_holdout.csv for tests/test_kernels.py.
+
+All-reduce (`--only allreduce` redoes just this part): the custom all-reduce tables (comm/<framework>/<version>/
+custom_allreduce_perf.parquet; bf16, message sizes 2^7 to 2^29 bytes, 2 to 16 GPUs) are small enough to keep as
+measured: per system, framework and GPU count, the time at each power-of-two message size (the fastest kernel;
+CUDA-graph kernels, never eager ones, as engines decode under graphs), in allreduce.csv. A held-out check drops
+every fifth size and predicts it from its neighbours through the run-time interpolation.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import sys
 from importlib.metadata import version as pkg_version
 from pathlib import Path
@@ -277,11 +284,84 @@ def stats(e) -> dict:
     return {"rows": int(len(e)), "median": round(float(np.median(e)), 4), "p90": round(float(np.quantile(e, 0.9)), 4)}
 
 
+# --------------------------------------------------------------------------- all-reduce
+AR_LOG2 = list(range(7, 30))  # message bytes 128 B .. 512 MiB, the tables' power-of-two sizes
+AR_FILE = OUT / "allreduce.csv"
+
+
+def pick_allreduce(system: str, fw: str):
+    """(rows of n, message_size, t (s) with the fastest graph kernel per shape, relative path, version, device) of
+    the installed version measuring the most GPU counts (then the most rows, then the newest), or None."""
+    best = None
+    for path in sorted(glob.glob(str(data_root() / system / "comm" / fw / "*" / "custom_allreduce_perf.parquet"))):
+        d = pd.read_parquet(path)
+        d = d[(d.allreduce_dtype == "bfloat16") & ~d.kernel_source.str.contains("eager")]
+        if not len(d):
+            continue
+        d = d.assign(t=d.latency.astype(float) * 1e-3).groupby(["num_gpus", "message_size"], as_index=False).t.min()
+        rel = os.path.relpath(path, data_root())
+        key = (d.num_gpus.nunique(), len(d), pkg_tuple(rel.split(os.sep)[3]))
+        if best is None or key >= best[0]:
+            best = (key, d, rel, rel.split(os.sep)[3], str(pd.read_parquet(path, columns=["device"]).device.iloc[0]))
+    return None if best is None else best[1:]
+
+
+def pkg_tuple(v: str):
+    """Version string -> sortable tuple ('1.3.0rc20' -> (1, 3, 0, 'rc', 20))."""
+    return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[a-z]+", v))
+
+
+def distil_allreduce(systems) -> int:
+    ver = pkg_version(PKG)
+    lines, errs = [], []
+    for system in systems:
+        for fw in FRAMEWORKS:
+            got = pick_allreduce(system, fw)
+            if got is None:
+                continue
+            d, rel, fver, device = got
+            for n, g in d.groupby("num_gpus"):
+                t = g.set_index("message_size").t.reindex([2 ** e for e in AR_LOG2])
+                if t.isna().any():
+                    continue
+                lt = np.log(t.to_numpy())
+                # held-out: every fifth interior size predicted from its neighbours (linear in log-log)
+                for i in range(2, len(lt) - 1, 5):
+                    errs.append((system, fw, np.exp((lt[i - 1] + lt[i + 1]) / 2 - lt[i]) - 1))
+                lines.append([system, fw, fver, rel, device, int(n),
+                              " ".join(f"{x * 1e6:.4g}" for x in t.to_numpy())])
+                print(f"  {system:9s} {fw:6s} {fver:10s} all-reduce n={n:2d}  {t.iloc[0] * 1e6:6.2f} us at 128 B, "
+                      f"{t.iloc[-1] * 1e3:7.2f} ms at 512 MiB", flush=True)
+    df = pd.DataFrame(lines, columns=["system", "framework", "version", "table", "device", "num_gpus", "t_us"])
+    with open(AR_FILE, "w") as fh:
+        fh.write(f"# all-reduce times measured in {PKG} {ver} (Apache-2.0) custom_allreduce tables; figures only. "
+                 f"t_us: microseconds for a bf16 all-reduce of 2^e bytes, e = {AR_LOG2[0]}..{AR_LOG2[-1]}, over "
+                 "num_gpus GPUs (fastest CUDA-graph kernel). Written by scripts/distill_kernels.py.\n")
+        df.to_csv(fh, index=False)
+    e = np.abs([x[2] for x in errs])
+    print(f"\nall-reduce, held-out sizes from neighbours: {len(e)} rows, median |error| {np.median(e):.3f}, "
+          f"p90 {np.quantile(e, 0.9):.3f}")
+    idx = yaml.safe_load((OUT / "index.yaml").read_text()) if (OUT / "index.yaml").exists() else {}
+    idx["allreduce"] = {"file": AR_FILE.name, "message_log2": AR_LOG2,
+                        "source": f"{PKG} {ver}: aiconfigurator_core/systems/data/<system>/comm/<framework>/<version>/"
+                                  "custom_allreduce_perf.parquet",
+                        "filters": "allreduce_dtype bfloat16; CUDA-graph kernels (no *eager); fastest kernel per "
+                                   "shape; the version measuring the most GPU counts",
+                        "holdout_report": {"rows": int(len(e)), "median": round(float(np.median(e)), 4),
+                                           "p90": round(float(np.quantile(e, 0.9)), 4)}}
+    (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
+    KS.clear_cache()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", nargs="*", default=list(SYSTEMS))
     ap.add_argument("--sample-per-family", type=int, default=75)
+    ap.add_argument("--only", choices=["allreduce"], help="redo only this part")
     a = ap.parse_args(argv)
+    if a.only == "allreduce":
+        return distil_allreduce(a.systems)
     ver = pkg_version(PKG)
     OUT.mkdir(parents=True, exist_ok=True)
     held: list[pd.DataFrame] = []
@@ -363,6 +443,7 @@ def main(argv=None) -> int:
     idx["curve_leave_one_out_report"] = curve
     (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
     KS.clear_cache()
+    distil_allreduce(a.systems)
     # ---- a sample of held-out rows for the test suite
     rng = np.random.default_rng(SEED)
     parts = []

@@ -288,3 +288,52 @@ def test_step_model_with_tables_adds_up():
             assert ops[name].source == want, (name, ops[name].source)
         if m.is_moe:
             assert ops["experts"].source == want
+
+
+# --------------------------------------------------------------------------- measured all-reduce
+def test_allreduce_golden_values_from_the_table():
+    """aiconfigurator-core 0.12.0 b200_sxm/comm/trtllm/1.3.0rc20/custom_allreduce_perf.parquet: a 128 B bf16
+    all-reduce over 8 B200s takes 5.040 us, and every size over 2 GPUs reads back through the loader at the
+    exact measured sizes (no interpolation there; a size measured faster than a smaller one takes the smaller's
+    time, as it could be padded)."""
+    kp = kernel_profile(load_chip("b200"))
+    assert float(kp.allreduce_time_s(128, 8)) == pytest.approx(5.04e-6, rel=1e-3)
+    row = next(r for r in csv.DictReader(
+        line for line in (Path(__file__).parents[1] / "src/chalk/catalog/kernels/allreduce.csv").read_text()
+        .splitlines() if not line.startswith("#")) if (r["system"], r["framework"], r["num_gpus"]) ==
+        ("b200_sxm", "trtllm", "2"))
+    t_us = [float(x) for x in row["t_us"].split()]
+    e = index()["allreduce"]["message_log2"]
+    got = kp.allreduce_time_s(2.0 ** np.array(e), 2)
+    np.testing.assert_allclose(got * 1e6, np.maximum.accumulate(t_us), rtol=1e-9)
+    assert "custom_allreduce_perf.parquet" in row["table"] and row["version"] == "1.3.0rc20"
+
+
+def test_allreduce_shape_rules():
+    kp = kernel_profile(load_chip("h200"))
+    sizes = 2.0 ** np.arange(5, 33)
+    for n in (2, 3, 4, 8, 16, 72):
+        t = kp.allreduce_time_s(sizes, n)
+        assert np.all(np.isfinite(t)) and np.all(t > 0)
+        assert np.all(np.diff(t) >= -1e-12), n  # more bytes never faster
+    assert float(kp.allreduce_time_s(1e6, 1)) == 0.0
+    # past the largest measured group: the ring's bytes per link, 2 (n-1)/n, relative to n = 8
+    r = float(kp.allreduce_time_s(1e8, 16)) / float(kp.allreduce_time_s(1e8, 8))
+    assert r == pytest.approx((2 * 15 / 16) / (2 * 7 / 8))
+    assert kernel_profile(load_chip("mi300x")).allreduce_time_s(1e6, 8) is None  # no table: alpha-beta model
+    with pytest.raises(InputError):
+        kp.allreduce_time_s(-1, 8)
+
+
+def test_allreduce_holdout_recorded_and_small_messages_use_the_table():
+    rep = index()["allreduce"]["holdout_report"]
+    assert rep["rows"] >= 200 and rep["median"] <= 0.05
+    import chalk
+
+    small = chalk.estimate("llama-3.1-70b", "h100-sxm", 1, 4096, layout="tp=8")
+    ar = next(o for o in small.ops if o["name"] == "allreduce")
+    assert ar["source"] == "measured table"
+    # 160 all-reduces of 16 KiB over 8 H100s: the table's ~3.5 us each, not 14 hops of link latency
+    assert 160 * 3.0e-6 < ar["time_s"] < 160 * 6.0e-6
+    amd = chalk.estimate("llama-3.1-70b", "mi300x", 1, 4096, layout="tp=8")
+    assert next(o for o in amd.ops if o["name"] == "allreduce")["source"] == "roofline (link)"

@@ -285,10 +285,23 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
     n_ar = np.where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
     msg = T_rank * H * ACTIVATION_BYTES
-    t_ar = n_ar * P.ring_allreduce_time_s(msg, tp, up_eff, a_up, eta)
+    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, a_up, eta)
+    detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
+    source = "roofline (link)"
+    t_one = kp.allreduce_time_s(msg, tp) if kp is not None else None
+    if t_one is not None:
+        # the system's measured all-reduce kernels (the framework's custom kernels under CUDA graphs) where they
+        # are faster: small, latency-bound messages; large ones take the fitted link model, which engines beat
+        # the tables' kernels with (NVLink SHARP / multimem, NCCL tuning)
+        t_one = np.asarray(t_one, dtype=float)
+        meas = t_one < t_ring
+        t_ring = np.where(meas, t_one, t_ring)
+        if np.any(meas):
+            detail, source = kp.allreduce_source() + (f"; where faster: {detail}" if not np.all(meas) else ""), \
+                "measured table"
+    t_ar = n_ar * t_ring
     add("allreduce", "comm", np.zeros_like(t_ar), n_ar * P.allreduce_bytes_per_link(msg, tp), t_ar, 0.0, t_ar,
-        f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop", bound="link",
-        source="roofline (link)")
+        detail, bound="link", source=source)
     if m.is_moe:
         narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
         b_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
@@ -312,10 +325,13 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     # ---- overhead
     ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
-    t_ovh = np.broadcast_to(np.asarray(0.0 if ideal else ovh, dtype=float), np.shape(t_pp)).astype(float)
+    # host work grows with the sequences this step's scheduler runs (each attention-DP rank schedules its own)
+    ovh = ovh + cal.overhead_per_seq_s * (B_rank + c_rank / I)
+    t_ovh = np.asarray(0.0 if ideal else ovh, dtype=float) + np.zeros(np.shape(t_pp))
     add("overhead", "overhead", np.zeros_like(t_ovh), np.zeros_like(t_ovh), t_ovh, 0.0, 0.0,
-        "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
-        bound="latency")
+        ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
+        + (f"; {cal.overhead_per_seq_s * 1e6:.1f} us per sequence (fitted host work)"
+           if cal.overhead_per_seq_s else ""), bound="latency")
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
     compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]

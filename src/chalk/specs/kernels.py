@@ -168,8 +168,31 @@ def tables(system: str) -> dict:
     return out
 
 
+@lru_cache(maxsize=1)
+def allreduce_tables() -> dict:
+    """{(system, framework): (GPU counts, ln seconds [counts x message sizes], provenance row)} of the measured
+    all-reduce times (`allreduce.csv`); message sizes 2^e bytes, e over index()['allreduce']['message_log2']."""
+    meta = index().get("allreduce") or {}
+    try:
+        text = (_data_dir() / meta.get("file", "allreduce.csv")).read_text()
+    except (FileNotFoundError, OSError):
+        return {}
+    rows: dict = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        rows.setdefault((r["system"], r["framework"]), []).append(r)
+    out = {}
+    for key, rs in rows.items():
+        rs.sort(key=lambda r: int(r["num_gpus"]))
+        n = np.array([float(r["num_gpus"]) for r in rs])
+        lt = np.log(np.array([r["t_us"].split() for r in rs], dtype=float) * 1e-6)
+        # a smaller message can always be padded to a larger one: times never fall as messages grow
+        out[key] = (n, np.maximum.accumulate(lt, axis=1), rs[0])
+    return out
+
+
 def clear_cache() -> None:
     """Forget loaded data and profiles (after `scripts/distill_kernels.py` rewrote them)."""
+    allreduce_tables.cache_clear()
     index.cache_clear()
     axes.cache_clear()
     tables.cache_clear()
@@ -373,6 +396,55 @@ class KernelProfile:
         t, passes = self._time("moe", p, eb, (c / el, el, h, i))
         t = t + K.moe_routing_bytes(T, k, h, passes) / bw
         return self._floor(t, fl, by, p)
+
+    def _allreduce_table(self):
+        """(GPU counts, ln t grid, provenance) of this system's measured all-reduce under the framework (else the
+        system's other frameworks), or None."""
+        if not self.system:
+            return None
+        t = allreduce_tables()
+        for fw in dict.fromkeys((self.framework, DEFAULT_FRAMEWORK, *FRAMEWORKS)):
+            if (self.system, fw) in t:
+                return t[(self.system, fw)]
+        return None
+
+    def allreduce_time_s(self, message_bytes, n):
+        """Seconds for one bf16 all-reduce of `message_bytes` over `n` GPUs of this system, from its measured table
+        (log time interpolated linearly in log message size and log GPU count; past the largest message the time
+        grows with the bytes; past the largest measured group by the ring's bytes per link, 2 (n - 1) / n); 0 for
+        n <= 1. None when the system has no all-reduce table (the caller uses the alpha-beta model)."""
+        tab = self._allreduce_table()
+        if tab is None:
+            return None
+        ns, lt, _ = tab
+        M = _check("message_bytes", message_bytes)
+        n = _check("n", n)
+        M, n = np.broadcast_arrays(M, n)
+        e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
+        x = np.clip(np.log2(np.maximum(M, 1.0)), e[0], e[-1])
+        ln_n = np.log2(ns)
+        y = np.clip(np.log2(np.maximum(n, 2.0)), ln_n[0], ln_n[-1])
+        per_n = np.stack([np.interp(x, e, row) for row in lt])  # [counts, ...]
+        if len(ns) == 1:
+            ln_t = per_n[0]
+        else:
+            j = np.clip(np.searchsorted(ln_n, y, side="right") - 1, 0, len(ns) - 2)
+            f = (y - ln_n[j]) / (ln_n[j + 1] - ln_n[j])
+            lo = np.take_along_axis(per_n, j[None, ...], 0)[0]
+            hi = np.take_along_axis(per_n, (j + 1)[None, ...], 0)[0]
+            ln_t = lo + f * (hi - lo)
+        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
+        t = np.exp(ln_t) * np.maximum(M / 2.0 ** e[-1], 1.0) * np.where(n > ns[-1], ring(n) / ring(ns[-1]), 1.0)
+        return np.where(n > 1, t, 0.0)
+
+    def allreduce_source(self) -> str:
+        tab = self._allreduce_table()
+        if tab is None:
+            return "roofline"
+        r = tab[2]
+        idx = index()
+        return (f"measured: {idx.get('package', 'aiconfigurator-core')} {idx.get('package_version', '?')}, "
+                f"{r['system']} {r['framework']} {r['version']} custom all-reduce table")
 
     def _floor(self, t, flops, bytes_, precision):
         """Never faster than the chip's own roofline; finite, >= 0."""
