@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import chalk
 from chalk.analyses import simulate as sim
 from chalk.analyses.estimate import make_layout, parse_layout
-from chalk.analyses.serving import Speculation, fixed_deployment, throughput
+from chalk.analyses.serving import Speculation, fixed_deployment, prefill_step_tokens, throughput
 from chalk.errors import ChalkError, InputError, UnknownNameError
 
 
@@ -75,7 +75,8 @@ def test_fixed_mode_and_the_simulator_agree_on_tpot():
                          output_len=float(O.mean()))
     B = f["decoding_per_replica"]
     sc = sim.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=B, context=I.mean() + O.mean() / 2,
-                                      prompt_len=I.mean(), prefill_tokens=B * I.mean() / O.mean())
+                                      prompt_len=I.mean(),
+                                      prefill_tokens=float(prefill_step_tokens(B, 1.0, I.mean(), O.mean(), I.mean())[0]))
     s = sim.simulate_continuous(sim.Requests.from_arrays(np.zeros(n), I, O), sc, max_batch=64)
     assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
 

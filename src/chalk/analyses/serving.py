@@ -80,6 +80,30 @@ class Speculation:
         return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
 
 
+def prefill_step_tokens(B, e, Ip, O, piece):
+    """(prompt tokens a step carries when it carries prefill, fraction of steps that do) in aggregated serving with
+    chunked prefill: B decoding sequences emitting e tokens per step need B e Ip / O prompt tokens per step on
+    average (Ip: uncached prompt tokens, O: output tokens); engines run them as whole chunks of `piece` tokens
+    (a prompt, or the chunked-prefill budget) in some steps, not as a trickle in every step; when even every step
+    carrying a chunk is not enough, every step carries the average.
+
+    Formula: c_avg = B e Ip / O; c = max(piece, c_avg); f = c_avg / c.
+    """
+    c_avg = np.asarray(B, dtype=float) * e * Ip / max(O, 1e-9)
+    c = np.maximum(piece, c_avg)
+    return c, np.where(c > 0, c_avg / np.where(c > 0, c, 1.0), 0.0)
+
+
+def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
+    """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s)): B decoding
+    sequences of context L while prompts of I tokens (Ip uncached) are prefilled in chunks of `piece`
+    (`prefill_step_tokens`); the mean is (1 - f) pure + f chunk, a chunk's weight and expert reads counted once."""
+    c, f = prefill_step_tokens(B, e, Ip, O, piece)
+    pure = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"], dtype=float)
+    chunk = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, **kw)
+    return (1 - f) * pure + f * np.asarray(chunk["stage_time_s"], dtype=float), chunk, pure
+
+
 def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
               spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
     """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
@@ -91,10 +115,14 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     fits = (w + kv) <= usable
     q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
-    c = np.zeros_like(B) if disaggregated else B * e * I / O
     kw = dict(overhead_s=overhead_s, kernels=kernels, query_tokens=q)
-    dec = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, **kw)
-    st = np.asarray(dec["stage_time_s"], dtype=float)
+    piece = I if chunk is None else min(I, chunk)
+    if disaggregated:
+        dec = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)
+        st = np.asarray(dec["stage_time_s"], dtype=float)
+    else:
+        st, dec, pure = mixed_step_s(costs, system, tp, a, pp, ep, B, e, I, O, L, I, piece, cal, **kw)
+        first = np.asarray(dec["stage_time_s"], dtype=float)  # the step carrying a new prompt's chunk
     if spec is not None:  # the MTP head drafts K tokens, one block each, before the verify step
         st = st + S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
     tpot = P.pipeline_token_latency_s(st, pp) / e
@@ -104,12 +132,10 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
         out["ttft_s"] = np.zeros_like(B)  # filled by the prefill pool
         out["prefill_share"] = np.zeros_like(B)
     else:
-        pure = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"]
-        share = np.clip(1 - pure / dec["stage_time_s"], 0.0, 1.0)
-        piece = I if chunk is None else min(I, chunk)
-        first = stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, I, cal, **kw)["stage_time_s"]
+        mean = (st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
+                                                                  spec.draft_layers))
         out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
-        out["prefill_share"] = share
+        out["prefill_share"] = np.clip(1 - pure / mean, 0.0, 1.0)
     return out
 
 
@@ -377,15 +403,14 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
 
     def times(B):
         B = np.asarray(B, dtype=float)
-        c = np.zeros_like(B) if disagg else B * e * Ip / O
         kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
-        st = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, c, L, max(I, 1.0), cal, **kw)["stage_time_s"],
-                        dtype=float)
         if disagg:  # one prompt alone through a prefill worker of the same layout, then the first decode step
+            st = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, max(I, 1.0), cal,
+                                       **kw)["stage_time_s"], dtype=float)
             st_chunk = st
-        else:
-            st_chunk = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, max(I, 1.0), cal,
-                                             **kw)["stage_time_s"], dtype=float)
+        else:  # prompts prefilled as whole chunks in some steps (`prefill_step_tokens`), the same as the search
+            st, ch, _ = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal, **kw)
+            st_chunk = np.asarray(ch["stage_time_s"], dtype=float)
         if speculative is not None:
             st = st + S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers)
             st_chunk = st_chunk + S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
@@ -456,8 +481,10 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     I = float(getattr(input_len, "mean", input_len))
     O = float(getattr(output_len, "mean", output_len))
     b = max(float(batch), 1.0)
+    piece = I if not chunk else min(I, float(chunk))
+    c, _ = prefill_step_tokens(b, 1.0, I, O, piece)
     sc = sim.StepCost.from_step_model(m, system, lay, batch=b, context=context, prompt_len=max(I, 1.0),
-                                      prefill_tokens=b * I / max(O, 1.0), precision=costs.precision,
+                                      prefill_tokens=float(c), precision=costs.precision,
                                       kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
     n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
     reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)

@@ -102,11 +102,13 @@ class StepCost:
                         prefill_tokens: float = 0.0, precision: str | None = None, kv_precision: str | None = "auto",
                         cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
         """The one step model (`chalk.analyses.step_model`) on one replica `layout`, as the simulator's linear step
-        cost: its tangent at `batch` decoding sequences of `context` tokens plus `prefill_tokens` prompt tokens.
+        cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
+        there (pure decode), in prompt tokens its secant from none to `prefill_tokens` (a step carrying one
+        prefill chunk), so a pure decode step and a step carrying that chunk are both exact.
 
-        Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + dT/dc * (c - c0), written
-                 on the StepCost's compute line with peak 1 (its coefficients are seconds); T is the token step
-                 (PP stage steps). Exact at the reference point, first-order around it.
+        Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + (T(B, L, c0) - T0) / c0 * c,
+                 T0 = T(B, L, 0), written on the StepCost's compute line with peak 1 (its coefficients are
+                 seconds); T is the token step (PP stage steps). c0 = 0: the secant over one prompt.
         """
         from chalk.analyses.calibration import calibration
         from chalk.analyses.estimate import make_layout
@@ -132,15 +134,15 @@ class StepCost:
                             overhead_s=overhead_s)["stage_time_s"]
             return float(P.pipeline_token_latency_s(st, lay.pp))
 
-        t0 = T(B, L, c0)
+        t0 = T(B, L, 0.0)
         db = max(B * 0.05, 1.0)
-        d_seq = (T(B + db, L, c0) - T(max(B - db, 1e-3), L, c0)) / (B + db - max(B - db, 1e-3))
+        d_seq = (T(B + db, L, 0.0) - T(max(B - db, 1e-3), L, 0.0)) / (B + db - max(B - db, 1e-3))
         dl = max(L * 0.05, 1.0)
-        d_ctx = max((T(B, L + dl, c0) - T(B, max(L - dl, 1.0), c0)) / (L + dl - max(L - dl, 1.0)) / B, 0.0)
-        dc = max(c0 * 0.05, I)
-        d_tok = max((T(B, L, c0 + dc) - T(B, L, max(c0 - dc, 0.0))) / (c0 + dc - max(c0 - dc, 0.0)), 0.0)
-        per_seq = max(d_seq - d_ctx * L - d_tok, 0.0)
-        ovh = max(t0 - (d_tok * (B + c0) + per_seq * B + d_ctx * B * L), 0.0)
+        d_ctx = max((T(B, L + dl, 0.0) - T(B, max(L - dl, 1.0), 0.0)) / (L + dl - max(L - dl, 1.0)) / B, 0.0)
+        dc = c0 if c0 > 0 else I
+        d_tok = max((T(B, L, dc) - t0) / dc, 0.0)
+        per_seq = max(d_seq - d_ctx * L - d_tok, 0.0)  # a decoding sequence's token is counted in `tokens` too
+        ovh = max(t0 - (d_tok * B + per_seq * B + d_ctx * B * L), 0.0)
         w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
         usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
         seqs = max(float(usable - w), 0.0) / float(kv1) * lay.attn_dp * lay.pp if float(kv1) > 0 else math.inf
