@@ -26,7 +26,6 @@ FIT_GRID = {
     "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
     "overhead_fixed_s": (0.1e-3, 0.5e-3, 1e-3, 2e-3, 4e-3),
     "overhead_per_layer_s": (0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6),
-    "overhead_per_seq_s": (0.0, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6),
     "moe_shuffle_passes": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0),
     "overlap": (0.0, 0.25, 0.5, 0.75),
     "max_seqs_per_scheduler": (256, 512, 1024, 2048),

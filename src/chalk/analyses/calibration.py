@@ -56,9 +56,6 @@ class Calibration:
     #: scheduler hand-off, streaming the first chunk); added to TTFT only. Fitted on the TTFT rows alone
     #: (`chalk.analyses.calibrate.fit_request_latency`).
     request_latency_s: float = 0.0
-    #: Host work per sequence per step (scheduling, sampling and stop checks, detokenising, streaming): the
-    #: part of the step overhead that grows with the sequences one scheduler runs. Fitted by `chalk calibrate`.
-    overhead_per_seq_s: float = 0.0
     label: str = "calibrated"
 
     #: AMD's software stack relative to the NVIDIA-dominated constants (compute, memory multipliers): started from
@@ -201,7 +198,7 @@ CALIBRATION = Calibration(
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
-              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory", "overhead_per_seq_s")
+              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:

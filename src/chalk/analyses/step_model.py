@@ -325,13 +325,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     # ---- overhead
     ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
-    # host work grows with the sequences this step's scheduler runs (each attention-DP rank schedules its own)
-    ovh = ovh + cal.overhead_per_seq_s * (B_rank + c_rank / I)
     t_ovh = np.asarray(0.0 if ideal else ovh, dtype=float) + np.zeros(np.shape(t_pp))
     add("overhead", "overhead", np.zeros_like(t_ovh), np.zeros_like(t_ovh), t_ovh, 0.0, 0.0,
-        ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
-        + (f"; {cal.overhead_per_seq_s * 1e6:.1f} us per sequence (fitted host work)"
-           if cal.overhead_per_seq_s else ""), bound="latency")
+        "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
+        bound="latency")
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
     compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
