@@ -9,7 +9,8 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
 
 1. reads the table (figures only: latency in ms by shape), keeps the rows chalk's step model asks about
    (GEMM: bf16 / per-tensor fp8 / nvfp4; attention: full (no sliding window) heads <= 256 dims, 16-bit math;
-   MLA: DeepSeek geometry; MoE: balanced routing, gated experts, moe_tp_size 1, block fp8 where present), takes
+   MLA: DeepSeek geometry; MoE: balanced routing, gated experts, moe_tp_size 1, block fp8 where present, and
+   MXFP4 weights with 16-bit activations (w4a16) as their own key), takes
    the fastest kernel where a shape was measured with several, and holds out a random 20% of the rows
    (numpy default_rng(0) per table, rows in the table's sorted key order);
 2. fits ln(time) on a coarse grid over the family's shape features (`chalk.specs.kernels.FEATURES`, log2 axes
@@ -73,7 +74,10 @@ SOURCE_DIRS = {"gemm": ("gemm", "gemm_perf"), "mha_decode": ("attention", "gener
                "mha_prefill": ("attention", "context_attention_perf"), "mla_decode": ("mla", "generation_mla_perf"),
                "mla_prefill": ("mla", "context_mla_perf"), "moe": ("moe", "moe_perf")}
 GEMM_DT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
-MOE_DT = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4"}
+MOE_DT = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
+#: element bytes of the stored weights per table key (w4a16: MXFP4 weights, 4 bits + an 8-bit scale per 32, run
+#: with 16-bit activations on chips without an FP4 rate)
+KEY_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.53125}
 KV_DT = {"bfloat16": "bf16", "fp8": "fp8"}
 PREFER = {"gemm": ["fp8", "fp8_block"], "moe": ["fp8_block", "fp8"]}  # which table dtype stands for chalk's fp8
 #: which rows of each table were used (recorded in index.yaml)
@@ -87,7 +91,7 @@ FILTERS = {
     "mla_decode": "generation_mla: mla_dtype bfloat16; num_heads = heads per GPU; L = isl + step",
     "mla_prefill": "context_mla: mla_dtype bfloat16; num_heads = heads per GPU; q = L = isl",
     "moe": "moe_perf: distribution balanced, moe_tp_size 1, gated kernels (not *nongated); bfloat16 -> bf16, "
-           "fp8_block (else fp8) -> fp8, nvfp4 -> fp4; num_tokens = tokens entering the layer across the EP group",
+           "fp8_block (else fp8) -> fp8, nvfp4 -> fp4, w4a16_mxfp4 -> w4a16; num_tokens = tokens entering the layer across the EP group",
 }
 
 
@@ -102,7 +106,7 @@ def _one_dtype_per_key(d, column: str, names: dict, prefer_fp8: list):
     """The rows of one table dtype per chalk dtype key (bf16, fp8, fp4), tagged `dtype`: for fp8 the first of
     `prefer_fp8` present (per-tensor before block-scaled), else the first of the table's names mapping to the key."""
     keep = []
-    for key in ("bf16", "fp8", "fp4"):
+    for key in ("bf16", "fp8", "fp4", "w4a16"):
         present = [n for n, k in names.items() if k == key and n in set(d[column])]
         for n in prefer_fp8 if key == "fp8" else present:
             if n in present:
@@ -161,7 +165,7 @@ def pick_table(system: str, family: str, fw: str):
 # --------------------------------------------------------------------------- features and fit
 def features(family: str, r: pd.DataFrame):
     """Linear shape features of rows (FEATURES order) and their element bytes."""
-    eb = r.dtype.map({"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}).to_numpy()
+    eb = r.dtype.map(KEY_BYTES).to_numpy()
     g = lambda c: r[c].to_numpy(dtype=float)  # noqa: E731
     if family == "gemm":
         return (g("m"), g("n"), g("k")), eb
@@ -264,8 +268,9 @@ def predict(kp, family, r: pd.DataFrame) -> np.ndarray:
         if family == "gemm":
             out[idx] = kp.gemm_time_s(s("m"), s("n"), s("k"), dt)
         elif family == "moe":
+            math_dt, w = ("bf16", "mxfp4") if dt == "w4a16" else (dt, None)
             out[idx] = kp.moe_time_s(s("tokens"), s("hidden"), s("moe_inter"), s("num_experts"), s("top_k"),
-                                     s("ep"), dt)
+                                     s("ep"), math_dt, weight_precision=w)
         else:
             kind, phase = family.split("_")
             heads = s("heads")

@@ -38,9 +38,10 @@ def _predict(r: dict) -> float:
     fam = r["family"]
     if fam == "gemm":
         return float(kp.gemm_time_s(f("m"), f("n"), f("k"), r["dtype"]))
-    if fam == "moe":
+    if fam == "moe":  # w4a16: MXFP4 weights under 16-bit math (the mixed-input kernels' own table)
+        dt, w = ("bf16", "mxfp4") if r["dtype"] == "w4a16" else (r["dtype"], None)
         return float(kp.moe_time_s(f("tokens"), f("hidden"), f("moe_inter"), f("num_experts"), f("top_k"), f("ep"),
-                                   r["dtype"]))
+                                   dt, weight_precision=w))
     kind, phase = fam.split("_")
     kvh = f("kv_heads") if kind == "mha" else f("heads")
     hd = f("head_dim") if kind == "mha" else 128.0
@@ -337,3 +338,17 @@ def test_allreduce_holdout_recorded_and_small_messages_use_the_table():
     assert 160 * 3.0e-6 < ar["time_s"] < 160 * 6.0e-6
     amd = chalk.estimate("llama-3.1-70b", "mi300x", 1, 4096, layout="tp=8")
     assert next(o for o in amd.ops if o["name"] == "allreduce")["source"] == "roofline (link)"
+
+
+def test_mxfp4_experts_on_hopper_take_the_mixed_input_kernels():
+    """aiconfigurator-core 0.12.0 h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, w4a16_mxfp4, gpt-oss-120b's
+    experts (hidden 2880, intermediate 2880, 128 experts, top-4, EP 1), 16,384 tokens: 8.61 ms, about 2x what a
+    BF16 grouped GEMM of that shape takes: the mixed-input kernels dequantise in the loop."""
+    kp = kernel_profile(load_chip("h200"))
+    t = float(kp.moe_time_s(16384, 2880, 2880, 128, 4, 1, "bf16", weight_precision="mxfp4"))
+    assert t == pytest.approx(8.61e-3, rel=0.15)
+    assert t > 1.6 * float(kp.moe_time_s(16384, 2880, 2880, 128, 4, 1, "bf16"))
+    import chalk
+
+    e = chalk.estimate("gpt-oss-120b", "h200", 64, 2048, layout="tp=1", precision="mxfp4")
+    assert next(o for o in e.ops if o["name"] == "experts")["source"] == "measured table"

@@ -249,8 +249,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / (tm.bw * tm.em)
         if kp is not None:
+            # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
+            wp = costs.expert_precision if bw_e < bytes_per_element(tm.expert_dtype) else None
             tk = np.asarray(kp.moe_time_s(np.maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
-                                          m.experts_per_token, ep, tm.expert_dtype), dtype=float)
+                                          m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp), dtype=float)
             tk = tk * n_moe * imbalance * tm.k_c / np.where(a > 1, 1.0, tp / np.maximum(ep, 1.0))
             t_c = f_exp / (tm.peak_expert * tm.ec)
             t, src = np.where(T_stage > 0, tk, 0.0), tm.ksrc("moe")

@@ -54,7 +54,7 @@ MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_deco
 EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
              "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
 #: table dtype keys tried for a precision, nearest first
-_CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8")}
+_CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
 
 
 def dtype_key(precision: str) -> str:
@@ -294,11 +294,11 @@ class KernelProfile:
                 return c
         return None
 
-    def _grid(self, family: str, precision: str, elem_bytes: float, peak_precision: str):
+    def _grid(self, family: str, precision: str, elem_bytes: float, peak_precision: str, table_key=None):
         """ln of the node times on this chip, made non-decreasing along the family's size axes."""
-        key = (family, precision, elem_bytes, peak_precision)
+        key = (family, precision, elem_bytes, peak_precision, table_key)
         if key not in self._grids:
-            found = self._lookup(family, dtype_key(precision))
+            found = self._lookup(family, table_key or dtype_key(precision))
             if found is None:
                 raise InputError(f"no kernel data for {family} on {self.chip.id}")
             data, passes, desc = found
@@ -316,9 +316,9 @@ class KernelProfile:
             self._grids[key] = (np.log(t).ravel(), passes, desc, float((r / t).max()))
         return self._grids[key]
 
-    def _time(self, family, precision, elem_bytes, f, peak_precision=None):
+    def _time(self, family, precision, elem_bytes, f, peak_precision=None, table_key=None):
         """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges."""
-        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision)
+        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision, table_key)
         ax = axes(family)
         cols, w = corner_weights(ax, clamp_log2(ax, f))
         return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
@@ -380,7 +380,8 @@ class KernelProfile:
     def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
         """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
         group, the experts are split over `ep` GPUs, routing is balanced (chalk applies the busiest-GPU factor
-        itself). `weight_precision` as in `gemm_time_s`."""
+        itself). `weight_precision` as in `gemm_time_s`; 4-bit weights under 16-bit math (MXFP4 on a chip
+        without an FP4 rate) take the measured mixed-input kernels' table (key w4a16) where there is one."""
         T = _check("tokens", tokens)
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
@@ -393,7 +394,8 @@ class KernelProfile:
         c = K.moe_local_copies(T, k, ep)
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
         # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
-        t, passes = self._time("moe", p, eb, (c / el, el, h, i))
+        mixed = weight_precision is not None and eb < 1 and dtype_key(p) == "bf16"
+        t, passes = self._time("moe", p, eb, (c / el, el, h, i), table_key="w4a16" if mixed else None)
         t = t + K.moe_routing_bytes(T, k, h, passes) / bw
         return self._floor(t, fl, by, p)
 
