@@ -317,11 +317,12 @@ def test_overload_is_flagged_when_arrivals_outrun_the_train():
 
 
 def test_cli_warns_on_overload_and_plots_the_run_it_simulated(tmp_path):
+    # 800 requests/s: about twice what one H100 serves of llama-3.1-8b at these lengths (~380/s), so the queue grows
     import subprocess
     import sys
 
     base = [sys.executable, "-m", "chalk.faces.cli", "simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
-    p = subprocess.run(base + ["--rate", "400", "-n", "20000", "--prefill-chunk", "512"], capture_output=True,
+    p = subprocess.run(base + ["--rate", "800", "-n", "20000", "--prefill-chunk", "512"], capture_output=True,
                        text=True, timeout=300, env={**__import__("os").environ, "COLUMNS": "200"})
     assert p.returncode == 0, p.stderr
     assert "warning: arrivals exceed capacity" in p.stdout
