@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
+from bisect import bisect_right
 from functools import lru_cache
 
 import numpy as np
 
 from chalk.equations import kernels as K
+from chalk.equations.num import maximum, where
 from chalk.errors import InputError
 from chalk.specs.precision import bytes_per_element, canonical
 
@@ -49,6 +52,10 @@ FEATURES = {
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
+#: axes that vary from one question to the next for a model on a layout (rows, batch, context, tokens); the other
+#: axes (the layer's shape on one GPU) are fixed there, so the grid reduces exactly to these (`_Slice`)
+VARYING = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
+           "moe": (0,)}
 #: how the work grows with each feature past the grid's last node (time scales as (x / x_max)^p: a bigger problem
 #: is run as several grid-sized ones; causal prefill length enters squared; group size is intensive)
 EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
@@ -243,6 +250,12 @@ def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip):
 
 
 def _check(name, x, positive=False):
+    """`x` validated: finite and >= 0 (> 0 with `positive`); a float for one number (or a 0-d array), else an
+    array."""
+    if type(x) is float or type(x) is int or isinstance(x, (np.floating, np.integer)):  # one number: no array
+        v = float(x)
+        if math.isfinite(v) and (v > 0 if positive else v >= 0):
+            return v
     try:
         a = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -251,7 +264,82 @@ def _check(name, x, positive=False):
     if np.any(bad):
         v = a[bad].ravel()[0] if a.ndim else a
         raise InputError(f"{name} must be finite and {'> 0' if positive else '>= 0'}, got {float(v)!r}")
-    return a
+    return float(a) if a.ndim == 0 else a
+
+
+def _broadcast(*xs):
+    """`np.broadcast_arrays` of checked inputs; floats stay floats when every input is one number."""
+    if all(type(x) is float for x in xs):
+        return xs
+    return np.broadcast_arrays(*xs)
+
+
+def _cut(ln_n, lt, y):
+    """Rows `lt` (one per log GPU count `ln_n`) interpolated linearly to log count `y`."""
+    j = min(max(bisect_right(ln_n.tolist(), y) - 1, 0), len(ln_n) - 2)
+    f = (y - ln_n[j]) / (ln_n[j + 1] - ln_n[j])
+    return lt[j] + f * (lt[j + 1] - lt[j])
+
+
+class _Slice:
+    """A kernel grid cut at one fixed layer shape: ln time over the `VARYING` axes only.
+
+    Multilinear interpolation is separable, so interpolating the grid first along its fixed axes (at the layer's
+    shape) and then along the varying ones gives exactly the full interpolation (up to rounding): a GEMM of fixed
+    (n, k) is a 1-D table over m, attention of fixed heads a 2-D one over batch x context, experts of fixed size a
+    1-D one over tokens. One number is looked up with `bisect` and `math`, arrays with `corner_weights`."""
+
+    def __init__(self, family: str, ln_t, fixed: tuple):
+        ax = axes(family)
+        var = VARYING[family]
+        rest = [j for j in range(len(ax)) if j not in var]
+        grid = np.transpose(ln_t.reshape([len(a) for a in ax]), list(var) + rest)
+        grid = grid.reshape(int(np.prod([len(ax[j]) for j in var])), -1)
+        fax = [ax[j] for j in rest]
+        cols, w = corner_weights(fax, clamp_log2(fax, [np.asarray(v, dtype=float) for v in fixed]))
+        self.axes = [ax[j] for j in var]
+        self.ln_t = (grid[:, cols] * w).sum(-1)
+        self.family = family
+        # past the grid's edge the time scales with the work (`beyond_grid`): the fixed axes' part is one factor
+        self.edge = float(np.prod([max(v / 2.0 ** ax[j][-1], 1.0) ** EXPONENTS[family][j]
+                                   for j, v in zip(rest, fixed) if EXPONENTS[family][j]]))
+        self.exps = tuple(EXPONENTS[family][j] for j in var)
+        self.tops = tuple(2.0 ** float(a[-1]) for a in self.axes)
+        self.lists = tuple([float(v) for v in a] for a in self.axes)
+        self.values = self.ln_t.reshape([len(a) for a in self.axes]).tolist()
+
+    def time(self, f):
+        """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
+        if all(type(x) is float for x in f):
+            return self._one(f)
+        cols, w = corner_weights(self.axes, clamp_log2(self.axes, f))
+        out = np.exp((self.ln_t[cols] * w).sum(-1)) * self.edge
+        for x, p, top in zip(f, self.exps, self.tops):
+            if p:
+                out = out * np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
+        return out
+
+    def _one(self, f):
+        idx, fr = [], []
+        for x, a in zip(f, self.lists):
+            y = min(max(math.log2(x if x > 1e-30 else 1e-30), a[0]), a[-1])
+            i = min(max(bisect_right(a, y) - 1, 0), len(a) - 2)
+            idx.append(i)
+            fr.append(min(max((y - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
+        v = self.values
+        if len(f) == 1:
+            (i,), (u,) = idx, fr
+            ln = v[i] * (1.0 - u) + v[i + 1] * u
+        else:
+            (i, j), (u, w) = idx, fr
+            lo, hi = v[i], v[i + 1]
+            ln = (lo[j] * ((1.0 - u) * (1.0 - w)) + lo[j + 1] * ((1.0 - u) * w)
+                  + hi[j] * (u * (1.0 - w)) + hi[j + 1] * (u * w))
+        t = math.exp(ln) * self.edge
+        for x, p, top in zip(f, self.exps, self.tops):
+            if p and x > top:
+                t *= (x / top) ** p
+        return t
 
 
 # --------------------------------------------------------------------------- the profile
@@ -267,6 +355,9 @@ class KernelProfile:
         ref = (index().get("systems") or {}).get(system, {}).get("reference") if system else None
         self._ref = ref or None  # rates the measured grids were normalised by
         self._grids: dict = {}
+        self._slices: dict = {}
+        self._sources: dict = {}
+        self._allreduce_rows: dict = {}
 
     # ---- rates
     def _rates(self, precision: str, own: bool = False):
@@ -317,8 +408,21 @@ class KernelProfile:
         return self._grids[key]
 
     def _time(self, family, precision, elem_bytes, f, peak_precision=None, table_key=None):
-        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges."""
-        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision, table_key)
+        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges.
+        Where the layer's shape (the axes not in `VARYING`) is one number each, the grid cut there (`_Slice`,
+        kept per shape) answers."""
+        key = (family, precision, elem_bytes, peak_precision or precision, table_key)
+        ln_t, passes, _, _ = self._grid(*key)
+        var = VARYING[family]
+        fixed = tuple(x for j, x in enumerate(f) if j not in var)
+        if all(type(x) is float or np.ndim(x) == 0 for x in fixed):
+            skey = (key, tuple(float(x) for x in fixed))
+            sl = self._slices.get(skey)
+            if sl is None:
+                if len(self._slices) >= 4096:
+                    self._slices.clear()
+                sl = self._slices[skey] = _Slice(family, ln_t, skey[1])
+            return sl.time(tuple(f[j] for j in var)), passes
         ax = axes(family)
         cols, w = corner_weights(ax, clamp_log2(ax, f))
         return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
@@ -328,7 +432,7 @@ class KernelProfile:
         """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...).
         `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
         e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
-        m, n, k = np.broadcast_arrays(_check("m", m), _check("n", n), _check("k", k))
+        m, n, k = _broadcast(_check("m", m), _check("n", n), _check("k", k))
         p = canonical(dtype)
         eb = bytes_per_element(weight_precision or p)
         t, _ = self._time("gemm", p, eb, (m, n, k))
@@ -343,7 +447,7 @@ class KernelProfile:
         b, q, L = _check("batch", batch), _check("q", q), _check("L", L)
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
-        b, q, L, h, kvh, hd = np.broadcast_arrays(b, q, L, h, kvh, hd)
+        b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
         kvp = canonical(kv_precision)
         eb = bytes_per_element(kvp)
         key = "bf16" if eb >= 2 else "fp8"
@@ -361,9 +465,9 @@ class KernelProfile:
             t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
             # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
             eta_c = self._grid(f"{kind}_prefill", key, eb, "bf16")[3]
-            t = np.maximum(t, fq / (peak * max(eta_c, 1e-3)))
+            t = maximum(t, fq / (peak * max(eta_c, 1e-3)))
             return self._floor(t, fq, by, "bf16")
-        bb = np.maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
+        bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
         if kind == "mha":
             f = (bb * h, q, h / kvh, hd)
             fl = K.prefill_attention_flops(bb, q, L, h, hd)
@@ -373,8 +477,8 @@ class KernelProfile:
             fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
         t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
         # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
-        t = t * K.causal_pairs(q, L) / np.maximum(K.causal_pairs(q, q), 1e-30)
-        frac = np.where(b < 1.0, b, 1.0)
+        t = t * K.causal_pairs(q, L) / maximum(K.causal_pairs(q, q), 1e-30)
+        frac = where(b < 1.0, b, 1.0)
         return self._floor(t * frac, fl * frac, by * frac, "bf16")
 
     def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
@@ -386,11 +490,11 @@ class KernelProfile:
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
                                                                     ("top_k", top_k), ("ep", ep)))
-        T, h, i, E, k, ep = np.broadcast_arrays(T, h, i, E, k, ep)
+        T, h, i, E, k, ep = _broadcast(T, h, i, E, k, ep)
         p = canonical(dtype)
         eb = bytes_per_element(weight_precision or p)
         _, bw = self._rates(p)
-        el = np.maximum(E / ep, 1.0)
+        el = maximum(E / ep, 1.0)
         c = K.moe_local_copies(T, k, ep)
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
         # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
@@ -421,7 +525,23 @@ class KernelProfile:
         ns, lt, _ = tab
         M = _check("message_bytes", message_bytes)
         n = _check("n", n)
-        M, n = np.broadcast_arrays(M, n)
+        M, n = _broadcast(M, n)
+        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
+        if type(M) is float:  # one message over one group: the group's row (cut once per n), then 1-D in size
+            if n <= 1:
+                return 0.0
+            row = self._allreduce_rows.get(n)
+            if row is None:
+                e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
+                y = min(max(math.log2(max(n, 2.0)), float(np.log2(ns[0]))), float(np.log2(ns[-1])))
+                row = lt[0] if len(ns) == 1 else _cut(np.log2(ns), lt, y)
+                grow = float(ring(n) / ring(ns[-1])) if n > ns[-1] else 1.0
+                row = self._allreduce_rows[n] = (e.tolist(), row.tolist(), grow)
+            es, ys, grow = row
+            x = min(max(math.log2(max(M, 1.0)), es[0]), es[-1])
+            i = min(max(bisect_right(es, x) - 1, 0), len(es) - 2)
+            ln_t = ys[i] + (x - es[i]) / (es[i + 1] - es[i]) * (ys[i + 1] - ys[i])
+            return math.exp(ln_t) * max(M / 2.0 ** es[-1], 1.0) * grow
         e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
         x = np.clip(np.log2(np.maximum(M, 1.0)), e[0], e[-1])
         ln_n = np.log2(ns)
@@ -435,7 +555,6 @@ class KernelProfile:
             lo = np.take_along_axis(per_n, j[None, ...], 0)[0]
             hi = np.take_along_axis(per_n, (j + 1)[None, ...], 0)[0]
             ln_t = lo + f * (hi - lo)
-        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
         t = np.exp(ln_t) * np.maximum(M / 2.0 ** e[-1], 1.0) * np.where(n > ns[-1], ring(n) / ring(ns[-1]), 1.0)
         return np.where(n > 1, t, 0.0)
 
@@ -451,11 +570,18 @@ class KernelProfile:
     def _floor(self, t, flops, bytes_, precision):
         """Never faster than the chip's own roofline; finite, >= 0."""
         peak, bw = self._rates(precision, own=True)
-        t = np.maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        t = maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        if type(t) is float:
+            return t if math.isfinite(t) else 0.0
         return np.where(np.isfinite(t), t, 0.0)
 
     def source(self, kind: str) -> str:
         """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""
+        if kind not in self._sources:
+            self._sources[kind] = self._source(kind)
+        return self._sources[kind]
+
+    def _source(self, kind: str) -> str:
         fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",)}.get(kind)
         if fams is None:
             raise InputError(f"kernel kind must be 'gemm', 'attention' or 'moe', got {kind!r}")
