@@ -10,8 +10,14 @@ import numpy as np
 from chalk.equations import attention as attn
 from chalk.equations import moe
 from chalk.equations import params as P
+from chalk.equations.num import flt
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
+
+
+def _like(x, value):
+    """`value` in the shape of `x` (an array or a number)."""
+    return np.full(x.shape, float(value)) if isinstance(x, np.ndarray) else flt(value)
 
 
 @dataclass(frozen=True)
@@ -129,15 +135,15 @@ class ModelSizes:
         Refined MoE form: non-expert weights (less the input-embedding lookup) plus, in each MoE
         layer, the expected distinct experts the tokens touch, E * (1 - (1 - k/E)^B).
         """
-        tokens = np.asarray(tokens, dtype=float)
+        tokens = flt(tokens)
         if not refined:
-            return np.broadcast_to(self.weight_bytes(precision), tokens.shape).astype(float)
+            return _like(tokens, self.weight_bytes(precision))
         main, expert = self._precisions(precision)
         lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
         dense = (self.dense_params - lookup) * main
         m = self.model
         if not m.is_moe:
-            return np.broadcast_to(dense, tokens.shape).astype(float)
+            return _like(tokens, dense)
         touched = moe.expected_distinct_experts(m.num_experts, m.experts_per_token, tokens)
         return dense + m.n_moe_layers * touched * self.params_per_expert * expert
 
@@ -170,7 +176,7 @@ class ModelSizes:
     def kv_bytes_per_sequence(self, context, kv_precision: str = "bf16"):
         """Bytes of KV cache one sequence of `context` tokens holds."""
         m = self.model
-        L = np.asarray(context, dtype=float)
+        L = flt(context)
         per_layer = self._kv_layer_bytes(kv_precision)
         full = m.n_full_layers * per_layer * L
         window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
@@ -184,7 +190,7 @@ class ModelSizes:
         (block-sparse attention) to the full-attention layers instead.
         """
         m = self.model
-        L = np.asarray(context, dtype=float)
+        L = flt(context)
         per_layer = self._kv_layer_bytes(kv_precision)
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
@@ -204,7 +210,7 @@ class ModelSizes:
     def attention_flops_per_token(self, context, sparse_law: str | None = None):
         """Attention FLOPs of one decode token at `context`, summed over layers."""
         m = self.model
-        L = np.asarray(context, dtype=float)
+        L = flt(context)
         qk, v = self._attn_dims("decode")
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
@@ -232,7 +238,7 @@ class ModelSizes:
 
     def prefill_flops(self, prompt_len):
         """FLOPs to prefill one prompt of `prompt_len` tokens."""
-        P_ = np.asarray(prompt_len, dtype=float)
+        P_ = flt(prompt_len)
         return 2 * self.active_matmul_params * P_ + self.prefill_attention_flops(P_)
 
     def summary(self, kv_precision: str = "bf16", precision: str | None = None) -> dict:

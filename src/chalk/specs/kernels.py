@@ -269,7 +269,7 @@ def _check(name, x, positive=False):
 
 def _broadcast(*xs):
     """`np.broadcast_arrays` of checked inputs; floats stay floats when every input is one number."""
-    if all(type(x) is float for x in xs):
+    if all(isinstance(x, float) for x in xs):
         return xs
     return np.broadcast_arrays(*xs)
 
@@ -310,7 +310,7 @@ class _Slice:
 
     def time(self, f):
         """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
-        if all(type(x) is float for x in f):
+        if all(isinstance(x, float) for x in f):
             return self._one(f)
         cols, w = corner_weights(self.axes, clamp_log2(self.axes, f))
         out = np.exp((self.ln_t[cols] * w).sum(-1)) * self.edge
@@ -415,7 +415,7 @@ class KernelProfile:
         ln_t, passes, _, _ = self._grid(*key)
         var = VARYING[family]
         fixed = tuple(x for j, x in enumerate(f) if j not in var)
-        if all(type(x) is float or np.ndim(x) == 0 for x in fixed):
+        if all(isinstance(x, float) or np.ndim(x) == 0 for x in fixed):
             skey = (key, tuple(float(x) for x in fixed))
             sl = self._slices.get(skey)
             if sl is None:
@@ -527,7 +527,7 @@ class KernelProfile:
         n = _check("n", n)
         M, n = _broadcast(M, n)
         ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
-        if type(M) is float:  # one message over one group: the group's row (cut once per n), then 1-D in size
+        if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
             if n <= 1:
                 return 0.0
             row = self._allreduce_rows.get(n)
@@ -571,7 +571,7 @@ class KernelProfile:
         """Never faster than the chip's own roofline; finite, >= 0."""
         peak, bw = self._rates(precision, own=True)
         t = maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
-        if type(t) is float:
+        if isinstance(t, float):
             return t if math.isfinite(t) else 0.0
         return np.where(np.isfinite(t), t, 0.0)
 
