@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -263,3 +263,9 @@ class ModelSizes:
             "source": m.source,
         }
         return d
+
+
+@lru_cache(maxsize=256)
+def sizes(model: ModelSpec) -> ModelSizes:
+    """`ModelSizes(model)`, built once per model so that its cached parameter counts are computed once."""
+    return ModelSizes(model)

@@ -53,6 +53,11 @@ def zeros_like(x):
     return np.zeros_like(x) if isinstance(x, np.ndarray) else _F64(0.0)
 
 
+def ones_like(x):
+    """`np.ones_like(x)` of a float array; 1.0 (a numpy float64) for a number."""
+    return np.ones_like(x) if isinstance(x, np.ndarray) else _F64(1.0)
+
+
 def every(cond) -> bool:
     """`bool(np.all(cond))`."""
     return bool(cond) if type(cond) in _BOOL else bool(np.all(cond))

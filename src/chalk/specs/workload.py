@@ -26,6 +26,11 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
              scalar: bool = False):
     """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`. `scalar`: one
     number, not a list or an array."""
+    t = type(value)
+    if t is float or t is int or t is np.float64:  # one plain number inside the bounds: no array needed
+        v = float(value)
+        if (v > 0 or (allow_zero and v == 0)) and v <= maximum and (not integer or v == math.floor(v)):
+            return int(v) if integer else v
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError, OverflowError):
