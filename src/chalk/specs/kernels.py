@@ -52,8 +52,9 @@ FEATURES = {
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
-#: axes that vary from one question to the next for a model on a layout (rows, batch, context, tokens); the other
-#: axes (the layer's shape on one GPU) are fixed there, so the grid reduces exactly to these (`_Slice`)
+#: axes that vary from one question to the next for a model on a layout (rows, batch, context, tokens: always the
+#: first ones); the other axes (the layer's shape on one GPU) are fixed there, so the grid reduces exactly to these
+#: (`_Slice`)
 VARYING = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
            "moe": (0,)}
 #: how the work grows with each feature past the grid's last node (time scales as (x / x_max)^p: a bigger problem
@@ -62,6 +63,13 @@ EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2
              "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
+
+
+@lru_cache(maxsize=256)
+def _precision(dtype: str, weight_precision: str | None) -> tuple[str, float]:
+    """(canonical math precision, bytes per stored weight element)."""
+    p = canonical(dtype)
+    return p, bytes_per_element(weight_precision or p)
 
 
 def dtype_key(precision: str) -> str:
@@ -310,7 +318,7 @@ class _Slice:
 
     def time(self, f):
         """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
-        if all(isinstance(x, float) for x in f):
+        if _floats(f):
             return self._one(f)
         cols, w = corner_weights(self.axes, clamp_log2(self.axes, f))
         out = np.exp((self.ln_t[cols] * w).sum(-1)) * self.edge
@@ -320,18 +328,13 @@ class _Slice:
         return out
 
     def _one(self, f):
-        idx, fr = [], []
-        for x, a in zip(f, self.lists):
-            y = min(max(math.log2(x if x > 1e-30 else 1e-30), a[0]), a[-1])
-            i = min(max(bisect_right(a, y) - 1, 0), len(a) - 2)
-            idx.append(i)
-            fr.append(min(max((y - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
         v = self.values
         if len(f) == 1:
-            (i,), (u,) = idx, fr
+            i, u = _cell(self.lists[0], f[0])
             ln = v[i] * (1.0 - u) + v[i + 1] * u
         else:
-            (i, j), (u, w) = idx, fr
+            i, u = _cell(self.lists[0], f[0])
+            j, w = _cell(self.lists[1], f[1])
             lo, hi = v[i], v[i + 1]
             ln = (lo[j] * ((1.0 - u) * (1.0 - w)) + lo[j + 1] * ((1.0 - u) * w)
                   + hi[j] * (u * (1.0 - w)) + hi[j + 1] * (u * w))
@@ -340,6 +343,25 @@ class _Slice:
             if p and x > top:
                 t *= (x / top) ** p
         return t
+
+
+def _cell(a: list, x: float) -> tuple[int, float]:
+    """The cell of the sorted nodes `a` that holds log2(x) clamped to them, and the fraction across it (as
+    `corner_weights` finds them: the first cell at or below the first node, the last one at or past the last)."""
+    y = math.log2(x) if x > 1e-30 else math.log2(1e-30)
+    if y <= a[0]:
+        return 0, 0.0
+    if y >= a[-1]:
+        return len(a) - 2, 1.0
+    i = bisect_right(a, y) - 1
+    return i, (y - a[i]) / (a[i + 1] - a[i])
+
+
+def _floats(xs) -> bool:
+    for x in xs:
+        if not isinstance(x, float):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- the profile
@@ -358,10 +380,17 @@ class KernelProfile:
         self._slices: dict = {}
         self._sources: dict = {}
         self._allreduce_rows: dict = {}
+        self._rate_memo: dict = {}
 
     # ---- rates
     def _rates(self, precision: str, own: bool = False):
         """(peak FLOP/s at `precision`, HBM B/s): the measured system's reference rates, else the chip's."""
+        r = self._rate_memo.get((precision, own))
+        if r is None:
+            r = self._rate_memo[(precision, own)] = self._rates_of(precision, own)
+        return r
+
+    def _rates_of(self, precision: str, own: bool):
         if self._ref and not own:
             peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
             return float(peak), float(self._ref["hbm"])
@@ -412,17 +441,19 @@ class KernelProfile:
         Where the layer's shape (the axes not in `VARYING`) is one number each, the grid cut there (`_Slice`,
         kept per shape) answers."""
         key = (family, precision, elem_bytes, peak_precision or precision, table_key)
-        ln_t, passes, _, _ = self._grid(*key)
-        var = VARYING[family]
-        fixed = tuple(x for j, x in enumerate(f) if j not in var)
-        if all(isinstance(x, float) or np.ndim(x) == 0 for x in fixed):
-            skey = (key, tuple(float(x) for x in fixed))
-            sl = self._slices.get(skey)
-            if sl is None:
+        nv = len(VARYING[family])  # the varying axes come first
+        fixed = tuple(f[nv:])
+        if not _floats(fixed) and all(np.ndim(x) == 0 for x in fixed):
+            fixed = tuple(float(x) for x in fixed)  # 0-d arrays
+        if _floats(fixed):
+            hit = self._slices.get((key, fixed))
+            if hit is None:
                 if len(self._slices) >= 4096:
                     self._slices.clear()
-                sl = self._slices[skey] = _Slice(family, ln_t, skey[1])
-            return sl.time(tuple(f[j] for j in var)), passes
+                ln_t, passes, _, _ = self._grid(*key)
+                hit = self._slices[(key, fixed)] = (_Slice(family, ln_t, fixed), passes)
+            return hit[0].time(tuple(f[:nv])), hit[1]
+        ln_t, passes, _, _ = self._grid(*key)
         ax = axes(family)
         cols, w = corner_weights(ax, clamp_log2(ax, f))
         return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
@@ -433,8 +464,7 @@ class KernelProfile:
         `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
         e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
         m, n, k = _broadcast(_check("m", m), _check("n", n), _check("k", k))
-        p = canonical(dtype)
-        eb = bytes_per_element(weight_precision or p)
+        p, eb = _precision(dtype, weight_precision)
         t, _ = self._time("gemm", p, eb, (m, n, k))
         return self._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), p)
 
@@ -448,8 +478,7 @@ class KernelProfile:
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
         b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
-        kvp = canonical(kv_precision)
-        eb = bytes_per_element(kvp)
+        _, eb = _precision(kv_precision, None)
         key = "bf16" if eb >= 2 else "fp8"
         peak, _ = self._rates("bf16")
         fam = f"{kind}_{phase}"
@@ -491,8 +520,7 @@ class KernelProfile:
                                                                     ("num_experts", num_experts),
                                                                     ("top_k", top_k), ("ep", ep)))
         T, h, i, E, k, ep = _broadcast(T, h, i, E, k, ep)
-        p = canonical(dtype)
-        eb = bytes_per_element(weight_precision or p)
+        p, eb = _precision(dtype, weight_precision)
         _, bw = self._rates(p)
         el = maximum(E / ep, 1.0)
         c = K.moe_local_copies(T, k, ep)
