@@ -152,6 +152,23 @@ class ModelSizes:
         return float(moe.sparsity(self.total_params, self.active_params))
 
     # ------------------------------------------------------------------ KV cache
+    @cached_property
+    def _per_precision(self) -> dict:
+        """(per-layer KV bytes, per-layer indexer key bytes) per KV precision name, worked out once."""
+        return {}
+
+    @cached_property
+    def _layer_counts(self) -> tuple[int, int, int]:
+        """(full-attention layers, sliding-window layers, layers)."""
+        return self.model.n_full_layers, self.model.n_sliding_layers, self.model.num_layers
+
+    def _kv_bytes(self, kv_precision: str) -> tuple[float, float]:
+        hit = self._per_precision.get(kv_precision)
+        if hit is None:
+            hit = self._per_precision[kv_precision] = (self._kv_layer_bytes(kv_precision),
+                                                       self._indexer_layer_bytes(kv_precision))
+        return hit
+
     def _kv_layer_bytes(self, kv_precision: str) -> float:
         m, b = self.model, bytes_per_element(kv_precision)
         if m.attention == "mla":
@@ -177,10 +194,11 @@ class ModelSizes:
         """Bytes of KV cache one sequence of `context` tokens holds."""
         m = self.model
         L = flt(context)
-        per_layer = self._kv_layer_bytes(kv_precision)
-        full = m.n_full_layers * per_layer * L
-        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+        per_layer, indexer = self._kv_bytes(kv_precision)
+        n_full, n_sliding, n_layers = self._layer_counts
+        full = n_full * per_layer * L
+        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + n_layers * indexer * L
 
     def kv_read_bytes_per_sequence(self, context, kv_precision: str = "bf16", sparse_law: str | None = None):
         """KV bytes one decode step reads for one sequence at `context`.
@@ -191,12 +209,13 @@ class ModelSizes:
         """
         m = self.model
         L = flt(context)
-        per_layer = self._kv_layer_bytes(kv_precision)
+        per_layer, indexer = self._kv_bytes(kv_precision)
+        n_full, n_sliding, n_layers = self._layer_counts
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
-        full = m.n_full_layers * per_layer * read_full
-        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+        full = n_full * per_layer * read_full
+        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + n_layers * indexer * L
 
     # ------------------------------------------------------------------ FLOPs
     def _attn_dims(self, phase: str) -> tuple[float, float]:
@@ -214,8 +233,9 @@ class ModelSizes:
         qk, v = self._attn_dims("decode")
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
-        f = m.n_full_layers * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
-        f = f + m.n_sliding_layers * attn.attention_flops_per_query_token(
+        n_full, n_sliding, _ = self._layer_counts
+        f = n_full * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
+        f = f + n_sliding * attn.attention_flops_per_query_token(
             attn.effective_context(L, window=m.sliding_window), m.num_heads, qk, v)
         if m.is_dsa:  # the indexer scores every cached token with every indexer head
             f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * L
@@ -230,8 +250,9 @@ class ModelSizes:
         m = self.model
         qk, v = self._attn_dims("prefill")
         per_pair = 2 * m.num_heads * (qk + v)
-        f = m.n_full_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.index_topk or None)
-        f = f + m.n_sliding_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.sliding_window)
+        n_full, n_sliding, _ = self._layer_counts
+        f = n_full * per_pair * attn.causal_prefix_sum(prompt_len, m.index_topk or None)
+        f = f + n_sliding * per_pair * attn.causal_prefix_sum(prompt_len, m.sliding_window)
         if m.is_dsa:
             f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * attn.causal_prefix_sum(prompt_len)
         return f
