@@ -22,6 +22,7 @@ throughput search times thousands of points in one call. The op times add up to 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,6 +58,8 @@ class Op:
     def at(self, i=None) -> dict:
         """The op as plain floats (point `i` of an array evaluation)."""
         def pick(v):
+            if isinstance(v, (float, int, str)):  # one point (a numpy float64 is a float)
+                return v
             a = np.asarray(v)
             return a.item() if a.ndim == 0 else a.ravel()[i].item()
         return {"name": self.name, "kind": self.kind, "flops": float(pick(self.flops)),
@@ -64,6 +67,7 @@ class Op:
                 "bound": str(pick(self.bound)), "source": self.source, "detail": self.detail}
 
 
+@lru_cache(maxsize=1024)
 def _short(detail: str) -> str:
     """The source category of a timing description."""
     d = detail.lower()
@@ -76,6 +80,11 @@ def _short(detail: str) -> str:
     if "calibrated" in d:
         return "calibrated roofline"
     return "roofline"
+
+
+def _nothing(x) -> bool:
+    """`x` is one number and not > 0: `where(x > 0, time, 0.0)` is 0 whatever the time, so it need not be looked up."""
+    return isinstance(x, float) and not x > 0
 
 
 def _bound(compute_s, memory_s):
@@ -217,7 +226,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
     t, src = maximum(t_c, t_m), tm.roofline_source
     kp = tm.kernels
-    if kp is not None:
+    if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
+        t, src = 0.0, tm.ksrc("attention")
+    elif kp is not None:
         kind = "mla" if m.attention == "mla" else "mha"
         L_eff = costs.kv_read_bytes(L) / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
         heads = maximum(m.num_heads / tp, 1.0)
@@ -231,7 +242,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
     t_c, t_m = f_ap / (tm.peak_attn * tm.ec), kv_write / (tm.bw * tm.em)
     t, src = maximum(t_c, t_m), tm.roofline_source
-    if kp is not None:
+    if kp is not None and _nothing(c_rank):  # one step without prompt tokens
+        t, src = 0.0, tm.ksrc("attention")
+    elif kp is not None:
         kind = "mla" if m.attention == "mla" else "mha"
         heads = maximum(m.num_heads / tp, 1.0)
         kvh = maximum(m.num_kv_heads * shard, 1.0)
@@ -379,7 +392,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     stage = base + sync
 
     def total(names, attr="time_s"):
-        return sum((flt(getattr(ops[n], attr)) for n in names if n in ops), zeros_like(stage))
+        return sum((getattr(ops[n], attr) for n in names if n in ops), zeros_like(stage))
 
     gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
     w_bytes = total(gemm_names, "bytes")
