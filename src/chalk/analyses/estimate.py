@@ -189,7 +189,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                       residual_low=cal.residual_low, residual_high=cal.residual_high)
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
     agg = RF.step_fields(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
-                         efficiency=eff, refined=True)
+                         efficiency=eff, refined=True, lecture_only=True)
     price = chip.price_usd_per_s
     cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
     slow, fast = np.exp(-cal.residual_low), np.exp(-cal.residual_high)
