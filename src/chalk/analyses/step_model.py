@@ -142,6 +142,23 @@ class _Timer:
         return m, self.roofline_source
 
 
+_TIMERS: dict = {}
+
+
+def _timer(system, costs, cal: Calibration, kernels) -> _Timer:
+    """`_Timer(system, costs, cal, kernels)`, kept for the last few such (a Session asks with the same objects every
+    time; all four are immutable, or, for the kernel profile, answer the same whenever asked)."""
+    key = (id(system), id(costs), id(cal), id(kernels))
+    hit = _TIMERS.get(key)
+    if hit is not None and hit[0] is system and hit[1] is costs and hit[2] is cal and hit[3] is kernels:
+        return hit[4]
+    if len(_TIMERS) >= 64:
+        _TIMERS.clear()
+    tm = _Timer(system, costs, cal, kernels)
+    _TIMERS[key] = (system, costs, cal, kernels, tm)
+    return tm
+
+
 def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
     """Factor (>= 1) on the routed-expert FLOPs of a stage step where no measured MoE table applies: grouped expert
     GEMMs with few tokens per expert run below dense-GEMM efficiency (m / (m + m_half), DeepGEMM's tables), and
@@ -171,13 +188,13 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
     """
     chip, m, sz = system.chip, costs.model, costs.sizes
-    tp, a, pp, ep = (flt(x) for x in (tp, attn_dp, pp, ep))
+    tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
     B = flt(decode_seqs)
     c = flt(prefill_tokens)
     I = maximum(flt(prompt_len), 1.0)
     L = flt(context)
     ideal = cal.label == "ideal"
-    tm = _Timer(system, costs, cal, kernels)
+    tm = _timer(system, costs, cal, kernels)
     H = float(m.hidden_size)
     bw_d = bytes_per_element(costs.dense_precision)
     bw_e = bytes_per_element(costs.expert_precision)
@@ -362,9 +379,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
             o = ops[n]
             ops[n] = Op(o.name, o.kind, o.flops, o.bytes, flt(o.time_s) * scale, o.bound,
                         "roofline", "peak rates; one roofline for the step's compute ops, shared in proportion")
-    elif m.is_moe and overlap in ("auto", "two-microbatch"):
+    elif m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0):
         # two micro-batches: each runs half the tokens (GEMMs less efficient), communication of one hides behind
-        # compute of the other, `cal.overlap` of the shorter hidden
+        # compute of the other, `cal.overlap` of the shorter hidden; only under attention-DP (`use` below), so one
+        # layout without it (a number attn_dp = 1) does not time the half step
         half = stage_ops(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none", kernels=kernels,
                          overhead_s=overhead_s, query_tokens=q)["ops"]
         comp2 = sum(2 * flt(half[n].time_s) for n in compute_names)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.equations.num import flt, maximum, minimum, where
+from chalk.equations.num import flt, maximum, minimum, ones_like, where
 
 
 # --------------------------------------------------------------------------- collectives
@@ -132,7 +132,7 @@ def kv_shard_fraction(num_kv_heads, tp, head_shardable=True):
     """
     tp = flt(tp)
     if not head_shardable:
-        return np.ones_like(tp)
+        return ones_like(tp)
     return 1.0 / minimum(tp, flt(num_kv_heads))
 
 
