@@ -255,6 +255,9 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
                            kv_precision=kvp, ideal=ideal, strict_fit=strict_fit)
 
 
+_NUMBERS = (int, float)
+
+
 class Session:
     """A model on hardware, asked many questions: resolves the model, the system and their derived sizes once, and
     remembers the answers it gave (a repeated question costs a dictionary lookup).
@@ -278,7 +281,7 @@ class Session:
 
     def estimate(self, batch=1, context=4096, **overrides) -> RF.RooflineResult:
         opts = {**self.options, **overrides}
-        scalar = np.ndim(batch) == 0 and np.ndim(context) == 0
+        scalar = type(batch) in _NUMBERS and type(context) in _NUMBERS or np.ndim(batch) == 0 and np.ndim(context) == 0
         key = (float(batch), float(context), tuple(sorted(opts.items()))) if scalar else None
         if key is not None:
             try:

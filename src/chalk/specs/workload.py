@@ -126,7 +126,7 @@ def context_note(model, context, *, strict_fit: bool = False) -> list[str]:
     """A note when `context` (a number or an array) runs past the model's max_position_embeddings;
     a FitError instead with `strict_fit`. Empty when the model states no maximum."""
     limit = getattr(model, "max_context", None)
-    longest = float(np.max(np.asarray(context, dtype=float)))
+    longest = float(context) if isinstance(context, float) else float(np.max(np.asarray(context, dtype=float)))
     if not limit or longest <= limit:
         return []
     msg = (f"context {longest:,.0f} tokens is beyond {model.id}'s max_position_embeddings ({limit:,}): "
