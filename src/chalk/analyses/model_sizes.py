@@ -30,6 +30,13 @@ class ModelSizes:
 
     model: ModelSpec
 
+    def __hash__(self) -> int:  # the model's hash once (a pydantic model hashes every field each time)
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.model,))
+
     # ------------------------------------------------------------------ parameter groups
     @cached_property
     def embedding_params(self) -> float:
@@ -286,7 +293,22 @@ class ModelSizes:
         return d
 
 
-@lru_cache(maxsize=256)
+_SIZES: dict[int, tuple[ModelSpec, ModelSizes]] = {}
+
+
 def sizes(model: ModelSpec) -> ModelSizes:
-    """`ModelSizes(model)`, built once per model so that its cached parameter counts are computed once."""
+    """`ModelSizes(model)`, built once per model so that its cached parameter counts are computed once (found by
+    the spec's identity first: hashing a ModelSpec reads every field)."""
+    hit = _SIZES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_SIZES) >= 256:
+        _SIZES.clear()
+    sz = _sizes(model)
+    _SIZES[id(model)] = (model, sz)
+    return sz
+
+
+@lru_cache(maxsize=256)
+def _sizes(model: ModelSpec) -> ModelSizes:
     return ModelSizes(model)

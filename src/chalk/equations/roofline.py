@@ -82,6 +82,8 @@ def critical_batch_with_kv(weight_bytes, flops_per_sequence, kv_read_bytes_per_s
     """
     per_seq_gap = (flt(flops_per_sequence) / peak_flops_per_s
                    - flt(kv_read_bytes_per_sequence) / bandwidth_bytes_per_s)
+    if isinstance(per_seq_gap, float) and per_seq_gap > 0:  # one number, nothing to guard
+        return (flt(weight_bytes) / bandwidth_bytes_per_s) / per_seq_gap
     with np.errstate(divide="ignore", invalid="ignore"):
         b = (flt(weight_bytes) / bandwidth_bytes_per_s) / per_seq_gap
     return where(per_seq_gap > 0, b, np.nan)
