@@ -16,7 +16,9 @@ Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput
 Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth). Achieved rates come from the
 measured kernel tables where chalk has them for the chip (`chalk.specs.kernels`), else from the calibrated
 fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
-throughput search times thousands of points in one call. The op times add up to the stage step time exactly.
+throughput search times thousands of points in one call; one question (numbers, not arrays) runs the same code on
+numpy float64 scalars, whose maximum / minimum / where skip numpy's per-call cost (`chalk.equations.num`). The op
+times add up to the stage step time exactly.
 """
 
 from __future__ import annotations

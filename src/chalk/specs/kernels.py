@@ -13,7 +13,9 @@ Why this form: a fitted time surface in log-shape space reproduces the held-out 
 (median) where a handful of global constants cannot (GEMMs alone range from 0.1% to 90% of peak), while
 normalising by the roofline keeps the numbers physical (eta <= 1) and transferable. Between grid nodes the log of
 the time is interpolated multilinearly; past the last node a problem runs as several grid-sized ones (time grows
-with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
+with the work, `beyond_grid`), below the first it is padded up to it. A layer's shape on a GPU (a GEMM's n and k,
+attention heads, expert sizes) is fixed for a model on a layout, so each grid is cut there once (`_Slice`: exact,
+interpolation being separable) and one question looks its time up in 1 or 2 dimensions without numpy. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
 predicted times never fall when work grows (a smaller problem is capped by a larger one's time: it could be
 padded), and never drop below the chip's roofline floor.
 
@@ -307,7 +309,6 @@ class _Slice:
         cols, w = corner_weights(fax, clamp_log2(fax, [np.asarray(v, dtype=float) for v in fixed]))
         self.axes = [ax[j] for j in var]
         self.ln_t = (grid[:, cols] * w).sum(-1)
-        self.family = family
         # past the grid's edge the time scales with the work (`beyond_grid`): the fixed axes' part is one factor
         self.edge = float(np.prod([max(v / 2.0 ** ax[j][-1], 1.0) ** EXPONENTS[family][j]
                                    for j, v in zip(rest, fixed) if EXPONENTS[family][j]]))
