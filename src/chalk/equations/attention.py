@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.equations.num import flt, maximum, minimum, where
+from chalk.equations.num import flt, minimum, where
 
 
 def matmul_flops(m, k, n):

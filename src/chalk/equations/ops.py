@@ -6,9 +6,7 @@ small roofline of its own; these are the pieces it is built from.
 
 from __future__ import annotations
 
-import numpy as np
-
-from chalk.equations.num import flt, maximum, minimum, where
+from chalk.equations.num import flt, maximum
 
 
 def matmul_flops(m, k, n):

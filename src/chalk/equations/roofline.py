@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.equations.num import flt, maximum, minimum, where
+from chalk.equations.num import flt, maximum, where
 
 
 def compute_time_s(flops, peak_flops_per_s, efficiency=1.0):

@@ -13,11 +13,12 @@ Why this form: a fitted time surface in log-shape space reproduces the held-out 
 (median) where a handful of global constants cannot (GEMMs alone range from 0.1% to 90% of peak), while
 normalising by the roofline keeps the numbers physical (eta <= 1) and transferable. Between grid nodes the log of
 the time is interpolated multilinearly; past the last node a problem runs as several grid-sized ones (time grows
-with the work, `beyond_grid`), below the first it is padded up to it. A layer's shape on a GPU (a GEMM's n and k,
-attention heads, expert sizes) is fixed for a model on a layout, so each grid is cut there once (`_Slice`: exact,
-interpolation being separable) and one question looks its time up in 1 or 2 dimensions without numpy. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
-predicted times never fall when work grows (a smaller problem is capped by a larger one's time: it could be
-padded), and never drop below the chip's roofline floor.
+with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size
+axes (m; batch and context; tokens), so predicted times never fall when work grows (a smaller problem is capped by a
+larger one's time: it could be padded), and never drop below the chip's roofline floor. A layer's shape on a GPU (a
+GEMM's n and k, attention heads, expert sizes) is fixed for a model on a layout, so each grid is cut there once
+(`_Slice`: exact, interpolation being separable) and one question looks its time up in 1 or 2 dimensions without
+numpy.
 
 Chips with their own tables (H100/H800, H200, B200, GB200, B300, GB300, A100) use them ("measured"); any other chip
 (AMD, TPU, Rubin, a user's YAML) gets the curve family of the modern NVIDIA systems scaled by its own peaks
