@@ -1,7 +1,9 @@
 """How many estimates per second the Python API answers in-process (issue 12: >= 20,000/s with a reused session).
 
-Prints three figures: a plain loop over `chalk.estimate` with varying batch (every question new), a reused
-`chalk.Session` asked repeated questions (a notebook re-running a cell), and one vectorised call over a grid.
+Prints four figures: a plain loop over `chalk.estimate` with varying batch (every question new), a reused
+`chalk.Session` asked repeated questions (a notebook re-running a cell), one vectorised call over a grid, and a
+reused `chalk.Session` asked new questions (batch and context both change every call, so neither its memo nor
+anything kept per context can answer: every estimate runs the step model).
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ def main():
     r = s.estimate(B, 4096.0, layout="tp=4")
     vec = B.size / (time.perf_counter() - t)
     assert np.all(np.isfinite(r.step_time_s))
+    fresh_session = chalk.Session(m, h)
+    fresh = rate(lambda i: fresh_session.estimate(1 + i % 512, 1024 + 7 * i), 3000)
     print(f"chalk.estimate in a loop, new questions: {loop:,.0f} estimates/s")
     print(f"chalk.Session, repeated questions:       {repeated:,.0f} estimates/s")
     print(f"chalk.Session, one vectorised call:      {vec:,.0f} estimates/s (100,000 batches, layout tp=4)")
+    print(f"chalk.Session, new questions:            {fresh:,.0f} estimates/s (batch and context both new)")
 
 
 if __name__ == "__main__":

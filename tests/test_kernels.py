@@ -352,3 +352,43 @@ def test_mxfp4_experts_on_hopper_take_the_mixed_input_kernels():
 
     e = chalk.estimate("gpt-oss-120b", "h200", 64, 2048, layout="tp=1", precision="mxfp4")
     assert next(o for o in e.ops if o["name"] == "experts")["source"] == "measured table"
+
+
+@pytest.mark.parametrize("cid", ("h100-sxm", "b200", "mi300x"))
+def test_layer_shape_slices_match_the_whole_grid(cid):
+    """issue 12: a layer's fixed shape (GEMM n and k, heads, expert sizes) cuts the grid once (`_Slice`); one
+    number is then looked up without numpy. Both answer what the full multilinear interpolation answers, inside,
+    below and past the grid; arrays of the fixed features take the full grid."""
+    kp = kernel_profile(_chip(cid))
+    ms = np.array([0.3, 1.0, 3.0, 17.0, 100.0, 777.0, 4096.0, 5e4, 3e6])
+    for n, k, dt in ((1024.0, 8192.0, "bf16"), (3e3, 7168.0, "fp8"), (40.0, 64.0, "bf16"), (2e5, 1e5, "fp8")):
+        whole = kp.gemm_time_s(ms, np.full_like(ms, n), k, dt)
+        assert np.allclose(kp.gemm_time_s(ms, n, k, dt), whole, rtol=1e-12, atol=0)
+        assert np.allclose([kp.gemm_time_s(float(m), n, k, dt) for m in ms], whole, rtol=1e-12, atol=0)
+    bs = np.array([0.5, 1.0, 3.0, 60.0, 900.0, 7e4])
+    Ls = np.array([1.0, 7.0, 4096.0, 1e5, 3e6, 33.0])
+    for phase, kind, h, kvh, hd, q, kv in (("decode", "mha", 64.0, 8.0, 128.0, 1.0, "bf16"),
+                                          ("decode", "mha", 8.0, 1.0, 64.0, 4.0, "fp8"),
+                                          ("decode", "mla", 16.0, 16.0, 128.0, 1.0, "fp8"),
+                                          ("prefill", "mha", 32.0, 4.0, 128.0, None, "bf16"),
+                                          ("prefill", "mla", 128.0, 128.0, 128.0, None, "bf16")):
+        qq = Ls if q is None else q
+        whole = kp.attention_time_s(phase, kind, bs, qq, Ls, np.full_like(bs, h), kvh, hd, kv)
+        assert np.allclose(kp.attention_time_s(phase, kind, bs, qq, Ls, h, kvh, hd, kv), whole, rtol=1e-12, atol=0)
+        one = [kp.attention_time_s(phase, kind, float(b), float(L) if q is None else q, float(L), h, kvh, hd, kv)
+               for b, L in zip(bs, Ls)]
+        assert np.allclose(one, whole, rtol=1e-12, atol=0)
+    Ts = np.array([1.0, 5.0, 64.0, 2048.0, 1e5, 1e7])
+    for h, inter, E, k, ep, dt, w in ((7168.0, 2048.0, 256.0, 8.0, 8.0, "fp8", None),
+                                      (2880.0, 2880.0, 128.0, 4.0, 1.0, "bf16", "mxfp4"),
+                                      (4096.0, 14336.0, 8.0, 2.0, 2.0, "bf16", None)):
+        whole = kp.moe_time_s(Ts, h, inter, E, k, np.full_like(Ts, ep), dt, weight_precision=w)
+        assert np.allclose(kp.moe_time_s(Ts, h, inter, E, k, ep, dt, weight_precision=w), whole, rtol=1e-12, atol=0)
+        one = [kp.moe_time_s(float(T), h, inter, E, k, ep, dt, weight_precision=w) for T in Ts]
+        assert np.allclose(one, whole, rtol=1e-12, atol=0)
+    msgs = np.array([1.0, 3e3, 1e6, 5e8, 1e11])
+    for n in (1.0, 2.0, 4.0, 8.0, 16.0, 64.0):
+        whole = kp.allreduce_time_s(msgs, np.full_like(msgs, n))
+        if whole is None:
+            continue
+        assert np.allclose([kp.allreduce_time_s(float(x), n) for x in msgs], whole, rtol=1e-12, atol=0)

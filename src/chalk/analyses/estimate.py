@@ -12,12 +12,13 @@ import numpy as np
 
 from chalk.analyses import roofline as RF
 from chalk.analyses.calibration import Calibration, calibration
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.model_sizes import sizes
 from chalk.analyses.parallel import (Layout, memory_per_chip, model_costs, resolve_kv_precision, stage_step,
                                      valid_tp)
 from chalk.analyses.step_model import ops_table
 from chalk.equations import parallel as P
 from chalk.equations import roofline as R
+from chalk.equations.num import every, flt, maximum, ones_like, where
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
@@ -82,6 +83,39 @@ def make_layout(model: ModelSpec, spec) -> Layout:
     return Layout(tp=tp, attn_dp=a, pp=pp, dp=1, moe=model.is_moe)
 
 
+_BY_CAL: dict = {}
+
+
+def _by_calibration(cal: Calibration) -> tuple:
+    """(the lecture's Efficiency for the layout view, (slow, fast) range factors) of a calibration, worked out once
+    per calibration object (calibrations are immutable)."""
+    hit = _BY_CAL.get(id(cal))
+    if hit is not None and hit[0] is cal:
+        return hit[1]
+    if len(_BY_CAL) >= 64:
+        _BY_CAL.clear()
+    ideal = cal.label == "ideal"
+    eff = RF.Efficiency(compute=1.0 if ideal else cal.compute, memory=1.0 if ideal else cal.memory, overhead_s=0.0,
+                        memory_reserve=cal.memory_reserve, label=cal.label, residual_low=cal.residual_low,
+                        residual_high=cal.residual_high)
+    out = (eff, (np.exp(-cal.residual_low), np.exp(-cal.residual_high)))
+    _BY_CAL[id(cal)] = (cal, out)
+    return out
+
+
+def _lecture_efficiency(cal: Calibration) -> RF.Efficiency:
+    return _by_calibration(cal)[0]
+
+
+def _spread_factors(cal: Calibration) -> tuple:
+    """(slow, fast): measured = predicted x exp(residual), the slow end divides, the fast end multiplies."""
+    return _by_calibration(cal)[1]
+
+
+def _largest(x) -> float:
+    return float(x) if isinstance(x, float) else float(np.max(x))
+
+
 def default_layout(model: ModelSpec, system: System, costs, batch: float, context: float, gpus: int,
                    cal: Calibration) -> tuple[Layout, bool]:
     """The smallest tensor-parallel group (within the scale-up domain and `gpus`) whose memory holds the weights
@@ -92,7 +126,7 @@ def default_layout(model: ModelSpec, system: System, costs, batch: float, contex
     for t in cands:
         ep = t if model.is_moe else 1
         w, kv = memory_per_chip(costs, t, 1, 1, ep, batch, context)
-        if float(np.max(w + kv)) <= usable:
+        if _largest(w + kv) <= usable:
             return Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=model.is_moe), True
     return Layout(tp=cands[-1], attn_dp=1, pp=1, dp=1, moe=model.is_moe), False
 
@@ -109,20 +143,20 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     balance context) are those of the replica's chips; step time, bound, MFU and cost come from the step model.
     """
     cal = cal or calibration(ideal, system.chip)
-    sz = ModelSizes(model)
+    sz = sizes(model)
     prec = canonical(precision) if precision else sz.default_precision()
     kvp = resolve_kv_precision(kv_precision, prec, system)
     w = Workload(batch, context, phase, precision or None, kvp)
     if sparse_law is not None:
         raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
     costs = model_costs(model, precision, kvp)
-    B = np.asarray(w.batch, dtype=float)
-    L = np.asarray(w.context, dtype=float)
+    B = flt(w.batch)
+    L = flt(w.context)
     n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True, scalar=True))
     notes = []
     if layout is None:
-        lay, fits_any = default_layout(model, system, costs, float(np.max(B)) if phase == "decode" else 0.0,
-                                       float(np.max(L)), n_avail, cal)
+        lay, fits_any = default_layout(model, system, costs, _largest(B) if phase == "decode" else 0.0,
+                                       _largest(L), n_avail, cal)
         notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights and "
                      "this batch's KV" if fits_any else
                      f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs holds "
@@ -141,17 +175,17 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, 0.0, L, 1.0, cal, kernels=kernels,
                        overhead_s=overhead_s, query_tokens=query_tokens)
         tokens = B
-        user_tokens = np.ones_like(B * L)
+        user_tokens = ones_like(B * L)
         kv_seq = costs.kv_bytes(L + 1)
         mem_seqs = B
     else:
         r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, B * L, L, L, cal, kernels=kernels,
                        overhead_s=overhead_s)
         tokens = B * L
-        user_tokens = L * np.ones_like(B)
+        user_tokens = L * ones_like(B)
         kv_seq = costs.kv_bytes(L)
         mem_seqs = B
-    stage = np.asarray(r["stage_time_s"], dtype=float)
+    stage = flt(r["stage_time_s"])
     t = P.pipeline_token_latency_s(stage, lay.pp)
     chip = system.chip
     cprec = chip.compute_precision(prec)
@@ -160,34 +194,32 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     peak = chip.flops_per_s[cprec] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
     ops = r["ops"]
-    flops = sum(np.asarray(o.flops, float) for o in ops.values()) * G
-    w_bytes = np.asarray(r["weight_read_bytes"], float) * G
-    kv_bytes = np.asarray(r["kv_read_bytes"], float) * G
-    other = sum(np.asarray(o.bytes, float) for n, o in ops.items()
-                if o.kind == "elementwise") * G
+    flops = sum(flt(o.flops) for o in ops.values()) * G
+    w_bytes = flt(r["weight_read_bytes"]) * G
+    kv_bytes = flt(r["kv_read_bytes"]) * G
+    other = sum(flt(o.bytes) for n, o in ops.items() if o.kind == "elementwise") * G
     t_c = flops / (peak * tm_ec)
     t_w = w_bytes / (bw * tm_em)
     t_kv = kv_bytes / (bw * tm_em)
-    bound = np.where(t_c >= t_w + t_kv, "compute", "memory")
+    bound = where(t_c >= t_w + t_kv, "compute", "memory")
     w_chip, kv_chip = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, mem_seqs, L)
     usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
     fits = (w_chip + kv_chip) <= usable_chip
     kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.pp * lay.attn_dp), L)[1]
-    max_b = np.floor(np.maximum(usable_chip - w_chip, 0.0) / np.where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
-    if strict_fit and not np.all(fits):
+    max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
+    if strict_fit and not every(fits):
         raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
                        f"{float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
-    if not np.all(fits):
+    if not every(fits):
         notes.append(f"does not fit: {float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB needed per GPU, "
                      f"{usable_chip / 1e9:.1f} GB usable")
-    eff = efficiency or RF.Efficiency(compute=tm_ec, memory=tm_em, overhead_s=0.0, memory_reserve=cal.memory_reserve,
-                                      label=cal.label, residual_low=cal.residual_low, residual_high=cal.residual_high)
+    eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else _lecture_efficiency(cal)
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
-    agg = RF.step(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
-                  efficiency=dataclasses.replace(eff, overhead_s=0.0), refined=True)
+    agg = RF.step_fields(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
+                         efficiency=eff, refined=True, lecture_only=True)
     price = chip.price_usd_per_s
     cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
-    slow, fast = np.exp(-cal.residual_low), np.exp(-cal.residual_high)
+    slow, fast = _spread_factors(cal)
     sc = RF._scalar
     spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
               "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
@@ -198,17 +230,18 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
             for d in ops_rows:
                 d["time_s"] *= lay.pp
-    notes += [n for n in agg.notes if "price" in n or "rate" in n]
-    return dataclasses.replace(
-        agg, chips=G, efficiency=cal.label, step_time_s=sc(t), compute_time_s=sc(t_c), weight_time_s=sc(t_w),
+    notes += [n for n in agg["notes"] if "price" in n or "rate" in n]
+    agg.update(
+        chips=G, efficiency=cal.label, step_time_s=sc(t), compute_time_s=sc(t_c), weight_time_s=sc(t_w),
         kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv), bound=sc(bound),
         mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
         tokens_per_s=sc(tokens / t), user_tokens_per_s=sc(user_tokens / t), cost_per_mtok_usd=sc(cost),
         memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, max_batch_fit=sc(max_b),
         fits=sc(fits), flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other), notes=tuple(notes), range=spread,
         kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(), ops=ops_rows,
-        comm_time_s=sc(np.asarray(r["comm_time_s"], float) * lay.pp),
-        overhead_time_s=sc(np.asarray(r["overhead_s"], float) * lay.pp), view="layout")
+        comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp),
+        overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp), view="layout")
+    return RF.RooflineResult(**agg)
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
@@ -249,6 +282,9 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
                            kv_precision=kvp, ideal=ideal, strict_fit=strict_fit)
 
 
+_NUMBERS = (int, float)
+
+
 class Session:
     """A model on hardware, asked many questions: resolves the model, the system and their derived sizes once, and
     remembers the answers it gave (a repeated question costs a dictionary lookup).
@@ -272,7 +308,7 @@ class Session:
 
     def estimate(self, batch=1, context=4096, **overrides) -> RF.RooflineResult:
         opts = {**self.options, **overrides}
-        scalar = np.ndim(batch) == 0 and np.ndim(context) == 0
+        scalar = type(batch) in _NUMBERS and type(context) in _NUMBERS or np.ndim(batch) == 0 and np.ndim(context) == 0
         key = (float(batch), float(context), tuple(sorted(opts.items()))) if scalar else None
         if key is not None:
             try:

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from chalk.equations import attention as attn
 from chalk.equations import moe
 from chalk.equations import params as P
+from chalk.equations.num import flt
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
+
+
+def _like(x, value):
+    """`value` in the shape of `x` (an array or a number)."""
+    return np.full(x.shape, float(value)) if isinstance(x, np.ndarray) else flt(value)
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,13 @@ class ModelSizes:
     """
 
     model: ModelSpec
+
+    def __hash__(self) -> int:  # the model's hash once (a pydantic model hashes every field each time)
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.model,))
 
     # ------------------------------------------------------------------ parameter groups
     @cached_property
@@ -129,15 +142,15 @@ class ModelSizes:
         Refined MoE form: non-expert weights (less the input-embedding lookup) plus, in each MoE
         layer, the expected distinct experts the tokens touch, E * (1 - (1 - k/E)^B).
         """
-        tokens = np.asarray(tokens, dtype=float)
+        tokens = flt(tokens)
         if not refined:
-            return np.broadcast_to(self.weight_bytes(precision), tokens.shape).astype(float)
+            return _like(tokens, self.weight_bytes(precision))
         main, expert = self._precisions(precision)
         lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
         dense = (self.dense_params - lookup) * main
         m = self.model
         if not m.is_moe:
-            return np.broadcast_to(dense, tokens.shape).astype(float)
+            return _like(tokens, dense)
         touched = moe.expected_distinct_experts(m.num_experts, m.experts_per_token, tokens)
         return dense + m.n_moe_layers * touched * self.params_per_expert * expert
 
@@ -146,6 +159,23 @@ class ModelSizes:
         return float(moe.sparsity(self.total_params, self.active_params))
 
     # ------------------------------------------------------------------ KV cache
+    @cached_property
+    def _per_precision(self) -> dict:
+        """(per-layer KV bytes, per-layer indexer key bytes) per KV precision name, worked out once."""
+        return {}
+
+    @cached_property
+    def _layer_counts(self) -> tuple[int, int, int]:
+        """(full-attention layers, sliding-window layers, layers)."""
+        return self.model.n_full_layers, self.model.n_sliding_layers, self.model.num_layers
+
+    def _kv_bytes(self, kv_precision: str) -> tuple[float, float]:
+        hit = self._per_precision.get(kv_precision)
+        if hit is None:
+            hit = self._per_precision[kv_precision] = (self._kv_layer_bytes(kv_precision),
+                                                       self._indexer_layer_bytes(kv_precision))
+        return hit
+
     def _kv_layer_bytes(self, kv_precision: str) -> float:
         m, b = self.model, bytes_per_element(kv_precision)
         if m.attention == "mla":
@@ -170,11 +200,12 @@ class ModelSizes:
     def kv_bytes_per_sequence(self, context, kv_precision: str = "bf16"):
         """Bytes of KV cache one sequence of `context` tokens holds."""
         m = self.model
-        L = np.asarray(context, dtype=float)
-        per_layer = self._kv_layer_bytes(kv_precision)
-        full = m.n_full_layers * per_layer * L
-        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+        L = flt(context)
+        per_layer, indexer = self._kv_bytes(kv_precision)
+        n_full, n_sliding, n_layers = self._layer_counts
+        full = n_full * per_layer * L
+        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + n_layers * indexer * L
 
     def kv_read_bytes_per_sequence(self, context, kv_precision: str = "bf16", sparse_law: str | None = None):
         """KV bytes one decode step reads for one sequence at `context`.
@@ -184,13 +215,14 @@ class ModelSizes:
         (block-sparse attention) to the full-attention layers instead.
         """
         m = self.model
-        L = np.asarray(context, dtype=float)
-        per_layer = self._kv_layer_bytes(kv_precision)
+        L = flt(context)
+        per_layer, indexer = self._kv_bytes(kv_precision)
+        n_full, n_sliding, n_layers = self._layer_counts
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
-        full = m.n_full_layers * per_layer * read_full
-        window = m.n_sliding_layers * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + m.num_layers * self._indexer_layer_bytes(kv_precision) * L
+        full = n_full * per_layer * read_full
+        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return full + window + n_layers * indexer * L
 
     # ------------------------------------------------------------------ FLOPs
     def _attn_dims(self, phase: str) -> tuple[float, float]:
@@ -204,12 +236,13 @@ class ModelSizes:
     def attention_flops_per_token(self, context, sparse_law: str | None = None):
         """Attention FLOPs of one decode token at `context`, summed over layers."""
         m = self.model
-        L = np.asarray(context, dtype=float)
+        L = flt(context)
         qk, v = self._attn_dims("decode")
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
             attn.effective_context(L, topk=m.index_topk or None)
-        f = m.n_full_layers * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
-        f = f + m.n_sliding_layers * attn.attention_flops_per_query_token(
+        n_full, n_sliding, _ = self._layer_counts
+        f = n_full * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
+        f = f + n_sliding * attn.attention_flops_per_query_token(
             attn.effective_context(L, window=m.sliding_window), m.num_heads, qk, v)
         if m.is_dsa:  # the indexer scores every cached token with every indexer head
             f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * L
@@ -224,15 +257,16 @@ class ModelSizes:
         m = self.model
         qk, v = self._attn_dims("prefill")
         per_pair = 2 * m.num_heads * (qk + v)
-        f = m.n_full_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.index_topk or None)
-        f = f + m.n_sliding_layers * per_pair * attn.causal_prefix_sum(prompt_len, m.sliding_window)
+        n_full, n_sliding, _ = self._layer_counts
+        f = n_full * per_pair * attn.causal_prefix_sum(prompt_len, m.index_topk or None)
+        f = f + n_sliding * per_pair * attn.causal_prefix_sum(prompt_len, m.sliding_window)
         if m.is_dsa:
             f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * attn.causal_prefix_sum(prompt_len)
         return f
 
     def prefill_flops(self, prompt_len):
         """FLOPs to prefill one prompt of `prompt_len` tokens."""
-        P_ = np.asarray(prompt_len, dtype=float)
+        P_ = flt(prompt_len)
         return 2 * self.active_matmul_params * P_ + self.prefill_attention_flops(P_)
 
     def summary(self, kv_precision: str = "bf16", precision: str | None = None) -> dict:
@@ -257,3 +291,24 @@ class ModelSizes:
             "source": m.source,
         }
         return d
+
+
+_SIZES: dict[int, tuple[ModelSpec, ModelSizes]] = {}
+
+
+def sizes(model: ModelSpec) -> ModelSizes:
+    """`ModelSizes(model)`, built once per model so that its cached parameter counts are computed once (found by
+    the spec's identity first: hashing a ModelSpec reads every field)."""
+    hit = _SIZES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_SIZES) >= 256:
+        _SIZES.clear()
+    sz = _sizes(model)
+    _SIZES[id(model)] = (model, sz)
+    return sz
+
+
+@lru_cache(maxsize=256)
+def _sizes(model: ModelSpec) -> ModelSizes:
+    return ModelSizes(model)

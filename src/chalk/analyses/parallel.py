@@ -17,7 +17,7 @@ import numpy as np
 
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.claims import Claim
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
@@ -107,9 +107,26 @@ class ModelCosts:
         return self.sizes.kv_bytes_per_sequence(context, self.kv_precision)
 
 
-@lru_cache(maxsize=128)
+_COSTS: dict = {}
+
+
 def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> ModelCosts:
-    sz = ModelSizes(model)
+    """What the step model needs from `model` at these precisions; kept per model (found by the spec's identity
+    first: hashing a ModelSpec reads every field)."""
+    key = (id(model), precision, kv_precision)
+    hit = _COSTS.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_COSTS) >= 256:
+        _COSTS.clear()
+    c = _model_costs(model, precision, kv_precision)
+    _COSTS[key] = (model, c)
+    return c
+
+
+@lru_cache(maxsize=128)
+def _model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> ModelCosts:
+    sz = sizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()
     wp = precision and prec  # None keeps the checkpoint's own mix (e.g. gpt-oss: bf16 + mxfp4 experts)
     kvp = canonical(kv_precision)

@@ -11,8 +11,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import roofline as R
+from chalk.equations.num import flt, ones_like, where
 from chalk.errors import FitError, InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
@@ -125,6 +126,10 @@ def _jsonable(v):
 
 
 def _scalar(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if type(x) in (float, int, str, bool):
+        return x
     a = np.asarray(x)
     return a.item() if a.ndim == 0 else a
 
@@ -175,11 +180,24 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
 
     batch and context may be numpy arrays (broadcast together) for vectorised sweeps.
     """
+    return RooflineResult(**step_fields(model, system, batch, context, phase=phase, chips=chips, precision=precision,
+                                        kv_precision=kv_precision, efficiency=efficiency, refined=refined,
+                                        sparse_law=sparse_law, strict_fit=strict_fit))
+
+
+def step_fields(model: ModelSpec, system: System, batch, context, *, phase: str = "decode", chips: int | None = None,
+                precision: str | None = None, kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
+                refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
+                lecture_only: bool = False) -> dict:
+    """`step`'s answer as the RooflineResult's fields (a dict). `lecture_only`: only the fields a caller that
+    times the step itself keeps (the layout view): the lecture's analytic quantities (critical batch, balance
+    context, the lecture's weight time), sizes, precisions and notes; the aggregate step's times are not worked
+    out."""
     w = Workload(batch, context, phase, precision, kv_precision)
     batch, context, phase, precision, kv_precision = w.batch, w.context, w.phase, w.precision, w.kv_precision
     n = count("chips", chips if chips is not None else system.chips, MAX_GPUS)
     sparse_law, context_notes = sparse_law_name(sparse_law), context_note(model, context, strict_fit=strict_fit)
-    sz = ModelSizes(model)
+    sz = sizes(model)
     prec = precision or sz.default_precision()
     chip = system.chip
     cprec = chip.compute_precision(prec)
@@ -188,34 +206,56 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
     hbm = chip.hbm_bytes * n
     eff_peak, eff_bw = peak * efficiency.compute, bw * efficiency.memory
 
-    B = np.asarray(batch, dtype=float)
-    L = np.asarray(context, dtype=float)
+    B = flt(batch)
+    L = flt(context)
     wprec = precision  # None -> the checkpoint's own mix
     weight_bytes = sz.weight_bytes(wprec)
     kv_tok = sz.kv_bytes_per_token(kv_precision)
+    tokens = B if phase == "decode" else B * L
+
+    # the lecture's analytic quantities
+    w_read_lecture = sz.weight_bytes_read(tokens, wprec, refined=False)
+    t_w_lec = R.memory_time_s(w_read_lecture, eff_bw)
+    bpp = weight_bytes / sz.total_params
+    crit = float(R.critical_batch(eff_peak, eff_bw, sz.total_params, sz.active_matmul_params, bpp))
+    per_seq_flops = sz.decode_flops_per_token(L, sparse_law)
+    per_seq_kv = sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
+    crit_kv = R.critical_batch_with_kv(weight_bytes, per_seq_flops, per_seq_kv, eff_peak, eff_bw)
+    bal = balance_context(sz, eff_peak, eff_bw, kv_precision, sparse_law)
+    notes = list(context_notes)
+    if chip.price_is_assumption:
+        notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
+    if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
+        notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
+    lecture = dict(
+        model=model.id, hardware=system.id, chips=n, phase=phase, batch=_scalar(batch), context=_scalar(context),
+        precision=prec, compute_precision=cprec, kv_precision=kv_precision,
+        weights_read="refined (distinct experts touched)" if refined and model.is_moe else "all weights (lecture)",
+        efficiency=efficiency.label, weight_time_lecture_s=_scalar(t_w_lec),
+        critical_batch=crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=bal,
+        weight_bytes=weight_bytes, kv_bytes_per_token=kv_tok, hbm_bytes=hbm, total_params=sz.total_params,
+        active_params=sz.active_params, notes=tuple(notes))
+    if lecture_only:
+        return lecture
 
     if phase == "decode":
-        tokens = B
-        flops = B * sz.decode_flops_per_token(L, sparse_law)
-        kv_bytes = B * sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
+        flops = B * per_seq_flops
+        kv_bytes = B * per_seq_kv
         kv_seq = sz.kv_bytes_per_sequence(L + 1, kv_precision)
-        user_rate_tokens = np.ones_like(B * L)
+        user_rate_tokens = ones_like(B * L)
     else:
-        tokens = B * L
         flops = B * sz.prefill_flops(L)
         kv_bytes = B * sz.kv_bytes_per_sequence(L, kv_precision)  # written once
         kv_seq = sz.kv_bytes_per_sequence(L, kv_precision)
-        user_rate_tokens = L * np.ones_like(B)
+        user_rate_tokens = L * ones_like(B)
     w_read = sz.weight_bytes_read(tokens, wprec, refined=refined)
-    w_read_lecture = sz.weight_bytes_read(tokens, wprec, refined=False)
 
     t_c = R.compute_time_s(flops, eff_peak)
     t_w = R.memory_time_s(w_read, eff_bw)
-    t_w_lec = R.memory_time_s(w_read_lecture, eff_bw)
     t_kv = R.memory_time_s(kv_bytes, eff_bw)
     t_m = t_w + t_kv
     t = R.step_time_s(t_c, t_m, efficiency.overhead_s)
-    bound = np.where(t_c >= t_m, "compute", "memory")
+    bound = where(t_c >= t_m, "compute", "memory")
     bytes_moved = w_read + kv_bytes
 
     need = weight_bytes + B * kv_seq
@@ -223,17 +263,10 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
     fits = need <= usable
     with np.errstate(divide="ignore", invalid="ignore"):
         max_b = np.floor((usable - weight_bytes) / kv_seq)
-    max_b = np.where(max_b >= 0, max_b, 0.0)
+    max_b = where(max_b >= 0, max_b, 0.0)
     if strict_fit and not np.all(fits):
         raise FitError(f"{model.id} does not fit on {n} x {chip.id}: needs {np.max(need) / 1e9:.1f} GB "
                        f"(weights {weight_bytes / 1e9:.1f} GB + KV), has {usable / 1e9:.1f} GB")
-
-    bpp = weight_bytes / sz.total_params
-    crit = float(R.critical_batch(eff_peak, eff_bw, sz.total_params, sz.active_matmul_params, bpp))
-    per_seq_flops = sz.decode_flops_per_token(L, sparse_law)
-    per_seq_kv = sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
-    crit_kv = R.critical_batch_with_kv(weight_bytes, per_seq_flops, per_seq_kv, eff_peak, eff_bw)
-    bal = balance_context(sz, eff_peak, eff_bw, kv_precision, sparse_law)
 
     price = chip.price_usd_per_s
     # measured throughput = predicted * exp(residual): slow end divides, fast end multiplies
@@ -242,26 +275,16 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
     spread = {"step_time_s": [_scalar(t * fast), _scalar(t * slow)],
               "tokens_per_s": [_scalar(tokens / (t * slow)), _scalar(tokens / (t * fast))],
               "cost_per_mtok_usd": [_scalar(cost * fast), _scalar(cost * slow)]}
-    notes = list(context_notes)
-    if chip.price_is_assumption:
-        notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
-    if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
-        notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
-    return RooflineResult(
-        model=model.id, hardware=system.id, chips=n, phase=phase, batch=_scalar(batch), context=_scalar(context),
-        precision=prec, compute_precision=cprec, kv_precision=kv_precision,
-        weights_read="refined (distinct experts touched)" if refined and model.is_moe else "all weights (lecture)",
-        efficiency=efficiency.label,
+    return dict(
+        lecture,
         step_time_s=_scalar(t), compute_time_s=_scalar(t_c), weight_time_s=_scalar(t_w),
-        weight_time_lecture_s=_scalar(t_w_lec), kv_time_s=_scalar(t_kv), memory_time_s=_scalar(t_m),
+        kv_time_s=_scalar(t_kv), memory_time_s=_scalar(t_m),
         bound=_scalar(bound), mfu=_scalar(R.utilization(flops / t, peak)),
         mbu=_scalar(R.utilization(bytes_moved / t, bw)), tokens_per_s=_scalar(tokens / t),
         user_tokens_per_s=_scalar(user_rate_tokens / t),
         cost_per_mtok_usd=_scalar(cost),
-        critical_batch=crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=bal,
-        weight_bytes=weight_bytes, kv_bytes_per_token=kv_tok, kv_bytes_per_sequence=_scalar(kv_seq),
-        memory_needed_bytes=_scalar(need), hbm_bytes=hbm, max_batch_fit=_scalar(max_b), fits=_scalar(fits),
-        total_params=sz.total_params, active_params=sz.active_params, flops=_scalar(flops),
-        bytes_moved=_scalar(bytes_moved), notes=tuple(notes), range=spread,
+        kv_bytes_per_sequence=_scalar(kv_seq),
+        memory_needed_bytes=_scalar(need), max_batch_fit=_scalar(max_b), fits=_scalar(fits),
+        flops=_scalar(flops), bytes_moved=_scalar(bytes_moved), range=spread,
         overhead_time_s=float(efficiency.overhead_s),
     )

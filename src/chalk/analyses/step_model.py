@@ -16,12 +16,15 @@ Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput
 Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth). Achieved rates come from the
 measured kernel tables where chalk has them for the chip (`chalk.specs.kernels`), else from the calibrated
 fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
-throughput search times thousands of points in one call. The op times add up to the stage step time exactly.
+throughput search times thousands of points in one call; one question (numbers, not arrays) runs the same code on
+numpy float64 scalars, whose maximum / minimum / where skip numpy's per-call cost (`chalk.equations.num`). The op
+times add up to the stage step time exactly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -29,6 +32,7 @@ from chalk.analyses.calibration import Calibration
 from chalk.equations import moe as MOE
 from chalk.equations import ops as O
 from chalk.equations import parallel as P
+from chalk.equations.num import every, flt, maximum, minimum, some, where, zeros_like
 from chalk.specs.precision import bytes_per_element
 
 ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
@@ -56,6 +60,8 @@ class Op:
     def at(self, i=None) -> dict:
         """The op as plain floats (point `i` of an array evaluation)."""
         def pick(v):
+            if isinstance(v, (float, int, str)):  # one point (a numpy float64 is a float)
+                return v
             a = np.asarray(v)
             return a.item() if a.ndim == 0 else a.ravel()[i].item()
         return {"name": self.name, "kind": self.kind, "flops": float(pick(self.flops)),
@@ -63,6 +69,7 @@ class Op:
                 "bound": str(pick(self.bound)), "source": self.source, "detail": self.detail}
 
 
+@lru_cache(maxsize=1024)
 def _short(detail: str) -> str:
     """The source category of a timing description."""
     d = detail.lower()
@@ -77,8 +84,13 @@ def _short(detail: str) -> str:
     return "roofline"
 
 
+def _nothing(x) -> bool:
+    """`x` is one number and not > 0: `where(x > 0, time, 0.0)` is 0 whatever the time, so it need not be looked up."""
+    return isinstance(x, float) and not x > 0
+
+
 def _bound(compute_s, memory_s):
-    return np.where(np.asarray(compute_s) >= np.asarray(memory_s), "compute", "memory")
+    return where(flt(compute_s) >= flt(memory_s), "compute", "memory")
 
 
 class _Timer:
@@ -113,23 +125,40 @@ class _Timer:
         return src
 
     def roofline(self, flops, bytes_, peak):
-        c = np.asarray(flops, dtype=float) / (peak * self.ec)
-        m = np.asarray(bytes_, dtype=float) / (self.bw * self.em)
-        return np.maximum(c, m), c, m
+        c = flt(flops) / (peak * self.ec)
+        m = flt(bytes_) / (self.bw * self.em)
+        return maximum(c, m), c, m
 
     def gemm(self, m, n, k, flops, bytes_, dtype, peak, count=1.0):
         """`count` identical GEMMs of [m x k] @ [k x n] per GPU (e.g. one per layer)."""
         t, c, mm = self.roofline(flops, bytes_, peak)
         kp = self.kernels
         if kp is not None:
-            tk = np.asarray(kp.gemm_time_s(np.maximum(m, 1.0), n, k, dtype), dtype=float) * count * self.k_c
-            t = np.where(np.asarray(m) > 0, tk, 0.0)
+            tk = flt(kp.gemm_time_s(maximum(m, 1.0), n, k, dtype)) * count * self.k_c
+            t = where(flt(m) > 0, tk, 0.0)
             return t, c, mm, self.ksrc("gemm")
         return t, c, mm, self.roofline_source
 
     def elementwise(self, bytes_):
-        m = np.asarray(bytes_, dtype=float) / (self.bw * self.em)
+        m = flt(bytes_) / (self.bw * self.em)
         return m, self.roofline_source
+
+
+_TIMERS: dict = {}
+
+
+def _timer(system, costs, cal: Calibration, kernels) -> _Timer:
+    """`_Timer(system, costs, cal, kernels)`, kept for the last few such (a Session asks with the same objects every
+    time; all four are immutable, or, for the kernel profile, answer the same whenever asked)."""
+    key = (id(system), id(costs), id(cal), id(kernels))
+    hit = _TIMERS.get(key)
+    if hit is not None and hit[0] is system and hit[1] is costs and hit[2] is cal and hit[3] is kernels:
+        return hit[4]
+    if len(_TIMERS) >= 64:
+        _TIMERS.clear()
+    tm = _Timer(system, costs, cal, kernels)
+    _TIMERS[key] = (system, costs, cal, kernels, tm)
+    return tm
 
 
 def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
@@ -138,13 +167,13 @@ def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
     under expert parallelism the chip holding the busiest experts sets the pace (balls in bins over the EP chips).
     1 for dense models and for the ideal calibration."""
     if not m.is_moe or cal.label == "ideal":
-        return np.ones_like(np.asarray(tokens, dtype=float)) if m.is_moe else 1.0
-    copies = np.asarray(tokens, dtype=float) * m.experts_per_token  # routed token copies in the step
+        return np.ones_like(flt(tokens)) if m.is_moe else 1.0
+    copies = flt(tokens) * m.experts_per_token  # routed token copies in the step
     eta = MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1), cal.moe_gemm_half_tokens)
-    bins = np.where(np.asarray(attn_dp, dtype=float) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+    bins = where(flt(attn_dp) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
     imbalance = MOE.max_load_factor(copies, bins) if cal.moe_load_imbalance else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(eta > 0, imbalance / np.maximum(eta, 1e-300), 1.0)
+        return where(eta > 0, imbalance / maximum(eta, 1e-300), 1.0)
 
 
 def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
@@ -161,22 +190,22 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
     """
     chip, m, sz = system.chip, costs.model, costs.sizes
-    tp, a, pp, ep = (np.asarray(x, dtype=float) for x in (tp, attn_dp, pp, ep))
-    B = np.asarray(decode_seqs, dtype=float)
-    c = np.asarray(prefill_tokens, dtype=float)
-    I = np.maximum(np.asarray(prompt_len, dtype=float), 1.0)
-    L = np.asarray(context, dtype=float)
+    tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
+    B = flt(decode_seqs)
+    c = flt(prefill_tokens)
+    I = maximum(flt(prompt_len), 1.0)
+    L = flt(context)
     ideal = cal.label == "ideal"
-    tm = _Timer(system, costs, cal, kernels)
+    tm = _timer(system, costs, cal, kernels)
     H = float(m.hidden_size)
     bw_d = bytes_per_element(costs.dense_precision)
     bw_e = bytes_per_element(costs.expert_precision)
 
     # tokens: a stage step carries one micro-batch; attention-DP ranks meet at every MoE layer, so the rank holding
     # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
-    q = np.asarray(query_tokens, dtype=float)
+    q = flt(query_tokens)
     B_rank = B / (pp * a)
-    c_rank = np.where(a > 1, np.minimum(c / pp, np.maximum(c / (pp * a), I)), c / (pp * a))
+    c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
     T_rank = B_rank * q + c_rank                   # tokens through this GPU's attention and dense GEMMs
     T_stage = (B * q + c) / pp                     # tokens through the stage's MoE layers (all ranks)
     rows = B_rank * q + c_rank / I                 # logit rows: every decode query token, one per prompt
@@ -191,7 +220,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     def gemm(name, params_per_layer, layers, rows_, dtype, peak, bpe, shard):
         """A weight GEMM repeated over `layers` layers: params sharded `shard` ways, `rows_` tokens."""
-        if np.all(np.asarray(params_per_layer) <= 0):
+        if every(flt(params_per_layer) <= 0):
             return
         n = params_per_layer / (shard * H)
         f = O.matmul_flops(rows_, H, n) * layers
@@ -214,30 +243,34 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
     kv_read = B_rank * costs.kv_read_bytes(L) * shard / pp
     t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
-    t, src = np.maximum(t_c, t_m), tm.roofline_source
+    t, src = maximum(t_c, t_m), tm.roofline_source
     kp = tm.kernels
-    if kp is not None:
+    if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
+        t, src = 0.0, tm.ksrc("attention")
+    elif kp is not None:
         kind = "mla" if m.attention == "mla" else "mha"
         L_eff = costs.kv_read_bytes(L) / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
-        heads = np.maximum(m.num_heads / tp, 1.0)
-        kvh = np.maximum(m.num_kv_heads * shard, 1.0)
-        tk = np.asarray(kp.attention_time_s("decode", kind, np.maximum(B_rank, 1.0), q, np.maximum(L_eff, 1.0),
-                                            heads, kvh, m.head_dim, costs.kv_precision), dtype=float) * n_layers
-        t, src = np.where(B_rank > 0, tk * tm.k_m, 0.0), tm.ksrc("attention")
+        heads = maximum(m.num_heads / tp, 1.0)
+        kvh = maximum(m.num_kv_heads * shard, 1.0)
+        tk = flt(kp.attention_time_s("decode", kind, maximum(B_rank, 1.0), q, maximum(L_eff, 1.0), heads, kvh,
+                                     m.head_dim, costs.kv_precision)) * n_layers
+        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), tm.ksrc("attention")
     add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
 
     f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
     kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
     t_c, t_m = f_ap / (tm.peak_attn * tm.ec), kv_write / (tm.bw * tm.em)
-    t, src = np.maximum(t_c, t_m), tm.roofline_source
-    if kp is not None:
+    t, src = maximum(t_c, t_m), tm.roofline_source
+    if kp is not None and _nothing(c_rank):  # one step without prompt tokens
+        t, src = 0.0, tm.ksrc("attention")
+    elif kp is not None:
         kind = "mla" if m.attention == "mla" else "mha"
-        heads = np.maximum(m.num_heads / tp, 1.0)
-        kvh = np.maximum(m.num_kv_heads * shard, 1.0)
-        seqs = np.maximum(c_rank / I, 1e-9)
-        tk = np.asarray(kp.attention_time_s("prefill", kind, seqs, I, I, heads, kvh, m.head_dim,
-                                            costs.kv_precision), dtype=float) * n_layers
-        t, src = np.where(c_rank > 0, tk * tm.k_c, 0.0), tm.ksrc("attention")
+        heads = maximum(m.num_heads / tp, 1.0)
+        kvh = maximum(m.num_kv_heads * shard, 1.0)
+        seqs = maximum(c_rank / I, 1e-9)
+        tk = flt(kp.attention_time_s("prefill", kind, seqs, I, I, heads, kvh, m.head_dim,
+                                     costs.kv_precision)) * n_layers
+        t, src = where(c_rank > 0, tk * tm.k_c, 0.0), tm.ksrc("attention")
     add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src)
 
     # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
@@ -245,29 +278,29 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         copies = T_stage * m.experts_per_token           # routed token copies through one MoE layer of the stage
         f_exp = copies * 2 * sz.params_per_expert * n_moe / (tp * a)
         by_exp = costs.expert_read_bytes(T_stage) / (ep * pp)
-        bins = np.where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+        bins = where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / (tm.bw * tm.em)
         if kp is not None:
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
             wp = costs.expert_precision if bw_e < bytes_per_element(tm.expert_dtype) else None
-            tk = np.asarray(kp.moe_time_s(np.maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
-                                          m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp), dtype=float)
-            tk = tk * n_moe * imbalance * tm.k_c / np.where(a > 1, 1.0, tp / np.maximum(ep, 1.0))
+            tk = flt(kp.moe_time_s(maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
+                                   m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp))
+            tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
             t_c = f_exp / (tm.peak_expert * tm.ec)
-            t, src = np.where(T_stage > 0, tk, 0.0), tm.ksrc("moe")
+            t, src = where(T_stage > 0, tk, 0.0), tm.ksrc("moe")
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / (tm.peak_expert * tm.ec)
-            t, src = np.maximum(t_c, t_m), tm.roofline_source + (
+            t, src = maximum(t_c, t_m), tm.roofline_source + (
                 "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
         add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
         # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all);
         # a measured MoE table already times its own routing (its fitted routing passes), so none is added to it
         if kp is None:
-            perm_copies = copies / np.where(a > 1, ep, 1.0)
+            perm_copies = copies / where(a > 1, ep, 1.0)
             by = perm_copies * n_moe * cal.moe_shuffle_passes * H * ACTIVATION_BYTES
             t, src = tm.elementwise(by)
-            add("moe_permute", "elementwise", np.zeros_like(by), by, t, 0.0, t, src + f"; "
+            add("moe_permute", "elementwise", zeros_like(by), by, t, 0.0, t, src + f"; "
                 f"{cal.moe_shuffle_passes:g} passes per routed copy (calibrated)", bound="memory")
 
     # ---- elementwise kernels and sampling (memory-bound)
@@ -275,17 +308,17 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
              + (m.moe_intermediate_size * m.experts_per_token if m.is_moe else 0.0) * m.n_moe_layers) / m.num_layers
     by = T_rank * O.elementwise_bytes_per_token_layer(H, width / tp) * n_layers
     t, src = tm.elementwise(by)
-    add("elementwise", "elementwise", np.zeros_like(by), by, t, 0.0, t, src, bound="memory")
+    add("elementwise", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
     by = rows * O.sampling_bytes_per_sequence(m.vocab_size) / (tp * pp)
     t, src = tm.elementwise(by)
-    add("sampling", "elementwise", np.zeros_like(by), by, t, 0.0, t, src, bound="memory")
+    add("sampling", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
 
     # ---- communication on the right link
     up, out = chip.scaleup_bandwidth_bytes_per_s, chip.scaleout_bandwidth_bytes_per_s
     domain = system.chips
     eta, a_up, a_out = cal.link, cal.scaleup_latency_s, cal.scaleout_latency_s
     up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
-    n_ar = np.where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
+    n_ar = where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
     msg = T_rank * H * ACTIVATION_BYTES
     t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, a_up, eta)
     detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
@@ -295,14 +328,14 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         # the system's measured all-reduce kernels (the framework's custom kernels under CUDA graphs) where they
         # are faster: small, latency-bound messages; large ones take the fitted link model, which engines beat
         # the tables' kernels with (NVLink SHARP / multimem, NCCL tuning)
-        t_one = np.asarray(t_one, dtype=float)
+        t_one = flt(t_one)
         meas = t_one < t_ring
-        t_ring = np.where(meas, t_one, t_ring)
-        if np.any(meas):
-            detail, source = kp.allreduce_source() + (f"; where faster: {detail}" if not np.all(meas) else ""), \
+        t_ring = where(meas, t_one, t_ring)
+        if some(meas):
+            detail, source = kp.allreduce_source() + (f"; where faster: {detail}" if not every(meas) else ""), \
                 "measured table"
     t_ar = n_ar * t_ring
-    add("allreduce", "comm", np.zeros_like(t_ar), n_ar * P.allreduce_bytes_per_link(msg, tp), t_ar, 0.0, t_ar,
+    add("allreduce", "comm", zeros_like(t_ar), n_ar * P.allreduce_bytes_per_link(msg, tp), t_ar, 0.0, t_ar,
         detail, bound="link", source=source)
     if m.is_moe:
         narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
@@ -310,25 +343,25 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         k = m.experts_per_token
         intra, _ = P.ep_remote_fractions(ep, domain)
         sent = P.alltoall_bytes_per_chip(T_stage / ep, k, H, b_elem)
-        lat = 2 * (cal.alltoall_latency_s + np.where(ep > domain, a_out, 0.0))  # dispatch + combine
+        lat = 2 * (cal.alltoall_latency_s + where(ep > domain, a_out, 0.0))  # dispatch + combine
         one = P.alltoall_time_s(sent * intra, sent * P.remote_domain_copies(k, ep, domain) / k, up_eff,
                                 out if out > 0 else up_eff, lat, eta)
-        t_a2a = np.where(a > 1, one * m.n_moe_layers / pp, 0.0)
-        add("alltoall", "comm", np.zeros_like(t_a2a), np.where(a > 1, sent * m.n_moe_layers / pp, 0.0), t_a2a,
+        t_a2a = where(a > 1, one * m.n_moe_layers / pp, 0.0)
+        add("alltoall", "comm", zeros_like(t_a2a), where(a > 1, sent * m.n_moe_layers / pp, 0.0), t_a2a,
             0.0, t_a2a, f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth", bound="link",
             source="roofline (link)")
     cross = tp * a * pp > domain
     pp_bytes = T_stage * H * ACTIVATION_BYTES / (tp * a)
-    hop = P.p2p_time_s(pp_bytes, np.where(cross, out if out > 0 else up_eff, up_eff), np.where(cross, a_out, a_up),
+    hop = P.p2p_time_s(pp_bytes, where(cross, out if out > 0 else up_eff, up_eff), where(cross, a_out, a_up),
                        eta)
-    t_pp = np.where(pp > 1, hop, 0.0)
-    add("pp_send", "comm", np.zeros_like(t_pp), np.where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
+    t_pp = where(pp > 1, hop, 0.0)
+    add("pp_send", "comm", zeros_like(t_pp), where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
         "point-to-point activation send to the next stage", bound="link", source="roofline (link)")
 
     # ---- overhead
     ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
-    t_ovh = np.asarray(0.0 if ideal else ovh, dtype=float) + np.zeros(np.shape(t_pp))
-    add("overhead", "overhead", np.zeros_like(t_ovh), np.zeros_like(t_ovh), t_ovh, 0.0, 0.0,
+    t_ovh = flt(0.0 if ideal else ovh) + zeros_like(t_pp)
+    add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
         "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
         bound="latency")
 
@@ -337,50 +370,49 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     comm_names = [n for n, o in ops.items() if o.kind == "comm"]
     mode = np.full(np.shape(B * L * tp), "none", dtype=object)
     if ideal:
-        flops = sum(np.asarray(ops[n].flops, float) for n in compute_names)
-        byts = sum(np.asarray(ops[n].bytes, float) for n in compute_names)
+        flops = sum(flt(ops[n].flops) for n in compute_names)
+        byts = sum(flt(ops[n].bytes) for n in compute_names)
         peak = tm.peak_dense
         step_c, step_m = flops / peak, byts / tm.bw
-        whole = np.maximum(step_c, step_m)
-        naive = sum(np.asarray(ops[n].time_s, float) for n in compute_names)
-        scale = np.where(naive > 0, whole / np.where(naive > 0, naive, 1.0), 0.0)
+        whole = maximum(step_c, step_m)
+        naive = sum(flt(ops[n].time_s) for n in compute_names)
+        scale = where(naive > 0, whole / where(naive > 0, naive, 1.0), 0.0)
         for n in compute_names:  # attribute the single roofline to the ops in proportion to their own times
             o = ops[n]
-            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.asarray(o.time_s, float) * scale, o.bound,
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, flt(o.time_s) * scale, o.bound,
                         "roofline", "peak rates; one roofline for the step's compute ops, shared in proportion")
-    elif m.is_moe and overlap in ("auto", "two-microbatch"):
+    elif m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0):
         # two micro-batches: each runs half the tokens (GEMMs less efficient), communication of one hides behind
-        # compute of the other, `cal.overlap` of the shorter hidden
+        # compute of the other, `cal.overlap` of the shorter hidden; only under attention-DP (`use` below), so one
+        # layout without it (a number attn_dp = 1) does not time the half step
         half = stage_ops(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none", kernels=kernels,
                          overhead_s=overhead_s, query_tokens=q)["ops"]
-        comp2 = sum(2 * np.asarray(half[n].time_s, float) for n in compute_names)
-        comm = sum(np.asarray(ops[n].time_s, float) for n in comm_names)
-        comp1 = sum(np.asarray(ops[n].time_s, float) for n in compute_names)
+        comp2 = sum(2 * flt(half[n].time_s) for n in compute_names)
+        comm = sum(flt(ops[n].time_s) for n in comm_names)
+        comp1 = sum(flt(ops[n].time_s) for n in compute_names)
         tbo = P.overlapped_time_s(comp2, comm, cal.overlap)
         use = (a > 1) & ((tbo < comp1 + comm) | (overlap == "two-microbatch"))
         hidden = comp2 + comm - tbo
-        keep = np.where(comm > 0, (comm - hidden) / np.where(comm > 0, comm, 1.0), 1.0)
+        keep = where(comm > 0, (comm - hidden) / where(comm > 0, comm, 1.0), 1.0)
         for n in compute_names:
             o = ops[n]
-            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.where(use, 2 * np.asarray(half[n].time_s, float),
-                                                                   o.time_s), o.bound, o.source, o.detail)
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, where(use, 2 * flt(half[n].time_s), o.time_s), o.bound,
+                        o.source, o.detail)
         for n in comm_names:
             o = ops[n]
-            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, np.where(use, np.asarray(o.time_s, float) * keep,
-                                                                   o.time_s), o.bound, o.source,
-                        o.detail + ("; exposed part under two-micro-batch overlap" if np.any(use) else ""))
-        mode = np.where(use, "two-microbatch", mode)
+            ops[n] = Op(o.name, o.kind, o.flops, o.bytes, where(use, flt(o.time_s) * keep, o.time_s), o.bound,
+                        o.source, o.detail + ("; exposed part under two-micro-batch overlap" if some(use) else ""))
+        mode = where(use, "two-microbatch", mode)
 
-    base = sum(np.asarray(o.time_s, float) for o in ops.values())
+    base = sum(flt(o.time_s) for o in ops.values())
     sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
-    add("pipeline_sync", "overhead", np.zeros_like(sync), np.zeros_like(sync), sync, 0.0, 0.0,
+    add("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
         f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, stage syncs)",
         bound="latency")
     stage = base + sync
 
     def total(names, attr="time_s"):
-        return sum((np.asarray(ops[n].__getattribute__(attr), float) for n in names if n in ops),
-                   np.zeros_like(stage))
+        return sum((getattr(ops[n], attr) for n in names if n in ops), zeros_like(stage))
 
     gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
     w_bytes = total(gemm_names, "bytes")
@@ -391,8 +423,8 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
             "allreduce_time_s": total(["allreduce"]), "alltoall_time_s": total(["alltoall"]),
             "pp_transfer_time_s": total(["pp_send"]), "comm_time_s": total(comm_names),
             "overhead_s": total(["overhead", "pipeline_sync"]), "overlap": mode,
-            "gemm_bound": np.where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory"),
-            "weight_read_bytes": w_bytes, "kv_read_bytes": np.asarray(kv_read, float) + kv_write,
+            "gemm_bound": where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory"),
+            "weight_read_bytes": w_bytes, "kv_read_bytes": flt(kv_read) + kv_write,
             "flops": f_gemm + f_ad + f_ap}
 
 

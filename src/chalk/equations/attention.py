@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chalk.equations.num import flt, minimum, where
+
 
 def matmul_flops(m, k, n):
     """FLOPs of an (m x k) @ (k x n) matrix product.
@@ -12,7 +14,7 @@ def matmul_flops(m, k, n):
     Ref: lecture eq. 2 ("the lecture drops the 2 and says multiplies").
     Assumes: dense operands.
     """
-    return 2 * np.asarray(m, dtype=float) * k * n
+    return 2 * flt(m) * k * n
 
 
 def kv_elements_per_token_gqa(num_kv_heads, head_dim):
@@ -43,10 +45,10 @@ def kv_bytes_per_token_layer_mla(kv_lora_rank, qk_rope_head_dim, bytes_per_eleme
     Ref: DeepSeek-V2 sec. 2.1; README convention 4 (61 * 576 * 2 = 70,272 B; FP8 packed 656 B/layer).
     Assumes: the packed layout FlashMLA and vLLM use for 8-bit and narrower caches.
     """
-    b = np.asarray(bytes_per_element, dtype=float)
+    b = flt(bytes_per_element)
     plain = (kv_lora_rank + qk_rope_head_dim) * b
     packed = kv_lora_rank * b + 4 * np.ceil(kv_lora_rank / 128) + 2 * qk_rope_head_dim
-    return np.where(b >= 2, plain, packed)
+    return where(b >= 2, plain, packed)
 
 
 def dsa_indexer_key_bytes_per_token_layer(index_head_dim, bytes_per_element):
@@ -56,8 +58,8 @@ def dsa_indexer_key_bytes_per_token_layer(index_head_dim, bytes_per_element):
     Ref: reference models.csv (V3.2: 61*132 = 8,052 B in FP8; 61*256 = 15,616 B in BF16).
     Assumes: one shared indexer key per token (MQA-style), as released.
     """
-    b = np.asarray(bytes_per_element, dtype=float)
-    return index_head_dim * b + np.where(b >= 2, 0.0, 4.0)
+    b = flt(bytes_per_element)
+    return index_head_dim * b + where(b >= 2, 0.0, 4.0)
 
 
 def effective_context(context, window=None, topk=None):
@@ -67,11 +69,11 @@ def effective_context(context, window=None, topk=None):
     Ref: Beltagy et al. 2020 (sliding window); DeepSeek-V3.2 (top-k = 2048).
     Assumes: nothing beyond the cap.
     """
-    L = np.asarray(context, dtype=float)
+    L = flt(context)
     if window:
-        L = np.minimum(L, window)
+        L = minimum(L, float(window))
     if topk:
-        L = np.minimum(L, topk)
+        L = minimum(L, float(topk))
     return L
 
 
@@ -82,12 +84,12 @@ def causal_prefix_sum(prompt_len, cap=None):
     Ref: causal self-attention; sliding windows and top-k selection cap each row at w.
     Assumes: each token attends to itself and everything before it (up to the cap).
     """
-    P = np.asarray(prompt_len, dtype=float)
+    P = flt(prompt_len)
     full = P * (P + 1) / 2
     if not cap:
         return full
     w = float(cap)
-    return np.where(P <= w, full, w * (w + 1) / 2 + (P - w) * w)
+    return where(P <= w, full, w * (w + 1) / 2 + (P - w) * w)
 
 
 def sqrt_law_tokens_read(context, selected_blocks=16):
@@ -99,8 +101,8 @@ def sqrt_law_tokens_read(context, selected_blocks=16):
          Native Sparse Attention, Yuan et al. 2025 (arXiv 2502.11089), compressed + selected blocks.
     Assumes: block summaries cost one token's bytes each; never more than the dense L.
     """
-    L = np.asarray(context, dtype=float)
-    return np.minimum(L, 2 * np.sqrt(selected_blocks * L))
+    L = flt(context)
+    return minimum(L, 2 * np.sqrt(selected_blocks * L))
 
 
 def attention_flops_per_query_token(context, num_heads, qk_dim, v_dim):
@@ -111,4 +113,4 @@ def attention_flops_per_query_token(context, num_heads, qk_dim, v_dim):
     Assumes: softmax FLOPs negligible. For MLA decode, d_qk = r_kv + d_rope and d_v = r_kv
         (weight absorption, DeepSeek-V2 appendix); for MLA prefill d_qk = d_nope + d_rope.
     """
-    return 2 * num_heads * np.asarray(context, dtype=float) * (qk_dim + v_dim)
+    return 2 * num_heads * flt(context) * (qk_dim + v_dim)

@@ -8,7 +8,8 @@ SI units (FLOP, bytes, seconds). Arguments broadcast as numpy arrays.
 
 from __future__ import annotations
 
-import numpy as np
+from chalk.equations.num import flt as _f
+from chalk.equations.num import maximum, minimum
 
 #: MLA geometry of DeepSeek-V3 / R1 / Kimi K2 (config.json): kv_lora_rank, qk_rope_head_dim, qk_nope + rope per head
 #: (192) and v_head_dim. The measured MLA tables were taken with these sizes.
@@ -21,10 +22,6 @@ MLA_V_HEAD = 128
 OUT_BYTES = 2.0
 
 
-def _f(x):
-    return np.asarray(x, dtype=float)
-
-
 def roofline_time_s(flops, bytes_, peak_flops_per_s, bandwidth_bytes_per_s):
     """The roofline floor of one kernel: the slower of its FLOPs at peak and its HBM bytes at peak bandwidth.
 
@@ -32,7 +29,7 @@ def roofline_time_s(flops, bytes_, peak_flops_per_s, bandwidth_bytes_per_s):
     Ref: Williams, Waterman, Patterson 2009 (roofline), applied to one kernel.
     Assumes: compute and memory traffic overlap perfectly inside the kernel; no launch latency.
     """
-    return np.maximum(_f(flops) / peak_flops_per_s, _f(bytes_) / bandwidth_bytes_per_s)
+    return maximum(_f(flops) / peak_flops_per_s, _f(bytes_) / bandwidth_bytes_per_s)
 
 
 def gemm_kernel_flops(m, n, k):
@@ -156,7 +153,7 @@ def moe_local_copies(tokens, top_k, ep):
     Ref: top-k routing; balanced load over the EP ranks.
     Assumes: balanced routing (chalk adds the busiest-rank factor separately).
     """
-    return _f(tokens) * _f(top_k) / np.maximum(_f(ep), 1.0)
+    return _f(tokens) * _f(top_k) / maximum(_f(ep), 1.0)
 
 
 def moe_experts_touched(copies, local_experts):
@@ -166,7 +163,7 @@ def moe_experts_touched(copies, local_experts):
     Ref: balanced routing spreads copies over distinct experts first.
     Assumes: at least one expert's weights are read whenever the layer runs.
     """
-    return np.minimum(_f(local_experts), np.maximum(_f(copies), 1.0))
+    return minimum(_f(local_experts), maximum(_f(copies), 1.0))
 
 
 def moe_flops(copies, hidden, inter):

@@ -6,7 +6,7 @@ small roofline of its own; these are the pieces it is built from.
 
 from __future__ import annotations
 
-import numpy as np
+from chalk.equations.num import flt, maximum
 
 
 def matmul_flops(m, k, n):
@@ -16,7 +16,7 @@ def matmul_flops(m, k, n):
     Ref: scaling-book ("a matmul of B x D by D x F costs 2BDF FLOPs").
     Assumes: dense operands; no structured sparsity.
     """
-    return 2.0 * np.asarray(m, dtype=float) * k * n
+    return 2.0 * flt(m) * k * n
 
 
 def gemm_bytes(m, k, n, weight_bytes_per_element, activation_bytes_per_element=2.0):
@@ -26,7 +26,7 @@ def gemm_bytes(m, k, n, weight_bytes_per_element, activation_bytes_per_element=2
     Ref: the roofline's memory term (lecture eq. 3) applied to one kernel; LLM-Viewer's per-op records.
     Assumes: the weight tile is streamed once per kernel (no re-reads across M tiles); BF16 activations.
     """
-    m = np.asarray(m, dtype=float)
+    m = flt(m)
     return k * n * weight_bytes_per_element + (m * k + m * n) * activation_bytes_per_element
 
 
@@ -38,9 +38,9 @@ def op_time_s(flops, bytes_moved, peak_flops_per_s, bandwidth_bytes_per_s, compu
     Ref: Williams et al. 2009 (roofline), per kernel; lecture eq. 1.
     Assumes: within one kernel compute and memory traffic overlap; kernels run one after another.
     """
-    c = np.asarray(flops, dtype=float) / (peak_flops_per_s * compute_efficiency)
-    m = np.asarray(bytes_moved, dtype=float) / (bandwidth_bytes_per_s * memory_efficiency)
-    return np.maximum(c, m)
+    c = flt(flops) / (peak_flops_per_s * compute_efficiency)
+    m = flt(bytes_moved) / (bandwidth_bytes_per_s * memory_efficiency)
+    return maximum(c, m)
 
 
 def elementwise_bytes_per_token_layer(hidden_size, mlp_width, activation_bytes_per_element=2.0):
@@ -52,7 +52,7 @@ def elementwise_bytes_per_token_layer(hidden_size, mlp_width, activation_bytes_p
     Ref: the Llama/DeepSeek block structure (pre-norm, SwiGLU); LLM-Viewer's per-op activation bytes.
     Assumes: no kernel fusion (fused norms and activations move less); BF16 activations.
     """
-    return (10.0 * np.asarray(hidden_size, dtype=float) + 3.0 * np.asarray(mlp_width, dtype=float)) \
+    return (10.0 * flt(hidden_size) + 3.0 * flt(mlp_width)) \
         * activation_bytes_per_element
 
 
@@ -63,4 +63,4 @@ def sampling_bytes_per_sequence(vocab_size, logit_bytes_per_element=4.0):
     Ref: vLLM/SGLang samplers keep FP32 logits.
     Assumes: one pass over the logits for softmax and one for top-k/top-p.
     """
-    return 2.0 * np.asarray(vocab_size, dtype=float) * logit_bytes_per_element
+    return 2.0 * flt(vocab_size) * logit_bytes_per_element

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chalk.equations.num import flt, maximum, minimum, ones_like, where
+
 
 # --------------------------------------------------------------------------- collectives
 def allreduce_bytes_per_link(message_bytes, n):
@@ -17,8 +19,8 @@ def allreduce_bytes_per_link(message_bytes, n):
     Ref: Patarasuk & Yuan 2009 (bandwidth-optimal all-reduce); scaling-book ch. 3.
     Assumes: n chips in one ring, every link equally fast.
     """
-    n = np.asarray(n, dtype=float)
-    return np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1) * np.asarray(message_bytes, dtype=float), 0.0)
+    n = flt(n)
+    return where(n > 1, 2 * (n - 1) / maximum(n, 1.0) * flt(message_bytes), 0.0)
 
 
 def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0):
@@ -28,10 +30,10 @@ def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_
     Ref: Thakur, Rabenseifner & Gropp 2005 (alpha-beta cost of MPI collectives).
     Assumes: one-way link bandwidth beta per chip; alpha the per-hop latency; 0 when n = 1.
     """
-    n = np.asarray(n, dtype=float)
-    hops = np.where(n > 1, 2 * (n - 1), 0.0)
+    n = flt(n)
+    hops = where(n > 1, 2 * (n - 1), 0.0)
     return hops * latency_s + allreduce_bytes_per_link(message_bytes, n) / (
-        np.asarray(link_bandwidth_bytes_per_s, dtype=float) * efficiency)
+        flt(link_bandwidth_bytes_per_s) * efficiency)
 
 
 def alltoall_bytes_per_chip(tokens, experts_per_token, hidden_size, bytes_per_element):
@@ -41,7 +43,7 @@ def alltoall_bytes_per_chip(tokens, experts_per_token, hidden_size, bytes_per_el
     Ref: DeepSeek-V3 tech report sec. 3.2 (DeepEP dispatch in FP8, combine in BF16); GShard (Lepikhin 2020).
     Assumes: no deduplication of a token sent to two experts on the same chip (upper bound).
     """
-    return np.asarray(tokens, dtype=float) * experts_per_token * hidden_size * bytes_per_element
+    return flt(tokens) * experts_per_token * hidden_size * bytes_per_element
 
 
 def ep_remote_fractions(ep, domain_chips):
@@ -51,10 +53,10 @@ def ep_remote_fractions(ep, domain_chips):
     Ref: the lecture ("MoE all-to-all fits a 72-GPU rack, degrades across racks"); LMSYS large-scale EP blog.
     Assumes: experts are spread evenly and tokens route uniformly (EPLB balances load towards this).
     """
-    ep = np.asarray(ep, dtype=float)
-    d = np.asarray(domain_chips, dtype=float)
-    intra = (np.minimum(ep, d) - 1) / ep
-    inter = np.maximum(ep - d, 0) / ep
+    ep = flt(ep)
+    d = flt(domain_chips)
+    intra = (minimum(ep, d) - 1) / ep
+    inter = maximum(ep - d, 0.0) / ep
     return intra, inter
 
 
@@ -66,10 +68,10 @@ def remote_domain_copies(experts_per_token, ep, domain_chips):
          balls in bins as in `moe.expected_distinct_experts`.
     Assumes: a token's k experts fall in uniformly random domains.
     """
-    n = np.maximum(np.asarray(ep, dtype=float) / np.asarray(domain_chips, dtype=float), 1.0)
+    n = maximum(flt(ep) / flt(domain_chips), 1.0)
     # n = 1 (one domain): log1p(-1) = -inf; nothing crosses, so that case is 0 rather than 0 * (1 - 0^k)
-    safe = np.where(n > 1, n, 2.0)
-    return np.where(n > 1, (n - 1) * -np.expm1(experts_per_token * np.log1p(-1 / safe)), 0.0)
+    safe = where(n > 1, n, 2.0)
+    return where(n > 1, (n - 1) * -np.expm1(experts_per_token * np.log1p(-1 / safe)), 0.0)
 
 
 def alltoall_time_s(scaleup_bytes, scaleout_bytes, scaleup_bytes_per_s, scaleout_bytes_per_s, latency_s=0.0,
@@ -80,11 +82,11 @@ def alltoall_time_s(scaleup_bytes, scaleout_bytes, scaleup_bytes_per_s, scaleout
     Ref: DeepEP (NVLink and RDMA paths run concurrently); alpha-beta model.
     Assumes: NVLink and NIC transfers overlap; the slower path sets the time; 0 when nothing moves.
     """
-    up = np.asarray(scaleup_bytes, dtype=float) / scaleup_bytes_per_s
-    m_out = np.asarray(scaleout_bytes, dtype=float)
-    out = np.where(m_out > 0, m_out / max(scaleout_bytes_per_s, 1e-30), 0.0)
+    up = flt(scaleup_bytes) / scaleup_bytes_per_s
+    m_out = flt(scaleout_bytes)
+    out = where(m_out > 0, m_out / max(scaleout_bytes_per_s, 1e-30), 0.0)
     busy = (up > 0) | (out > 0)
-    return np.where(busy, latency_s + np.maximum(up, out) / efficiency, 0.0)
+    return where(busy, latency_s + maximum(up, out) / efficiency, 0.0)
 
 
 def p2p_time_s(message_bytes, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0):
@@ -94,7 +96,7 @@ def p2p_time_s(message_bytes, link_bandwidth_bytes_per_s, latency_s=0.0, efficie
     Ref: alpha-beta model (Hockney 1994).
     Assumes: a single link, no contention.
     """
-    return latency_s + np.asarray(message_bytes, dtype=float) / (link_bandwidth_bytes_per_s * efficiency)
+    return latency_s + flt(message_bytes) / (link_bandwidth_bytes_per_s * efficiency)
 
 
 def overlapped_time_s(compute_s, comm_s, overlap_fraction=1.0):
@@ -105,9 +107,9 @@ def overlapped_time_s(compute_s, comm_s, overlap_fraction=1.0):
     Ref: DeepSeek-V3 inference (dual micro-batch overlap, open-infra-index day 6); SGLang two-batch overlap.
     Assumes: the caller charges the second weight read of the split batch in T_compute.
     """
-    c = np.asarray(compute_s, dtype=float)
-    m = np.asarray(comm_s, dtype=float)
-    return np.maximum(c, m) + (1 - overlap_fraction) * np.minimum(c, m)
+    c = flt(compute_s)
+    m = flt(comm_s)
+    return maximum(c, m) + (1 - overlap_fraction) * minimum(c, m)
 
 
 # --------------------------------------------------------------------------- memory per chip
@@ -118,8 +120,7 @@ def weight_bytes_per_chip(dense_bytes, expert_bytes, tp, ep, pp):
     Ref: Megatron-LM (Shoeybi 2019) TP sharding; GShard expert parallelism; GPipe stages.
     Assumes: attention-DP replicas each hold the full (TP-sharded) dense weights; stages get equal shares.
     """
-    return (np.asarray(dense_bytes, dtype=float) / (np.asarray(tp) * np.asarray(pp))
-            + np.asarray(expert_bytes, dtype=float) / (np.asarray(ep) * np.asarray(pp)))
+    return flt(dense_bytes) / (flt(tp) * flt(pp)) + flt(expert_bytes) / (flt(ep) * flt(pp))
 
 
 def kv_shard_fraction(num_kv_heads, tp, head_shardable=True):
@@ -129,10 +130,10 @@ def kv_shard_fraction(num_kv_heads, tp, head_shardable=True):
     Ref: vLLM/SGLang tensor-parallel attention; DeepSeek-V2 (MLA caches one latent shared by all heads).
     Assumes: TP divides the KV heads or the KV heads divide TP.
     """
-    tp = np.asarray(tp, dtype=float)
+    tp = flt(tp)
     if not head_shardable:
-        return np.ones_like(tp)
-    return 1.0 / np.minimum(tp, num_kv_heads)
+        return ones_like(tp)
+    return 1.0 / minimum(tp, flt(num_kv_heads))
 
 
 def kv_bytes_per_chip(kv_bytes_per_sequence, sequences_per_stage, attention_dp, pp, shard_fraction):
@@ -143,8 +144,8 @@ def kv_bytes_per_chip(kv_bytes_per_sequence, sequences_per_stage, attention_dp, 
     Ref: the lecture ("pipelining divides weights per GPU, not KV per GPU"); GPipe.
     Assumes: B sequences in flight across the pipeline, each stage holds 1/PP of the layers.
     """
-    return (np.asarray(sequences_per_stage, dtype=float) * np.asarray(pp) / np.asarray(attention_dp)
-            * np.asarray(kv_bytes_per_sequence, dtype=float) * np.asarray(shard_fraction) / np.asarray(pp))
+    return (flt(sequences_per_stage) * flt(pp) / flt(attention_dp) * flt(kv_bytes_per_sequence) * flt(shard_fraction)
+            / flt(pp))
 
 
 def max_sequences_fit(usable_bytes, weight_bytes, kv_bytes_per_sequence):
@@ -154,10 +155,10 @@ def max_sequences_fit(usable_bytes, weight_bytes, kv_bytes_per_sequence):
     Ref: lecture eq. 3's memory side; vLLM PagedAttention block budget.
     Assumes: no fragmentation beyond the reserve already taken out of `usable_bytes`.
     """
-    free = np.asarray(usable_bytes, dtype=float) - np.asarray(weight_bytes, dtype=float)
+    free = flt(usable_bytes) - flt(weight_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.floor(free / np.asarray(kv_bytes_per_sequence, dtype=float))
-    return np.where(free > 0, np.maximum(n, 0.0), 0.0)
+        n = np.floor(free / flt(kv_bytes_per_sequence))
+    return where(free > 0, maximum(n, 0.0), 0.0)
 
 
 # --------------------------------------------------------------------------- pipelines
@@ -168,9 +169,9 @@ def pipeline_bubble_fraction(stages, microbatches, interleave=1):
     Ref: Huang et al. 2019 (GPipe); Narayanan et al. 2021 (Megatron interleaved 1F1B, eq. bubble = (p-1)/(v m)).
     Assumes: equal stage times, no communication cost.
     """
-    p = np.asarray(stages, dtype=float)
-    m = np.asarray(microbatches, dtype=float)
-    v = np.asarray(interleave, dtype=float)
+    p = flt(stages)
+    m = flt(microbatches)
+    v = flt(interleave)
     return (p - 1) / (v * m + p - 1)
 
 
@@ -181,5 +182,5 @@ def pipeline_token_latency_s(stage_time_s, stages, hop_time_s=0.0):
     Ref: the lecture (inference pipelining costs latency, not throughput: "~50% with 4 stages").
     Assumes: equal stages; PP micro-batches in flight keep every stage busy, so throughput is unchanged.
     """
-    p = np.asarray(stages, dtype=float)
-    return p * np.asarray(stage_time_s, dtype=float) + (p - 1) * np.asarray(hop_time_s, dtype=float)
+    p = flt(stages)
+    return p * flt(stage_time_s) + (p - 1) * flt(hop_time_s)

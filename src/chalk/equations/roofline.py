@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chalk.equations.num import flt, maximum, where
+
 
 def compute_time_s(flops, peak_flops_per_s, efficiency=1.0):
     """Time to do `flops` of work at a fraction of peak.
@@ -12,7 +14,7 @@ def compute_time_s(flops, peak_flops_per_s, efficiency=1.0):
     Ref: lecture eq. 2; Williams et al. 2009 (roofline).
     Assumes: work spreads evenly over the chips whose peak is summed.
     """
-    return np.asarray(flops, dtype=float) / (peak_flops_per_s * efficiency)
+    return flt(flops) / (peak_flops_per_s * efficiency)
 
 
 def memory_time_s(bytes_moved, bandwidth_bytes_per_s, efficiency=1.0):
@@ -22,7 +24,7 @@ def memory_time_s(bytes_moved, bandwidth_bytes_per_s, efficiency=1.0):
     Ref: lecture eq. 3.
     Assumes: every byte is read once per step (weights are not cached on chip across steps).
     """
-    return np.asarray(bytes_moved, dtype=float) / (bandwidth_bytes_per_s * efficiency)
+    return flt(bytes_moved) / (bandwidth_bytes_per_s * efficiency)
 
 
 def step_time_s(compute_s, memory_s, overhead_s=0.0):
@@ -32,7 +34,7 @@ def step_time_s(compute_s, memory_s, overhead_s=0.0):
     Ref: lecture eq. 1; scaling-book "T_lower = max(T_math, T_comms)".
     Assumes: compute and memory traffic overlap perfectly.
     """
-    return np.maximum(compute_s, memory_s) + overhead_s
+    return maximum(compute_s, memory_s) + overhead_s
 
 
 def cost_per_token_usd(step_s, usd_per_chip_s, chips, tokens_per_step):
@@ -42,7 +44,7 @@ def cost_per_token_usd(step_s, usd_per_chip_s, chips, tokens_per_step):
     Ref: lecture eq. 4.
     Assumes: chips are paid for whether busy or not; no other costs.
     """
-    return np.asarray(step_s, dtype=float) * usd_per_chip_s * chips / tokens_per_step
+    return flt(step_s) * usd_per_chip_s * chips / tokens_per_step
 
 
 def critical_batch(peak_flops_per_s, bandwidth_bytes_per_s, total_params, active_params,
@@ -54,7 +56,7 @@ def critical_batch(peak_flops_per_s, bandwidth_bytes_per_s, total_params, active
     Assumes: all N_total weights are read every step (the lecture's form); KV traffic ignored.
     """
     ratio = hardware_ratio(peak_flops_per_s, bandwidth_bytes_per_s, bytes_per_param, flops_per_param)
-    return ratio * np.asarray(total_params, dtype=float) / active_params
+    return ratio * flt(total_params) / active_params
 
 
 def hardware_ratio(peak_flops_per_s, bandwidth_bytes_per_s, bytes_per_param, flops_per_param=2.0):
@@ -64,7 +66,7 @@ def hardware_ratio(peak_flops_per_s, bandwidth_bytes_per_s, bytes_per_param, flo
     Ref: lecture eq. 5 ("a dimensionless constant of around 300 on most GPUs"; H100 BF16: 295).
     Assumes: one multiply-add (2 FLOPs) per weight per token.
     """
-    return (np.asarray(peak_flops_per_s, dtype=float) / flops_per_param) * bytes_per_param / bandwidth_bytes_per_s
+    return (flt(peak_flops_per_s) / flops_per_param) * bytes_per_param / bandwidth_bytes_per_s
 
 
 def critical_batch_with_kv(weight_bytes, flops_per_sequence, kv_read_bytes_per_sequence,
@@ -78,11 +80,13 @@ def critical_batch_with_kv(weight_bytes, flops_per_sequence, kv_read_bytes_per_s
          the batch must grow").
     Assumes: weights read once per step regardless of batch.
     """
-    per_seq_gap = (np.asarray(flops_per_sequence, dtype=float) / peak_flops_per_s
-                   - np.asarray(kv_read_bytes_per_sequence, dtype=float) / bandwidth_bytes_per_s)
+    per_seq_gap = (flt(flops_per_sequence) / peak_flops_per_s
+                   - flt(kv_read_bytes_per_sequence) / bandwidth_bytes_per_s)
+    if isinstance(per_seq_gap, float) and per_seq_gap > 0:  # one number, nothing to guard
+        return (flt(weight_bytes) / bandwidth_bytes_per_s) / per_seq_gap
     with np.errstate(divide="ignore", invalid="ignore"):
-        b = (np.asarray(weight_bytes, dtype=float) / bandwidth_bytes_per_s) / per_seq_gap
-    return np.where(per_seq_gap > 0, b, np.nan)
+        b = (flt(weight_bytes) / bandwidth_bytes_per_s) / per_seq_gap
+    return where(per_seq_gap > 0, b, np.nan)
 
 
 def hbm_drain_time_s(capacity_bytes, bandwidth_bytes_per_s):
@@ -92,7 +96,7 @@ def hbm_drain_time_s(capacity_bytes, bandwidth_bytes_per_s):
     Ref: lecture ("reading all of HBM takes ~15-20 ms, stable across generations").
     Assumes: sequential streaming at the quoted bandwidth.
     """
-    return np.asarray(capacity_bytes, dtype=float) / bandwidth_bytes_per_s
+    return flt(capacity_bytes) / bandwidth_bytes_per_s
 
 
 def utilization(achieved, peak):
@@ -102,4 +106,4 @@ def utilization(achieved, peak):
     Ref: Chowdhery et al. 2022 (PaLM, MFU).
     Assumes: peak is the dense datasheet figure.
     """
-    return np.asarray(achieved, dtype=float) / peak
+    return flt(achieved) / peak

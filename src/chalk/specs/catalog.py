@@ -95,7 +95,21 @@ def system_ids() -> list[str]:
     return list(_system_files())
 
 
+_ALIAS_MAPS: dict[int, tuple[dict, dict]] = {}
+
+
 def _alias_map(files: dict[str, dict]) -> dict[str, str]:
+    """lower-case id or alias -> id; kept per catalog folder (`_yaml_files` parses each once), so that resolving a
+    name does not rebuild it (do not modify the returned map)."""
+    hit = _ALIAS_MAPS.get(id(files))
+    if hit is not None and hit[0] is files:
+        return hit[1]
+    m = _build_alias_map(files)
+    _ALIAS_MAPS[id(files)] = (files, m)
+    return m
+
+
+def _build_alias_map(files: dict[str, dict]) -> dict[str, str]:
     m = {}
     for cid, d in files.items():
         m[cid.lower()] = cid

@@ -13,9 +13,12 @@ Why this form: a fitted time surface in log-shape space reproduces the held-out 
 (median) where a handful of global constants cannot (GEMMs alone range from 0.1% to 90% of peak), while
 normalising by the roofline keeps the numbers physical (eta <= 1) and transferable. Between grid nodes the log of
 the time is interpolated multilinearly; past the last node a problem runs as several grid-sized ones (time grows
-with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size axes (m; batch and context; tokens), so
-predicted times never fall when work grows (a smaller problem is capped by a larger one's time: it could be
-padded), and never drop below the chip's roofline floor.
+with the work, `beyond_grid`), below the first it is padded up to it. Node times are made non-decreasing in the size
+axes (m; batch and context; tokens), so predicted times never fall when work grows (a smaller problem is capped by a
+larger one's time: it could be padded), and never drop below the chip's roofline floor. A layer's shape on a GPU (a
+GEMM's n and k, attention heads, expert sizes) is fixed for a model on a layout, so each grid is cut there once
+(`_Slice`: exact, interpolation being separable) and one question looks its time up in 1 or 2 dimensions without
+numpy.
 
 Chips with their own tables (H100/H800, H200, B200, GB200, B300, GB300, A100) use them ("measured"); any other chip
 (AMD, TPU, Rubin, a user's YAML) gets the curve family of the modern NVIDIA systems scaled by its own peaks
@@ -27,11 +30,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
+from bisect import bisect_right
 from functools import lru_cache
 
 import numpy as np
 
 from chalk.equations import kernels as K
+from chalk.equations.num import maximum, where
 from chalk.errors import InputError
 from chalk.specs.precision import bytes_per_element, canonical
 
@@ -49,12 +55,24 @@ FEATURES = {
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
+#: axes that vary from one question to the next for a model on a layout (rows, batch, context, tokens: always the
+#: first ones); the other axes (the layer's shape on one GPU) are fixed there, so the grid reduces exactly to these
+#: (`_Slice`)
+VARYING = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
+           "moe": (0,)}
 #: how the work grows with each feature past the grid's last node (time scales as (x / x_max)^p: a bigger problem
 #: is run as several grid-sized ones; causal prefill length enters squared; group size is intensive)
 EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
              "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
+
+
+@lru_cache(maxsize=256)
+def _precision(dtype: str, weight_precision: str | None) -> tuple[str, float]:
+    """(canonical math precision, bytes per stored weight element)."""
+    p = canonical(dtype)
+    return p, bytes_per_element(weight_precision or p)
 
 
 def dtype_key(precision: str) -> str:
@@ -243,6 +261,12 @@ def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip):
 
 
 def _check(name, x, positive=False):
+    """`x` validated: finite and >= 0 (> 0 with `positive`); a float for one number (or a 0-d array), else an
+    array."""
+    if type(x) is float or type(x) is int or isinstance(x, (np.floating, np.integer)):  # one number: no array
+        v = float(x)
+        if math.isfinite(v) and (v > 0 if positive else v >= 0):
+            return v
     try:
         a = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -251,7 +275,95 @@ def _check(name, x, positive=False):
     if np.any(bad):
         v = a[bad].ravel()[0] if a.ndim else a
         raise InputError(f"{name} must be finite and {'> 0' if positive else '>= 0'}, got {float(v)!r}")
-    return a
+    return float(a) if a.ndim == 0 else a
+
+
+def _broadcast(*xs):
+    """`np.broadcast_arrays` of checked inputs; floats stay floats when every input is one number."""
+    if all(isinstance(x, float) for x in xs):
+        return xs
+    return np.broadcast_arrays(*xs)
+
+
+def _cut(ln_n, lt, y):
+    """Rows `lt` (one per log GPU count `ln_n`) interpolated linearly to log count `y`."""
+    j = min(max(bisect_right(ln_n.tolist(), y) - 1, 0), len(ln_n) - 2)
+    f = (y - ln_n[j]) / (ln_n[j + 1] - ln_n[j])
+    return lt[j] + f * (lt[j + 1] - lt[j])
+
+
+class _Slice:
+    """A kernel grid cut at one fixed layer shape: ln time over the `VARYING` axes only.
+
+    Multilinear interpolation is separable, so interpolating the grid first along its fixed axes (at the layer's
+    shape) and then along the varying ones gives exactly the full interpolation (up to rounding): a GEMM of fixed
+    (n, k) is a 1-D table over m, attention of fixed heads a 2-D one over batch x context, experts of fixed size a
+    1-D one over tokens. One number is looked up with `bisect` and `math`, arrays with `corner_weights`."""
+
+    def __init__(self, family: str, ln_t, fixed: tuple):
+        ax = axes(family)
+        var = VARYING[family]
+        rest = [j for j in range(len(ax)) if j not in var]
+        grid = np.transpose(ln_t.reshape([len(a) for a in ax]), list(var) + rest)
+        grid = grid.reshape(int(np.prod([len(ax[j]) for j in var])), -1)
+        fax = [ax[j] for j in rest]
+        cols, w = corner_weights(fax, clamp_log2(fax, [np.asarray(v, dtype=float) for v in fixed]))
+        self.axes = [ax[j] for j in var]
+        self.ln_t = (grid[:, cols] * w).sum(-1)
+        # past the grid's edge the time scales with the work (`beyond_grid`): the fixed axes' part is one factor
+        self.edge = float(np.prod([max(v / 2.0 ** ax[j][-1], 1.0) ** EXPONENTS[family][j]
+                                   for j, v in zip(rest, fixed) if EXPONENTS[family][j]]))
+        self.exps = tuple(EXPONENTS[family][j] for j in var)
+        self.tops = tuple(2.0 ** float(a[-1]) for a in self.axes)
+        self.lists = tuple([float(v) for v in a] for a in self.axes)
+        self.values = self.ln_t.reshape([len(a) for a in self.axes]).tolist()
+
+    def time(self, f):
+        """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
+        if _floats(f):
+            return self._one(f)
+        cols, w = corner_weights(self.axes, clamp_log2(self.axes, f))
+        out = np.exp((self.ln_t[cols] * w).sum(-1)) * self.edge
+        for x, p, top in zip(f, self.exps, self.tops):
+            if p:
+                out = out * np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
+        return out
+
+    def _one(self, f):
+        v = self.values
+        if len(f) == 1:
+            i, u = _cell(self.lists[0], f[0])
+            ln = v[i] * (1.0 - u) + v[i + 1] * u
+        else:
+            i, u = _cell(self.lists[0], f[0])
+            j, w = _cell(self.lists[1], f[1])
+            lo, hi = v[i], v[i + 1]
+            ln = (lo[j] * ((1.0 - u) * (1.0 - w)) + lo[j + 1] * ((1.0 - u) * w)
+                  + hi[j] * (u * (1.0 - w)) + hi[j + 1] * (u * w))
+        t = math.exp(ln) * self.edge
+        for x, p, top in zip(f, self.exps, self.tops):
+            if p and x > top:
+                t *= (x / top) ** p
+        return t
+
+
+def _cell(a: list, x: float) -> tuple[int, float]:
+    """The cell of the sorted nodes `a` that holds log2(x) clamped to them, and the fraction across it (as
+    `corner_weights` finds them: the first cell at or below the first node, the last one at or past the last)."""
+    y = math.log2(x) if x > 1e-30 else math.log2(1e-30)
+    if y <= a[0]:
+        return 0, 0.0
+    if y >= a[-1]:
+        return len(a) - 2, 1.0
+    i = bisect_right(a, y) - 1
+    return i, (y - a[i]) / (a[i + 1] - a[i])
+
+
+def _floats(xs) -> bool:
+    for x in xs:
+        if not isinstance(x, float):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- the profile
@@ -267,10 +379,20 @@ class KernelProfile:
         ref = (index().get("systems") or {}).get(system, {}).get("reference") if system else None
         self._ref = ref or None  # rates the measured grids were normalised by
         self._grids: dict = {}
+        self._slices: dict = {}
+        self._sources: dict = {}
+        self._allreduce_rows: dict = {}
+        self._rate_memo: dict = {}
 
     # ---- rates
     def _rates(self, precision: str, own: bool = False):
         """(peak FLOP/s at `precision`, HBM B/s): the measured system's reference rates, else the chip's."""
+        r = self._rate_memo.get((precision, own))
+        if r is None:
+            r = self._rate_memo[(precision, own)] = self._rates_of(precision, own)
+        return r
+
+    def _rates_of(self, precision: str, own: bool):
         if self._ref and not own:
             peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
             return float(peak), float(self._ref["hbm"])
@@ -317,8 +439,23 @@ class KernelProfile:
         return self._grids[key]
 
     def _time(self, family, precision, elem_bytes, f, peak_precision=None, table_key=None):
-        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges."""
-        ln_t, passes, _, _ = self._grid(family, precision, elem_bytes, peak_precision or precision, table_key)
+        """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges.
+        Where the layer's shape (the axes not in `VARYING`) is one number each, the grid cut there (`_Slice`,
+        kept per shape) answers."""
+        key = (family, precision, elem_bytes, peak_precision or precision, table_key)
+        nv = len(VARYING[family])  # the varying axes come first
+        fixed = tuple(f[nv:])
+        if not _floats(fixed) and all(np.ndim(x) == 0 for x in fixed):
+            fixed = tuple(float(x) for x in fixed)  # 0-d arrays
+        if _floats(fixed):
+            hit = self._slices.get((key, fixed))
+            if hit is None:
+                if len(self._slices) >= 4096:
+                    self._slices.clear()
+                ln_t, passes, _, _ = self._grid(*key)
+                hit = self._slices[(key, fixed)] = (_Slice(family, ln_t, fixed), passes)
+            return hit[0].time(tuple(f[:nv])), hit[1]
+        ln_t, passes, _, _ = self._grid(*key)
         ax = axes(family)
         cols, w = corner_weights(ax, clamp_log2(ax, f))
         return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
@@ -328,9 +465,8 @@ class KernelProfile:
         """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...).
         `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
         e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
-        m, n, k = np.broadcast_arrays(_check("m", m), _check("n", n), _check("k", k))
-        p = canonical(dtype)
-        eb = bytes_per_element(weight_precision or p)
+        m, n, k = _broadcast(_check("m", m), _check("n", n), _check("k", k))
+        p, eb = _precision(dtype, weight_precision)
         t, _ = self._time("gemm", p, eb, (m, n, k))
         return self._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), p)
 
@@ -343,9 +479,8 @@ class KernelProfile:
         b, q, L = _check("batch", batch), _check("q", q), _check("L", L)
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
-        b, q, L, h, kvh, hd = np.broadcast_arrays(b, q, L, h, kvh, hd)
-        kvp = canonical(kv_precision)
-        eb = bytes_per_element(kvp)
+        b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
+        _, eb = _precision(kv_precision, None)
         key = "bf16" if eb >= 2 else "fp8"
         peak, _ = self._rates("bf16")
         fam = f"{kind}_{phase}"
@@ -361,9 +496,9 @@ class KernelProfile:
             t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
             # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
             eta_c = self._grid(f"{kind}_prefill", key, eb, "bf16")[3]
-            t = np.maximum(t, fq / (peak * max(eta_c, 1e-3)))
+            t = maximum(t, fq / (peak * max(eta_c, 1e-3)))
             return self._floor(t, fq, by, "bf16")
-        bb = np.maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
+        bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
         if kind == "mha":
             f = (bb * h, q, h / kvh, hd)
             fl = K.prefill_attention_flops(bb, q, L, h, hd)
@@ -373,8 +508,8 @@ class KernelProfile:
             fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
         t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
         # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
-        t = t * K.causal_pairs(q, L) / np.maximum(K.causal_pairs(q, q), 1e-30)
-        frac = np.where(b < 1.0, b, 1.0)
+        t = t * K.causal_pairs(q, L) / maximum(K.causal_pairs(q, q), 1e-30)
+        frac = where(b < 1.0, b, 1.0)
         return self._floor(t * frac, fl * frac, by * frac, "bf16")
 
     def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
@@ -386,11 +521,10 @@ class KernelProfile:
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
                                                                     ("top_k", top_k), ("ep", ep)))
-        T, h, i, E, k, ep = np.broadcast_arrays(T, h, i, E, k, ep)
-        p = canonical(dtype)
-        eb = bytes_per_element(weight_precision or p)
+        T, h, i, E, k, ep = _broadcast(T, h, i, E, k, ep)
+        p, eb = _precision(dtype, weight_precision)
         _, bw = self._rates(p)
-        el = np.maximum(E / ep, 1.0)
+        el = maximum(E / ep, 1.0)
         c = K.moe_local_copies(T, k, ep)
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
         # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
@@ -421,7 +555,23 @@ class KernelProfile:
         ns, lt, _ = tab
         M = _check("message_bytes", message_bytes)
         n = _check("n", n)
-        M, n = np.broadcast_arrays(M, n)
+        M, n = _broadcast(M, n)
+        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
+        if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
+            if n <= 1:
+                return 0.0
+            row = self._allreduce_rows.get(n)
+            if row is None:
+                e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
+                y = min(max(math.log2(max(n, 2.0)), float(np.log2(ns[0]))), float(np.log2(ns[-1])))
+                row = lt[0] if len(ns) == 1 else _cut(np.log2(ns), lt, y)
+                grow = float(ring(n) / ring(ns[-1])) if n > ns[-1] else 1.0
+                row = self._allreduce_rows[n] = (e.tolist(), row.tolist(), grow)
+            es, ys, grow = row
+            x = min(max(math.log2(max(M, 1.0)), es[0]), es[-1])
+            i = min(max(bisect_right(es, x) - 1, 0), len(es) - 2)
+            ln_t = ys[i] + (x - es[i]) / (es[i + 1] - es[i]) * (ys[i + 1] - ys[i])
+            return math.exp(ln_t) * max(M / 2.0 ** es[-1], 1.0) * grow
         e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
         x = np.clip(np.log2(np.maximum(M, 1.0)), e[0], e[-1])
         ln_n = np.log2(ns)
@@ -435,7 +585,6 @@ class KernelProfile:
             lo = np.take_along_axis(per_n, j[None, ...], 0)[0]
             hi = np.take_along_axis(per_n, (j + 1)[None, ...], 0)[0]
             ln_t = lo + f * (hi - lo)
-        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
         t = np.exp(ln_t) * np.maximum(M / 2.0 ** e[-1], 1.0) * np.where(n > ns[-1], ring(n) / ring(ns[-1]), 1.0)
         return np.where(n > 1, t, 0.0)
 
@@ -451,11 +600,18 @@ class KernelProfile:
     def _floor(self, t, flops, bytes_, precision):
         """Never faster than the chip's own roofline; finite, >= 0."""
         peak, bw = self._rates(precision, own=True)
-        t = np.maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        t = maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        if isinstance(t, float):
+            return t if math.isfinite(t) else 0.0
         return np.where(np.isfinite(t), t, 0.0)
 
     def source(self, kind: str) -> str:
         """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""
+        if kind not in self._sources:
+            self._sources[kind] = self._source(kind)
+        return self._sources[kind]
+
+    def _source(self, kind: str) -> str:
         fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",)}.get(kind)
         if fams is None:
             raise InputError(f"kernel kind must be 'gemm', 'attention' or 'moe', got {kind!r}")

@@ -34,8 +34,22 @@ COMPUTE_FALLBACK: dict[str, tuple[str, ...]] = {
 }
 
 
+_CANONICAL: dict[str, str] = {}
+
+
 def canonical(name: str) -> str:
     """Return the canonical precision name, or raise UnknownNameError."""
+    if type(name) is str:
+        hit = _CANONICAL.get(name)
+        if hit is not None:
+            return hit
+        if len(_CANONICAL) < 1024:
+            _CANONICAL[name] = key = _canonical(name)
+            return key
+    return _canonical(name)
+
+
+def _canonical(name) -> str:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
     if key not in BYTES_PER_ELEMENT:

@@ -26,6 +26,11 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
              scalar: bool = False):
     """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`. `scalar`: one
     number, not a list or an array."""
+    t = type(value)
+    if t is float or t is int or t is np.float64:  # one plain number inside the bounds: no array needed
+        v = float(value)
+        if (v > 0 or (allow_zero and v == 0)) and v <= maximum and (not integer or v == math.floor(v)):
+            return int(v) if integer else v
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError, OverflowError):
@@ -121,7 +126,7 @@ def context_note(model, context, *, strict_fit: bool = False) -> list[str]:
     """A note when `context` (a number or an array) runs past the model's max_position_embeddings;
     a FitError instead with `strict_fit`. Empty when the model states no maximum."""
     limit = getattr(model, "max_context", None)
-    longest = float(np.max(np.asarray(context, dtype=float)))
+    longest = float(context) if isinstance(context, float) else float(np.max(np.asarray(context, dtype=float)))
     if not limit or longest <= limit:
         return []
     msg = (f"context {longest:,.0f} tokens is beyond {model.id}'s max_position_embeddings ({limit:,}): "
