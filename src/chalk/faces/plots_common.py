@@ -119,6 +119,43 @@ def _plt():
     return plt
 
 
+def png_bytes(fig, dpi: float) -> bytes:
+    """`fig` as PNG at `dpi`, cropped to its artists plus `savefig.pad_inches` like `savefig(bbox_inches="tight")`,
+    from one draw: savefig's tight mode draws the figure twice (once only to place it, then for the pixels) and
+    measures it a third time. Figures with an artist outside their canvas go through savefig, which grows it."""
+    import io
+    import math
+
+    import matplotlib
+
+    canvas = fig.canvas
+    fig.set_dpi(dpi)
+    w_in, h_in = fig.get_size_inches()
+    bb = None
+    if hasattr(canvas, "buffer_rgba"):  # Agg and the backends built on it
+        canvas.draw()
+        bb = fig.get_tightbbox(canvas.get_renderer())
+    if bb is None or bb.x0 < 0 or bb.y0 < 0 or bb.x1 > w_in or bb.y1 > h_in:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+        return buf.getvalue()
+    from PIL import Image
+
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    img = np.asarray(canvas.buffer_rgba())
+    H, W = img.shape[:2]
+    x0, x1 = math.floor((bb.x0 - pad) * dpi), math.ceil((bb.x1 + pad) * dpi)
+    r0, r1 = H - math.ceil((bb.y1 + pad) * dpi), H - math.floor((bb.y0 - pad) * dpi)  # pixel rows run top down
+    face = np.round(np.asarray(matplotlib.colors.to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    out = np.empty((r1 - r0, x1 - x0, 4), dtype=np.uint8)
+    out[...] = face  # the padding past the canvas edge, as savefig fills it
+    ys, xs = slice(max(r0, 0), min(r1, H)), slice(max(x0, 0), min(x1, W))
+    out[ys.start - r0:ys.stop - r0, xs.start - x0:xs.stop - x0] = img[ys, xs]
+    buf = io.BytesIO()
+    Image.fromarray(out, "RGBA").save(buf, format="png")
+    return buf.getvalue()
+
+
 def _need(what: str, **values):
     for k, v in values.items():
         if v is None:

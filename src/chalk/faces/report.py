@@ -10,7 +10,6 @@ import base64
 import datetime as _dt
 import html
 import inspect
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,16 +255,18 @@ def _claims():
     return all_claims()
 
 
+FIGURE_DPI = 110
+
+
 def _figure_png(kind: str, **kw) -> str:
     from chalk.faces import plots
 
-    fig = plots.figure(kind, **kw)
-    buf = io.BytesIO()
+    fig = plots.figure(kind, dpi=FIGURE_DPI, **kw)
     try:
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        png = plots.png_bytes(fig, FIGURE_DPI)
     finally:
         plots._plt().close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(png).decode("ascii")
 
 
 CSS = """
