@@ -125,12 +125,13 @@ DEFAULT_PARETO_HARDWARE = ("hgx-h100", "hgx-h200", "hgx-b200", "gb200-nvl72", "m
 
 
 def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, kv_precision="bf16", ideal=False,
-           compare=None, input_len=None, output_len=1024, **kw):
+           compare=None, input_len=None, output_len=1024, results=None, **kw):
     """Output tokens/s per GPU vs tokens/s per user: chalk.analyses.serving.throughput's frontier per hardware.
 
     Requests of `input_len` prompt tokens (default: `context`) and `output_len` output tokens; hardware from
     `compare` or `hardware` (comma-separated), else a default set across generations. Hardware the model does
-    not fit is listed in the caption.
+    not fit is listed in the caption. `results`: {hardware name: throughput(..., pareto=True)} the caller already
+    has for these same requests (the report's serving answer), drawn as they are instead of searched again.
     """
     _need("pareto", model=model)
     run = _require("serving", "throughput", "pareto")
@@ -145,9 +146,12 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     fig, ax = plt.subplots(figsize=(9.5, 6))
     skipped, label = [], None
     for hw in hws:
+        res = (results or {}).get(hw)
         try:
-            res = run(model, hw, input_len=float(context if input_len is None else input_len), output_len=float(output_len),
-                      gpus=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
+            if res is None or "frontier" not in res:
+                res = run(model, hw, input_len=float(context if input_len is None else input_len),
+                          output_len=float(output_len), gpus=chips, precision=precision, kv_precision=kv_precision,
+                          ideal=ideal, pareto=True)
         except ChalkError as e:
             if len(hws) == 1:
                 raise
