@@ -176,6 +176,32 @@ def _fmt_axes(ax, x=None, y=None):
         ax.yaxis.set_major_formatter(FuncFormatter(fmts[y]))
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_minor_locator(_in_view(axis.get_minor_locator()))
+
+
+def _in_view(locator):
+    """`locator` without the locations outside the axis' view. A log axis' minor locator lists 2-9 x every decade
+    the view touches; matplotlib makes and updates a tick (five artists) for each at every layout and draw pass,
+    then draws only those in view: a fifth to a third of them, and of a log figure's time, for nothing."""
+    from matplotlib.ticker import Locator
+
+    class InView(Locator):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def __call__(self):
+            locs = np.asarray(self.inner(), dtype=float)
+            lo, hi = sorted(self.axis.get_view_interval())
+            # a margin past the view: matplotlib's own test keeps ticks within a hair of the edge
+            return locs[(locs >= lo - 1e-6 * abs(lo)) & (locs <= hi + 1e-6 * abs(hi))]
+
+    return InView(locator)
 
 
 def _caption(fig, text: str):
