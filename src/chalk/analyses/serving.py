@@ -83,7 +83,11 @@ class Speculation:
 def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
               spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
     """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
-    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average."""
+    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average.
+
+    Aggregated serving's TTFT and prefill share take two more step-model runs; a search reads them at a few points
+    (the answer, the frontier) unless it filters on TTFT, so they come from `out["prefill_at"](idx)`, which runs the
+    step model on those points alone (elementwise: the same numbers as a run over the whole grid)."""
     L = I + O / 2 if L is None else L
     B = g["B"]
     tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
@@ -100,16 +104,20 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     tpot = P.pipeline_token_latency_s(st, pp) / e
     out = {"fits": fits, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot, "output_per_gpu": B / tpot / G,
            "weight_bytes_per_gpu": w, "kv_bytes_per_gpu": kv, "overlap": dec["overlap"], "step": dec}
-    if disaggregated:
-        out["ttft_s"] = np.zeros_like(B)  # filled by the prefill pool
-        out["prefill_share"] = np.zeros_like(B)
-    else:
-        pure = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"]
-        share = np.clip(1 - pure / dec["stage_time_s"], 0.0, 1.0)
-        piece = I if chunk is None else min(I, chunk)
-        first = stage_step(costs, system, tp, a, pp, ep, B, c + piece, L, I, cal, **kw)["stage_time_s"]
-        out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
-        out["prefill_share"] = share
+    if disaggregated:  # TTFT comes from the prefill pool; decode GPUs spend nothing on prefill
+        return out
+    piece = I if chunk is None else min(I, chunk)
+    dec_st = np.asarray(dec["stage_time_s"], dtype=float)
+
+    def prefill_at(idx):
+        """(TTFT, share of GPU time spent on prefill) at grid points `idx`."""
+        tp_, a_, pp_, ep_, B_, c_ = (np.asarray(v)[idx] for v in (tp, a, pp, ep, B, c))
+        pure = stage_step(costs, system, tp_, a_, pp_, ep_, B_, 0.0, L, I, cal, **kw)["stage_time_s"]
+        share = np.clip(1 - pure / dec_st[idx], 0.0, 1.0)
+        first = stage_step(costs, system, tp_, a_, pp_, ep_, B_, c_ + piece, L, I, cal, **kw)["stage_time_s"]
+        return P.pipeline_token_latency_s(first, pp_) * np.ceil(I / piece), share
+
+    out["prefill_at"] = prefill_at
     return out
 
 
@@ -301,25 +309,40 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     max_ttft_s, speculative, disaggregated, pool = s.max_ttft_s, s.speculative, s.disaggregated, s.pool
     ev = dict(s.ev)  # the search's arrays are shared between selections: replace them here, never write into them
     spec_used = None
+    n = len(g["B"])
+    better = np.zeros(n, dtype=bool)
     if s.ev_spec is not None:  # keep the better of with and without speculation per point
         ev_s = s.ev_spec
         better = ev_s["output_per_gpu"] > ev["output_per_gpu"]
         if min_user_tps:
             better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
                                                                   | better)
-        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu", "ttft_s", "prefill_share"):
+        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu"):
             ev[key] = np.where(better, ev_s[key], ev[key])
-        ev["speculative"] = better
         spec_used = speculative
-    else:
-        ev["speculative"] = np.zeros_like(g["B"], dtype=bool)
+    ev["speculative"] = better
+    # TTFT and prefill share: NaN until read at the points that need them (`fill`), from each point's variant
+    ev["ttft_s"], ev["prefill_share"] = np.full(n, np.nan), np.full(n, np.nan)
+
+    def fill(idx):
+        idx = np.unique(np.asarray(idx, dtype=int))
+        idx = idx[np.isnan(ev["ttft_s"][idx])]
+        if idx.size:
+            t, sh = s.ev["prefill_at"](idx)
+            if s.ev_spec is not None:
+                t_s, sh_s = s.ev_spec["prefill_at"](idx)
+                t, sh = np.where(better[idx], t_s, t), np.where(better[idx], sh_s, sh)
+            ev["ttft_s"][idx], ev["prefill_share"][idx] = t, sh
+
     if disaggregated:
         ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
         per_gpu = ev["output_per_gpu"] / (1 + ratio)
-        ev["ttft_s"] = np.full_like(per_gpu, pool["ttft_s"])
+        ev["ttft_s"], ev["prefill_share"] = np.full_like(per_gpu, pool["ttft_s"]), np.zeros_like(per_gpu)
     else:
         ratio = np.zeros_like(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"]
+        if max_ttft_s:
+            fill(np.arange(n))
     ok = ev["fits"].copy()
     if not np.any(ok):
         total = costs.dense_weight_bytes + costs.expert_weight_bytes
@@ -338,14 +361,16 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
                        + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
                        + ("" if speculative else "; --mtp may reach further") + ")")
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
+    idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
+    front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
+    if not disaggregated:
+        fill(np.append(front, i) if pareto else [i])
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
                notes=_notes(system, cal), engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
-    idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
-    front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
     res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
