@@ -204,6 +204,34 @@ def _in_view(locator):
     return InView(locator)
 
 
+def _tight(fig, rect):
+    """`fig.tight_layout(rect=rect)`, measuring the figure once instead of twice when its axes sit in one row.
+
+    Given a rect, matplotlib measures every artist for the margins the labels need, then measures them all again,
+    on the unchanged figure, to fit those margins inside the rect: for one row of axes the second pass only shifts
+    the first pass's margins by the rect (the column spacing depends on the left and right margins alone, which the
+    shift keeps). Here the shift is applied directly, in matplotlib's own arithmetic; more rows, or a layout
+    matplotlib would give up on, go through `fig.tight_layout(rect=rect)` itself."""
+    specs = [ax.get_subplotspec() for ax in fig.axes]
+    if not specs or None in specs or any(ss.get_gridspec().nrows != 1 for ss in specs):
+        fig.tight_layout(rect=rect)
+        return
+    p = fig.subplotpars
+    before = (p.left, p.bottom, p.right, p.top)
+    fig.tight_layout()
+    if (p.left, p.bottom, p.right, p.top) == before:  # matplotlib left the layout alone (it warned): so does the rect
+        return
+    left, bottom, right, top = rect
+    left, bottom = left + p.left, bottom + p.bottom
+    right, top = right - (1 - p.right), top - (1 - p.top)
+    m_right, m_top = 1 - right, 1 - top
+    if left + m_right >= 1 or bottom + m_top >= 1:  # no room left inside the rect: matplotlib's answer
+        fig.subplots_adjust(*before)
+        fig.tight_layout(rect=rect)
+        return
+    fig.subplots_adjust(left=left, bottom=bottom, right=1 - m_right, top=1 - m_top)
+
+
 def _caption(fig, text: str):
     import textwrap
 

@@ -15,7 +15,7 @@ import numpy as np
 from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _fmt_axes, _formatter, _need,
-                                      _plt, _require, _sci, chips_label, default_batch, whole)
+                                      _plt, _require, _sci, _tight, chips_label, default_batch, whole)
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
@@ -175,7 +175,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     ax.legend(framealpha=0.9, title="hardware")
     _caption(fig, f"efficiency: {label}; chalk.analyses.serving.throughput (layouts × batch, aggregated serving)."
              + (f" Not shown (does not fit): {'; '.join(skipped)}." if skipped else ""))
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _tight(fig, (0, 0.04, 1, 1))
     return fig
 
 
@@ -244,7 +244,7 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
                   f" worst {seconds(float(np.max(ttft)))}", loc="left")
     _caption(fig, "Each step takes exactly T (the lecture's idealisation: StepCost.constant). "
                   "chalk.analyses.simulate.simulate_train; Poisson arrivals.")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    _tight(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -278,7 +278,7 @@ def training_pools(model=None, hardware=None, **kw):
                  f"3·N·D_RL × 3 ≈ 2·N·D_inference × 3 at the cost optimum", x=0.01, ha="left", fontsize=11)
     _caption(fig, f"Tokens: {src}. GPU-hours at this run's achieved rate; ${est.price_usd_per_gpu_hour:.2f}/GPU-hour."
              " chalk.analyses.training.train_estimate.")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    _tight(fig, (0, 0.05, 1, 0.95))
     return fig
 
 
@@ -348,7 +348,7 @@ def plot_measured(result, output) -> Path:
                       f"measured matmul peak, memory {f.memory:.0%} of the measured copy bandwidth, overhead "
                       f"{seconds(f.overhead_s)} per decode step; held-out median error "
                       f"{result.median_abs_error_held_out:.1%} over {result.n_held_out} steps")
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        _tight(fig, (0, 0.06, 1, 1))
         try:
             fig.savefig(path, dpi=150, bbox_inches="tight")
         finally:
