@@ -218,23 +218,24 @@ def test_log_minor_ticks_stop_at_the_view():
 
 
 def test_png_bytes_crops_like_savefig_tight():
-    """issue 12: one draw, cropped to the figure's artists, the size savefig(bbox_inches='tight') gives; a figure
-    with an artist past its canvas goes through savefig and keeps it."""
+    """issue 12: one draw, cropped to what the figure draws, within a few pixels of the size
+    savefig(bbox_inches='tight') gives; a figure with an artist running past its canvas goes through savefig and
+    keeps it whole."""
     import io
 
     from PIL import Image
 
     plt = plots._plt()
-    for outside in (False, True):
+    for x in (None, 0.9, 1.1):  # no label; one running past the edge; one wholly past it
         fig, ax = plt.subplots(figsize=(4, 3))
         ax.plot([1, 2], [3, 4])
         ax.set_title("a title")
-        if outside:
-            fig.text(1.1, 0.5, "past the right edge")
+        if x is not None:
+            fig.text(x, 0.5, "runs past the right edge")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
         ours = Image.open(io.BytesIO(plots.png_bytes(fig, 100)))
         theirs = Image.open(buf)
-        assert abs(ours.size[0] - theirs.size[0]) <= 2 and abs(ours.size[1] - theirs.size[1]) <= 2
+        assert abs(ours.size[0] - theirs.size[0]) <= 6 and abs(ours.size[1] - theirs.size[1]) <= 6
         assert ours.getpixel((0, 0))[:3] == (255, 255, 255)
         plt.close(fig)
