@@ -208,8 +208,11 @@ def _in_view(locator):
             self.inner.set_axis(axis)
 
         def __call__(self):
-            locs = np.asarray(self.inner(), dtype=float)
-            lo, hi = sorted(self.axis.get_view_interval())
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            locs = np.asarray(self.inner.tick_values(vmin, vmax), dtype=float)
+            lo, hi = sorted((vmin, vmax))
             # a margin past the view: matplotlib's own test keeps ticks within a hair of the edge
             return locs[(locs >= lo - 1e-6 * abs(lo)) & (locs <= hi + 1e-6 * abs(hi))]
 
