@@ -208,13 +208,24 @@ def test_tight_matches_matplotlib_tight_layout_with_a_rect(shape, rect, suptitle
 
 
 def test_log_minor_ticks_stop_at_the_view():
-    """issue 12: no tick objects for minor locations outside the view (matplotlib would not draw them)."""
+    """issue 12: no tick objects for minor locations outside the view (matplotlib would not draw them); 2x and 5x
+    a decade on views of three decades or more, 2x-9x on narrower ones."""
     fig = plots.figure("latency-vs-batch", **PAIR)
     for axis in (fig.axes[0].xaxis, fig.axes[0].yaxis):
         lo, hi = sorted(axis.get_view_interval())
+        assert hi / lo > 1000
         locs = axis.get_minorticklocs()
-        assert len(locs) > 10 and locs.min() >= lo * (1 - 1e-6) and locs.max() <= hi * (1 + 1e-6)
+        assert len(locs) > 4 and locs.min() >= lo * (1 - 1e-6) and locs.max() <= hi * (1 + 1e-6)
+        mantissa = np.round(locs / 10 ** np.floor(np.log10(locs)), 6)
+        assert set(mantissa) == {2.0, 5.0}
     plots._plt().close(fig)
+    plt = plots._plt()
+    fig, ax = plt.subplots()
+    ax.loglog([20, 90], [1, 50])
+    plots._fmt_axes(ax, "tokens", "tokens")
+    mantissa = np.round([v / 10 ** np.floor(np.log10(v)) for v in ax.xaxis.get_minorticklocs()], 6)
+    assert set(mantissa) == {2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0}  # 20 .. 90: under a decade, every one
+    plt.close(fig)
 
 
 def test_png_bytes_crops_like_savefig_tight():
