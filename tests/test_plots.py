@@ -175,3 +175,78 @@ def test_cost_vs_context_spans_the_models_context_with_ticks_below_a_dollar():
     assert lo < 1 and math.log10(lo) == pytest.approx(round(math.log10(lo)))
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert any(lbl.startswith("$0.") for lbl in labels), labels
+
+
+def _layout_figure(nrows, ncols, suptitle=False):
+    plt = plots._plt()
+    fig, axes = plt.subplots(nrows, ncols, figsize=(9, 5.6), squeeze=False)
+    for i, ax in enumerate(axes.ravel()):
+        ax.loglog([1, 10 ** (3 + i)], [1e-3, 10 ** i])
+        ax.set_xlabel("batch B (sequences decoded together)")
+        ax.set_ylabel("time per decode step")
+        ax.set_title("a title that is long enough to matter\nover two lines", loc="left")
+    if suptitle:
+        fig.suptitle("a suptitle", x=0.01, ha="left")
+    return fig
+
+
+@pytest.mark.parametrize(("shape", "rect", "suptitle"), [((1, 1), (0, 0.03, 1, 1), False),
+                                                        ((1, 2), (0, 0.1, 1, 1), True),
+                                                        ((1, 3), (0, 0.03, 1, 0.97), True),
+                                                        ((2, 1), (0, 0.03, 1, 1), False)])
+def test_tight_matches_matplotlib_tight_layout_with_a_rect(shape, rect, suptitle):
+    """issue 12: one measuring pass for a row of axes, the same subplot parameters as matplotlib's two."""
+    from chalk.faces.plots_common import _tight
+
+    ours, theirs = _layout_figure(*shape, suptitle), _layout_figure(*shape, suptitle)
+    _tight(ours, rect)
+    theirs.tight_layout(rect=rect)
+    for name in ("left", "bottom", "right", "top", "wspace", "hspace"):
+        assert getattr(ours.subplotpars, name) == pytest.approx(getattr(theirs.subplotpars, name), abs=1e-12), name
+    plots._plt().close(ours)
+    plots._plt().close(theirs)
+
+
+def test_log_minor_ticks_stop_at_the_view():
+    """issue 12: no tick objects for minor locations outside the view (matplotlib would not draw them); 2x and 5x
+    a decade on views of three decades or more, 2x-9x on narrower ones."""
+    fig = plots.figure("latency-vs-batch", **PAIR)
+    for axis in (fig.axes[0].xaxis, fig.axes[0].yaxis):
+        lo, hi = sorted(axis.get_view_interval())
+        assert hi / lo > 1000
+        locs = axis.get_minorticklocs()
+        assert len(locs) > 4 and locs.min() >= lo * (1 - 1e-6) and locs.max() <= hi * (1 + 1e-6)
+        mantissa = np.round(locs / 10 ** np.floor(np.log10(locs)), 6)
+        assert set(mantissa) == {2.0, 5.0}
+    plots._plt().close(fig)
+    plt = plots._plt()
+    fig, ax = plt.subplots()
+    ax.loglog([20, 90], [1, 50])
+    plots._fmt_axes(ax, "tokens", "tokens")
+    mantissa = np.round([v / 10 ** np.floor(np.log10(v)) for v in ax.xaxis.get_minorticklocs()], 6)
+    assert set(mantissa) == {2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0}  # 20 .. 90: under a decade, every one
+    plt.close(fig)
+
+
+def test_png_bytes_crops_like_savefig_tight():
+    """issue 12: one draw, cropped to what the figure draws, within a few pixels of the size
+    savefig(bbox_inches='tight') gives; a figure with an artist running past its canvas goes through savefig and
+    keeps it whole."""
+    import io
+
+    from PIL import Image
+
+    plt = plots._plt()
+    for x in (None, 0.9, 1.1):  # no label; one running past the edge; one wholly past it
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([1, 2], [3, 4])
+        ax.set_title("a title")
+        if x is not None:
+            fig.text(x, 0.5, "runs past the right edge")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        ours = Image.open(io.BytesIO(plots.png_bytes(fig, 100)))
+        theirs = Image.open(buf)
+        assert abs(ours.size[0] - theirs.size[0]) <= 6 and abs(ours.size[1] - theirs.size[1]) <= 6
+        assert ours.getpixel((0, 0))[:3] == (255, 255, 255)
+        plt.close(fig)

@@ -107,7 +107,11 @@ def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **
 def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
               spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
     """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
-    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average."""
+    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average.
+
+    Aggregated serving's TTFT and prefill share come from `out["prefill_at"](idx)` at the points a search reads
+    (the answer, the frontier; every point under a TTFT limit): the step carrying a chunk and the pure decode step
+    that the mean step (`mixed_step_s`) already ran."""
     L = I + O / 2 if L is None else L
     B = g["B"]
     tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
@@ -128,14 +132,18 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     tpot = P.pipeline_token_latency_s(st, pp) / e
     out = {"fits": fits, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot, "output_per_gpu": B / tpot / G,
            "weight_bytes_per_gpu": w, "kv_bytes_per_gpu": kv, "overlap": dec["overlap"], "step": dec}
-    if disaggregated:
-        out["ttft_s"] = np.zeros_like(B)  # filled by the prefill pool
-        out["prefill_share"] = np.zeros_like(B)
-    else:
-        mean = (st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
-                                                                  spec.draft_layers))
-        out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
-        out["prefill_share"] = np.clip(1 - pure / mean, 0.0, 1.0)
+    if disaggregated:  # TTFT comes from the prefill pool; decode GPUs spend nothing on prefill
+        return out
+    mean = st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
+                                                           spec.draft_layers)
+    ttft = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
+    share = np.clip(1 - pure / mean, 0.0, 1.0)
+
+    def prefill_at(idx):
+        """(TTFT, share of GPU time spent on prefill) at grid points `idx`."""
+        return np.asarray(ttft)[idx], np.asarray(share)[idx]
+
+    out["prefill_at"] = prefill_at
     return out
 
 
@@ -242,11 +250,50 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, calibration_override=calibration_override, speculative=speculative,
                                 engine=engine, cache_hit=cache_hit)
+    found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
+                    kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
+                    disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
+                    layout=layout, speculative=speculative, engine=engine, cache_hit=cache_hit)
+    return _select(found, min_user_tps, pareto)
+
+
+@dataclass(frozen=True)
+class _Search:
+    """Every (layout, batch) point of one serving search, evaluated once: `_select` picks from it under a per-user
+    speed constraint, so several constraints cost one evaluation of the step model."""
+
+    m: object
+    system: System
+    I: float
+    O: float
+    L: float
+    F: float
+    cal: Calibration
+    eng: object
+    costs: object
+    sizes: list
+    layouts: list
+    g: dict
+    Ip: float
+    ev: dict
+    ev_spec: dict | None
+    speculative: Speculation | None
+    pool: dict | None
+    max_ttft_s: float | None
+    disaggregated: bool
+
+
+def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
+            max_ttft_s=None, disaggregated=False, ideal=False, calibration_override=None, layout=None,
+            speculative=None, engine=None, cache_hit=None) -> _Search:
+    """The layouts x batch grid of `throughput` and its metrics, with and without `speculative`; `speeds`: the
+    min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
                                                                   kv_precision, ideal, calibration_override,
                                                                   engine, cache_hit)
-    if min_user_tps is not None:
-        positive("min_user_tps", min_user_tps, scalar=True)
+    for v in speeds:
+        if v is not None:
+            positive("min_user_tps", v, scalar=True)
     if max_ttft_s is not None:
         positive("max_ttft_s", max_ttft_s, scalar=True)
     if gpus is not None:
@@ -269,36 +316,64 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
     kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False)
     ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
-    spec_used = None
-    if speculative is not None:  # search with and without speculation, keep the better per point
+    ev_s = None
+    if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
         ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
-        better = ev_s["output_per_gpu"] > ev["output_per_gpu"]
-        if min_user_tps:
-            better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
-                                                                  | better)
-        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu", "ttft_s", "prefill_share"):
-            ev[key] = np.where(better, ev_s[key], ev[key])
-        ev["speculative"] = better
-        spec_used = speculative
-    else:
-        ev["speculative"] = np.zeros_like(g["B"], dtype=bool)
     pool = None
     if disaggregated:
         pool = _prefill_pool(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
         if pool is None:
             raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
                            + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+    return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
+                   max_ttft_s, disaggregated)
+
+
+def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False) -> dict:
+    """`throughput`'s answer from an evaluated search: the most output tokens/s per GPU at >= `min_user_tps`."""
+    m, system, I, O, cal, costs, g, Ip = s.m, s.system, s.I, s.O, s.cal, s.costs, s.g, s.Ip
+    max_ttft_s, speculative, disaggregated, pool = s.max_ttft_s, s.speculative, s.disaggregated, s.pool
+    ev = dict(s.ev)  # the search's arrays are shared between selections: replace them here, never write into them
+    spec_used = None
+    n = len(g["B"])
+    better = np.zeros(n, dtype=bool)
+    if s.ev_spec is not None:  # keep the better of with and without speculation per point
+        ev_s = s.ev_spec
+        better = ev_s["output_per_gpu"] > ev["output_per_gpu"]
+        if min_user_tps:
+            better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
+                                                                  | better)
+        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu"):
+            ev[key] = np.where(better, ev_s[key], ev[key])
+        spec_used = speculative
+    ev["speculative"] = better
+    # TTFT and prefill share: NaN until read at the points that need them (`fill`), from each point's variant
+    ev["ttft_s"], ev["prefill_share"] = np.full(n, np.nan), np.full(n, np.nan)
+
+    def fill(idx):
+        idx = np.unique(np.asarray(idx, dtype=int))
+        idx = idx[np.isnan(ev["ttft_s"][idx])]
+        if idx.size:
+            t, sh = s.ev["prefill_at"](idx)
+            if s.ev_spec is not None:
+                t_s, sh_s = s.ev_spec["prefill_at"](idx)
+                t, sh = np.where(better[idx], t_s, t), np.where(better[idx], sh_s, sh)
+            ev["ttft_s"][idx], ev["prefill_share"][idx] = t, sh
+
+    if disaggregated:
         ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
         per_gpu = ev["output_per_gpu"] / (1 + ratio)
-        ev["ttft_s"] = np.full_like(per_gpu, pool["ttft_s"])
+        ev["ttft_s"], ev["prefill_share"] = np.full_like(per_gpu, pool["ttft_s"]), np.zeros_like(per_gpu)
     else:
         ratio = np.zeros_like(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"]
+        if max_ttft_s:
+            fill(np.arange(n))
     ok = ev["fits"].copy()
     if not np.any(ok):
         total = costs.dense_weight_bytes + costs.expert_weight_bytes
         raise FitError(f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit any layout on "
-                       f"{'/'.join(map(str, sizes))} x {system.chip.id} "
+                       f"{'/'.join(map(str, s.sizes))} x {system.chip.id} "
                        f"({system.chip.hbm_bytes * (1 - cal.memory_reserve) / 1e9:.0f} GB usable per chip)")
     feasible = ok.copy()
     if min_user_tps:
@@ -312,17 +387,19 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                        + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
                        + ("" if speculative else "; --mtp may reach further") + ")")
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
-    res = _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated)
-    res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
-               input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal), engine=eng.id if eng is not None else None, cache_hit=F,
-               mean_decode_context=L)
-    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
-    res["modes"] = _modes(front, ev, per_gpu, layouts, g, res, system)
+    if not disaggregated:
+        fill(np.append(front, i) if pareto else [i])
+    res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
+    res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
+               input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
+               notes=_notes(system, cal), engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
+               mean_decode_context=s.L)
+    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
+    res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
     if pareto:
-        res["frontier"] = [_frontier_point(j, g, ev, per_gpu, layouts, system) for j in front]
+        res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
     return ServingResult(res)
 
 
@@ -592,9 +669,12 @@ def claims() -> list[Claim]:
     # technical report, arXiv 2412.19437, section 5.4.3); without it the rack's latency floor sits below 2.5x 40 tok/s
     mtp = Speculation(1, 0.85)
 
+    # one search of the rack's layouts x batch, read at two base speeds (what `throughput` answers for each)
+    found = _search("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, speculative=mtp,
+                    speeds=(40.0, 20.0))
+
     def multiple(base):
-        r = throughput("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, min_user_tps=base,
-                       speculative=mtp)
+        r = _select(found, base)
         return r, next(m for m in r["modes"] if m["speedup"] == 2.5)
 
     base_speed = 40.0

@@ -23,8 +23,8 @@ from chalk.errors import InputError
 # report and the tests import the data helpers, `_plt` and `_bubble_from_analyses` from here).
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _field, _finite, _fmt_axes,
                                       _formatter, _need, _plt, _require, _sci, _shade_no_fit, _vline, batch_range,
-                                      caption_of, cost_components_per_mtok, default_batch, roofline_over_batch,
-                                      roofline_over_context, title_of, whole)
+                                      caption_of, cost_components_per_mtok, default_batch, png_bytes,
+                                      roofline_over_batch, roofline_over_context, title_of, whole)
 from chalk.faces.plots_deploy import (DEFAULT_PARETO_HARDWARE, _bubble_from_analyses, _positive_int, batch_train,
                                       pareto, pipeline, pipeline_schedule, plot_measured, training_pools)
 from chalk.faces.plots_roofline import (_attention_label, chip_ratio_rows, cost_vs_batch, cost_vs_context,
@@ -45,7 +45,7 @@ def plot(kind: str, output=None, *, model=None, hardware=None, context: float = 
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"plot output must end in .png or .svg, got {str(output)!r}")
     fig = figure(kind, model=model, hardware=hardware, context=context, chips=chips, precision=precision,
-                 kv_precision=kv_precision, ideal=ideal, **kw)
+                 kv_precision=kv_precision, ideal=ideal, **{k: v for k, v in kw.items() if k != "dpi"})
     try:
         if path.parent and not path.parent.exists():
             raise InputError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
@@ -55,18 +55,18 @@ def plot(kind: str, output=None, *, model=None, hardware=None, context: float = 
     return path
 
 
-def figure(kind: str, **kw):
-    """The matplotlib Figure for `kind` (not saved); same keywords as `plot`."""
+def figure(kind: str, *, dpi=None, **kw):
+    """The matplotlib Figure for `kind` (not saved); same keywords as `plot`. `dpi`: lay the figure out at the
+    resolution it will be drawn at (`png_bytes`), so its text is measured once, at that resolution."""
     fn = KINDS.get(kind)
     if fn is None:
         from chalk.errors import UnknownNameError
 
         raise UnknownNameError("plot kind", kind, KINDS)
-    kw = {k: v for k, v in kw.items() if k != "dpi"}
     import matplotlib
 
     _plt()
-    with matplotlib.rc_context(STYLE):
+    with matplotlib.rc_context(dict(STYLE, **({"figure.dpi": float(dpi)} if dpi else {}))):
         return fn(**kw)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _fmt_axes, _formatter, _need,
-                                      _plt, _require, _sci, chips_label, default_batch, whole)
+                                      _plt, _require, _sci, _tight, chips_label, default_batch, whole)
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
@@ -125,12 +125,13 @@ DEFAULT_PARETO_HARDWARE = ("hgx-h100", "hgx-h200", "hgx-b200", "gb200-nvl72", "m
 
 
 def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, kv_precision="bf16", ideal=False,
-           compare=None, input_len=None, output_len=1024, **kw):
+           compare=None, input_len=None, output_len=1024, results=None, **kw):
     """Output tokens/s per GPU vs tokens/s per user: chalk.analyses.serving.throughput's frontier per hardware.
 
     Requests of `input_len` prompt tokens (default: `context`) and `output_len` output tokens; hardware from
     `compare` or `hardware` (comma-separated), else a default set across generations. Hardware the model does
-    not fit is listed in the caption.
+    not fit is listed in the caption. `results`: {hardware name: throughput(..., pareto=True)} the caller already
+    has for these same requests (the report's serving answer), drawn as they are instead of searched again.
     """
     _need("pareto", model=model)
     run = _require("serving", "throughput", "pareto")
@@ -145,9 +146,12 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     fig, ax = plt.subplots(figsize=(9.5, 6))
     skipped, label = [], None
     for hw in hws:
+        res = (results or {}).get(hw)
         try:
-            res = run(model, hw, input_len=float(context if input_len is None else input_len), output_len=float(output_len),
-                      gpus=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
+            if res is None or "frontier" not in res:
+                res = run(model, hw, input_len=float(context if input_len is None else input_len),
+                          output_len=float(output_len), gpus=chips, precision=precision, kv_precision=kv_precision,
+                          ideal=ideal, pareto=True)
         except ChalkError as e:
             if len(hws) == 1:
                 raise
@@ -171,7 +175,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     ax.legend(framealpha=0.9, title="hardware")
     _caption(fig, f"efficiency: {label}; chalk.analyses.serving.throughput (layouts × batch, aggregated serving)."
              + (f" Not shown (does not fit): {'; '.join(skipped)}." if skipped else ""))
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _tight(fig, (0, 0.04, 1, 1))
     return fig
 
 
@@ -240,7 +244,7 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
                   f" worst {seconds(float(np.max(ttft)))}", loc="left")
     _caption(fig, "Each step takes exactly T (the lecture's idealisation: StepCost.constant). "
                   "chalk.analyses.simulate.simulate_train; Poisson arrivals.")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    _tight(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -274,7 +278,7 @@ def training_pools(model=None, hardware=None, **kw):
                  f"3·N·D_RL × 3 ≈ 2·N·D_inference × 3 at the cost optimum", x=0.01, ha="left", fontsize=11)
     _caption(fig, f"Tokens: {src}. GPU-hours at this run's achieved rate; ${est.price_usd_per_gpu_hour:.2f}/GPU-hour."
              " chalk.analyses.training.train_estimate.")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    _tight(fig, (0, 0.05, 1, 0.95))
     return fig
 
 
@@ -344,7 +348,7 @@ def plot_measured(result, output) -> Path:
                       f"measured matmul peak, memory {f.memory:.0%} of the measured copy bandwidth, overhead "
                       f"{seconds(f.overhead_s)} per decode step; held-out median error "
                       f"{result.median_abs_error_held_out:.1%} over {result.n_held_out} steps")
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        _tight(fig, (0, 0.06, 1, 1))
         try:
             fig.savefig(path, dpi=150, bbox_inches="tight")
         finally:

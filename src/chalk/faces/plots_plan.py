@@ -8,7 +8,7 @@ from pathlib import Path
 
 from chalk.errors import InputError
 from chalk.faces.fmt import num
-from chalk.faces.plots_common import FORMATS, STYLE, _caption, _fmt_axes, _plt
+from chalk.faces.plots_common import FORMATS, STYLE, _caption, _fmt_axes, _plt, _tight
 
 
 def plan_figure(result):
@@ -56,7 +56,7 @@ def plan_figure(result):
                       f"{best['mode']} {best['layout']} ({num(best['gpus'])} GPUs, ${best['usd_per_hour']:,.0f}/h). "
                       "★ = the plan's operating point. chalk.analyses.plan (serving frontier from "
                       "chalk.analyses.serving.throughput; replicas from the fixed-deployment sizing).")
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        _tight(fig, (0, 0.05, 1, 1))
     return fig
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from chalk.faces.fmt import num, seconds, si, usd
-from chalk.faces.plots_common import (COLORS, _caption, _finite, _fmt_axes, _need, _plt, _shade_no_fit, _vline,
-                                      caption_of, cost_components_per_mtok, default_batch, roofline_over_batch,
+from chalk.faces.plots_common import (COLORS, _caption, _finite, _fmt_axes, _need, _plt, _shade_no_fit, _tight,
+                                      _vline, caption_of, cost_components_per_mtok, default_batch, roofline_over_batch,
                                       roofline_over_context, title_of, whole)
 
 
@@ -54,7 +54,7 @@ def latency_vs_batch(model=None, hardware=None, context=4096, chips=None, precis
     ax.set_title(title_of(r, f"context {num(context)}") + "\nlatency vs batch", loc="left")
     ax.legend(loc="upper left", framealpha=0.9)
     _caption(fig, caption_of(r))
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    _tight(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -94,7 +94,7 @@ def cost_vs_batch(model=None, hardware=None, context=4096, chips=None, precision
     ax.set_title(title_of(r, f"context {num(context)}") + "\ncost per output token vs batch", loc="left")
     ax.legend(loc="lower left", framealpha=0.9)
     _caption(fig, caption_of(r) + " Rental price: catalog $/chip-hour × chips × step time / tokens.")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    _tight(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -150,7 +150,7 @@ def cost_vs_context(model=None, hardware=None, context=4096, chips=None, precisi
     fig.legend(h, lab, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.045))
     fig.suptitle(title_of(dense, f"batch {num(batch)}"), x=0.01, ha="left", fontsize=11)
     _caption(fig, caption_of(dense) + " Balance context: one sequence's KV read time = its compute time.")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _tight(fig, (0, 0.1, 1, 1))
     return fig
 
 
@@ -201,7 +201,7 @@ def hardware_ratio(**kw):
                  x=0.01, ha="left", fontsize=11)
     _caption(fig, "Native precision: the narrowest float format that runs faster than the next wider one. "
                   "Datasheet dense peaks and HBM figures from the chip catalog (chalk.analyses.hardware_facts).")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    _tight(fig, (0, 0.03, 1, 0.97))
     return fig
 
 

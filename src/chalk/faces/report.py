@@ -10,7 +10,6 @@ import base64
 import datetime as _dt
 import html
 import inspect
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,13 +178,14 @@ def _doc_sections(doc: str) -> dict:
 
 def serving_answer(model, hardware, *, context, chips, precision, kv_precision, ideal, output_len=1024):
     """chalk.analyses.serving.throughput's best point for requests of `context` prompt tokens and `output_len`
-    output tokens, as {source, answer, modes}; None when the serving analysis is not in this build."""
+    output tokens, as {source, answer, modes, result}; None when the serving analysis is not in this build. The
+    result carries the search's frontier too (the report's frontier figure draws it)."""
     try:
         from chalk.analyses.serving import throughput
     except ImportError:
         return None
     res = throughput(model, hardware, input_len=float(context), output_len=float(output_len), gpus=chips,
-                     precision=precision, kv_precision=kv_precision, ideal=ideal)
+                     precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
     p = res["parallelism"]
     return {"source": f"chalk.analyses.serving.throughput ({res['efficiency']} efficiency; {num(context)} "
                       f"tokens in, {num(output_len)} out per request; {res['mode']} serving)",
@@ -256,16 +256,18 @@ def _claims():
     return all_claims()
 
 
+FIGURE_DPI = 110
+
+
 def _figure_png(kind: str, **kw) -> str:
     from chalk.faces import plots
 
-    fig = plots.figure(kind, **kw)
-    buf = io.BytesIO()
+    fig = plots.figure(kind, dpi=FIGURE_DPI, **kw)
     try:
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        png = plots.png_bytes(fig, FIGURE_DPI)
     finally:
         plots._plt().close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(png).decode("ascii")
 
 
 CSS = """
@@ -352,9 +354,10 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
                               [[f"{m['speedup']:g}×", num(m["user_tokens_per_s"]),
                                 "unreachable" if m.get("price_multiple") is None else f"{m['price_multiple']:.2f}×",
                                 m.get("layout", "")] for m in ans["modes"]], num_cols=(1, 2)))
-        try:
-            out.append(f"<img alt='serving frontier' src='data:image/png;base64,"
-                       f"{_figure_png('pareto', compare=hardware, **fk)}'>")
+        try:  # the frontier of the search that gave the answer above, drawn without searching again
+            png = _figure_png("pareto", compare=hardware, output_len=ans["output_len"],
+                              results={hardware: ans["result"]}, **fk)
+            out.append(f"<img alt='serving frontier' src='data:image/png;base64,{png}'>")
         except ChalkError as e:
             out.append(f"<p class=sub>No frontier figure: {_e(e)}</p>")
     best = roofline_best_batch(model, hardware, context=context, **kw)

@@ -114,16 +114,18 @@ def corner_weights(axes, x_log2):
     axes) the flat node index and weight of each of the 2^d cell corners, as two (points x 2^d) arrays."""
     shape = [len(a) for a in axes]
     strides = np.cumprod([1] + shape[::-1][:-1])[::-1]
-    bits = _corner_bits(len(axes))  # (2^d, d): corner k takes the upper node on axis j where bits[k, j]
-    cols, ws = 0, 1.0
+    # corner k takes the upper node on axis j where _corner_bits(d)[k, j]: the first axis is the slowest bit, so each
+    # axis splits every corner weight so far into (lower, upper); one whole-length product per corner and axis
+    base, ws = 0, [1.0]
     for j, (a, x) in enumerate(zip(axes, x_log2)):
         x = np.asarray(x, dtype=float)
         i = np.asarray(np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2))
-        f = np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0)[..., None]
-        b = bits[:, j]
-        cols = cols + (i[..., None] + b) * strides[j]
-        ws = ws * np.where(b == 1, f, 1.0 - f)
-    return np.asarray(cols, dtype=np.int64), ws
+        f = np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0)
+        base = base + i * strides[j]
+        lower = 1.0 - f
+        ws = [w * v for w in ws for v in (lower, f)]
+    cols = np.asarray(base, dtype=np.int64)[..., None] + _corner_bits(len(axes)) @ strides
+    return cols, np.stack(np.broadcast_arrays(*ws), axis=-1)
 
 
 @lru_cache(maxsize=None)
