@@ -40,7 +40,7 @@ def heavy_imports() -> list[str]:
     """Top-level heavy packages loaded by one `chalk estimate` run."""
     code = ("import sys, runpy; sys.argv = ['chalk'] + %r\n"
             "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))" % (ESTIMATE[3:],))
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))" % (ESTIMATE[2:],))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split("\n")[-2].split())
     return [h for h in HEAVY if h in loaded]
