@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from chalk.errors import ChalkError
 from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si, table,
@@ -29,7 +30,44 @@ def _flag_type_hidden() -> None:
 
 _flag_type_hidden()
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+#: Command modules added by later issues, each with a `register(app)`; `_LazyGroup` imports them.
+COMMAND_MODULES = ("cli_serving", "cli_simulate", "cli_economics", "cli_visual", "cli_measure", "cli_plan")
+
+
+class _LazyGroup(TyperGroup):
+    """The `chalk` command group. The commands defined in this module are built at once; those of
+    COMMAND_MODULES only when a command line names none of the former, or when anything reads the whole tree
+    (`.commands`: --help, a mistyped command's suggestions). `chalk estimate` then neither imports nor builds
+    the fifty-odd other commands (issue 12: start-up time)."""
+
+    @property
+    def commands(self):
+        if not self._all_loaded:
+            self._load_command_modules()
+        return self._commands
+
+    @commands.setter
+    def commands(self, value) -> None:
+        self._commands, self._all_loaded = value, False
+
+    def get_command(self, ctx, cmd_name):
+        return self._commands.get(cmd_name) or super().get_command(ctx, cmd_name)
+
+    def _load_command_modules(self) -> None:
+        self._all_loaded = True
+        more = typer.Typer()
+        for mod in COMMAND_MODULES:
+            try:
+                importlib.import_module(f"chalk.faces.{mod}").register(more)
+            except ModuleNotFoundError as e:
+                if e.name != f"chalk.faces.{mod}":
+                    raise
+        every = {**self._commands, **typer.main.get_group(more).commands}
+        # commands before groups, the order typer lists them in when all are registered on one app
+        self._commands = dict(sorted(every.items(), key=lambda kv: hasattr(kv[1], "list_commands")))
+
+
+app = typer.Typer(cls=_LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.")
 hardware_app = typer.Typer(no_args_is_help=True, help="The chip and system catalog.")
 models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
@@ -375,15 +413,6 @@ def lecture(as_json: bool = typer.Option(False, "--json", help="Print {\"claims\
         emit_json({"claims": [c.to_dict() for c in claims]})
         return
     render(claims, console())
-
-
-# ------------------------------------------------------------------ command modules added by later issues
-for _mod in ("cli_serving", "cli_simulate", "cli_economics", "cli_visual", "cli_measure", "cli_plan"):
-    try:
-        importlib.import_module(f"chalk.faces.{_mod}").register(app)
-    except ModuleNotFoundError as _e:
-        if _e.name != f"chalk.faces.{_mod}":
-            raise
 
 
 def main(argv: list[str] | None = None) -> None:
