@@ -14,11 +14,14 @@ from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num,
                                     usd, whole, write_plot)
 
 def _flag_type_hidden() -> None:
-    """--help shows no `<bool>` type beside a flag that takes no value (typer shows the bool type of every option)."""
+    """--help shows no `<bool>` type beside a flag that takes no value.
+
+    typer up to 0.28 (what pyproject pins) hides it itself; typer 0.29, still found where it was installed
+    before the pin, shows the bool type of every option through `TyperOption.display_type_rich`."""
     from typer import core
 
-    shown = core.TyperOption.display_type_rich
-    if getattr(shown, "_chalk", False):
+    shown = getattr(core.TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_chalk", False):
         return
 
     def display_type_rich(self, ctx):
