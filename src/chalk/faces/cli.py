@@ -312,9 +312,11 @@ def hardware_list(as_json: bool = typer.Option(False, "--json")):
 
 
 def _chip_dict(c) -> dict:
+    from dataclasses import asdict
+
     from chalk.analyses.hardware_facts import chip_facts
 
-    d = c.model_dump()
+    d = asdict(c)
     d.update(chip_facts(c))
     return d
 
