@@ -8,13 +8,23 @@ from __future__ import annotations
 import json
 import math
 import sys
+from enum import Enum
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import typer
 
 
 EXIT_BAD_INPUT = 2
+
+MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
+HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
+
+
+class Phase(str, Enum):
+    decode = "decode"
+    prefill = "prefill"
 
 
 def _default(o: Any):
