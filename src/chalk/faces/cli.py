@@ -12,6 +12,7 @@ from chalk.errors import ChalkError
 from chalk.faces.cli_common import (HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num, out_file,
                                     pct, seconds, si, table, usd, whole, write_plot)
 
+
 def _flag_type_hidden() -> None:
     """--help shows no `<bool>` type beside a flag that takes no value.
 
@@ -41,7 +42,7 @@ class _LazyGroup(TyperGroup):
     """The `chalk` command group. The commands defined in this module are built at once; those of
     COMMAND_MODULES only when a command line names none of the former, or when anything reads the whole tree
     (`.commands`: --help, a mistyped command's suggestions). `chalk estimate` then neither imports nor builds
-    the fifty-odd other commands (issue 12: start-up time)."""
+    the twenty other commands (issue 12: start-up time)."""
 
     @property
     def commands(self):
@@ -79,9 +80,11 @@ def _group() -> None:
     # typer runs an app of one command as that command; the others are added later, by _LazyGroup
     pass
 
+
 ESTIMATE_KEYS = ("step_time_s", "compute_time_s", "weight_time_s", "kv_time_s", "bound", "mfu", "tokens_per_s",
                  "user_tokens_per_s", "cost_per_mtok_usd", "critical_batch", "critical_batch_with_kv",
                  "balance_context", "weight_bytes", "kv_bytes_per_token", "total_params", "active_params", "fits")
+
 
 @app.command()
 def estimate(
