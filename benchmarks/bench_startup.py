@@ -3,7 +3,9 @@ the wall time of `python -c "import numpy"` on the same machine. Printed, not as
 
 Run: PYTHONPATH=$PWD/src python benchmarks/bench_startup.py [--repeats 9]
 It also lists the heavy modules a plain `chalk estimate` imports (typer and rich are expected; pandas, pydantic,
-matplotlib and scipy are not).
+matplotlib and scipy are not), and whether chalk's modules ran from __pycache__: with PYTHONDONTWRITEBYTECODE
+set and no __pycache__ beside the sources, every run compiles the ~5,000 lines `chalk estimate` imports again,
+a large share of what chalk itself adds (the warm-up run writes the cache otherwise).
 """
 
 from __future__ import annotations
@@ -40,10 +42,20 @@ def heavy_imports() -> list[str]:
     """Top-level heavy packages loaded by one `chalk estimate` run."""
     code = ("import sys, runpy; sys.argv = ['chalk'] + %r\n"
             "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))" % (ESTIMATE[3:],))
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))" % (ESTIMATE[2:],))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split("\n")[-2].split())
     return [h for h in HEAVY if h in loaded]
+
+
+def bytecode() -> str:
+    """Whether the runs above found chalk's modules compiled in __pycache__ or compiled them each time."""
+    import importlib.util
+    import os
+
+    if os.path.exists(importlib.util.cache_from_source(importlib.util.find_spec("chalk.faces.cli").origin)):
+        return "cached in __pycache__"
+    return "compiled on every run" + (" (PYTHONDONTWRITEBYTECODE is set)" if sys.flags.dont_write_bytecode else "")
 
 
 def main() -> None:
@@ -55,6 +67,7 @@ def main() -> None:
     print(f"chalk estimate -m llama-3.1-70b -H h100-sxm -b 64 -c 4096: {est:.3f} s (median of {n})")
     print(f"ratio: {ratio:.2f}x (median of {n} interleaved pairs; target <= 2x)")
     print(f"heavy packages imported: {', '.join(heavy_imports()) or 'none'}")
+    print(f"chalk's bytecode: {bytecode()}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,29 @@ def test_estimate_json_keys_and_values():
     assert d["step_time_s"] == pytest.approx(max(d["compute_time_s"], d["weight_time_s"] + d["kv_time_s"]))
 
 
+def test_estimate_starts_light():
+    """issue 12 (start-up): `chalk estimate` imports no other command module, no pydantic, pandas or matplotlib,
+    and reads only the catalog files it needs (a chip, its system, the model's meta.yaml)."""
+    code = ("import sys, runpy, yaml\n"
+            "read = []\n"
+            "load = yaml.load\n"
+            "yaml.load = lambda text, Loader: read.append(1) or load(text, Loader=Loader)\n"
+            "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-70b', '-H', 'h100-sxm', '-b', '64']\n"
+            "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(len(read), ' '.join(sorted(sys.modules)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    n_yaml, *loaded = p.stdout.splitlines()[-1].split()
+    assert [m for m in loaded if m.startswith("chalk.faces.cli_") and m != "chalk.faces.cli_common"] == []
+    heavy = {"pandas", "matplotlib", "scipy", "chalk.specs.prices"}
+    import typer
+
+    if not hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.29 (outside the pin) imports pydantic
+        heavy.add("pydantic")
+    assert heavy & set(loaded) == set()
+    assert int(n_yaml) <= 6, n_yaml  # chip, system, model meta, calibration, kernel index: not all 49 files
+
+
 def test_estimate_ops_add_up_to_the_step():
     """The layout view: the ops sum to the step time, overhead is a visible row, and each op names its source."""
     rc, out, err = run("estimate", "-m", "deepseek-v3", "-H", "gb200-nvl72", "-b", "64", "-c", "4096",

@@ -143,7 +143,11 @@ def _param_kind(param) -> str:
         return "flag"
     if _opt(param) in PATH_OPTIONS:
         return "path"
-    shown = str(param.display_type(typer.Context(typer.main.get_command(cli.app))))
+    if not hasattr(param, "display_type"):  # typer <= 0.28 (pyproject's pin): a click parameter type
+        if hasattr(param.type, "choices"):
+            return "choice"
+        return {"IntParamType": "int", "FloatParamType": "float"}.get(type(param.type).__name__, "name")
+    shown = str(param.display_type(typer.Context(typer.main.get_command(cli.app))))  # typer 0.29
     if "|" in shown:
         return "choice"
     return {"<int>": "int", "<float>": "float"}.get(shown, "name")

@@ -6,6 +6,7 @@ import csv
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -223,8 +224,8 @@ def test_curve_chip_scales_with_its_peaks(fw):
     """A chip without tables: twice the FLOP/s and bandwidth never slows a kernel and at most halves its time;
     big compute-bound kernels speed up by about the FLOP/s ratio."""
     c = _chip("mi300x")
-    fast = c.model_copy(update={"flops_per_s": {p: v * 2 for p, v in c.flops_per_s.items()},
-                                "hbm_bandwidth_bytes_per_s": c.hbm_bandwidth_bytes_per_s * 2})
+    fast = replace(c, flops_per_s={p: v * 2 for p, v in c.flops_per_s.items()},
+                   hbm_bandwidth_bytes_per_s=c.hbm_bandwidth_bytes_per_s * 2)
     k1, k2 = kernel_profile(c, fw), kernel_profile(fast, fw)
     m = np.geomspace(1, 16384, 30)
     r = k2.gemm_time_s(m, 4096, 4096, "bf16") / k1.gemm_time_s(m, 4096, 4096, "bf16")
@@ -233,7 +234,7 @@ def test_curve_chip_scales_with_its_peaks(fw):
     r = k2.attention_time_s("decode", "mha", 64, 1, L, 8, 1, 128, "bf16") / \
         k1.attention_time_s("decode", "mha", 64, 1, L, 8, 1, 128, "bf16")
     assert np.all(r <= 1 + 1e-9) and np.all(r >= 0.5 - 1e-9)
-    flops_only = c.model_copy(update={"flops_per_s": {p: v * 2 for p, v in c.flops_per_s.items()}})
+    flops_only = replace(c, flops_per_s={p: v * 2 for p, v in c.flops_per_s.items()})
     r = kernel_profile(flops_only, fw).gemm_time_s(8192, 8192, 8192, "bf16") / k1.gemm_time_s(8192, 8192, 8192, "bf16")
     assert 0.5 - 1e-9 <= r < 0.65
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -141,7 +142,7 @@ def test_efficiency_block_is_carried_and_used_as_hardware(tmp_path):
     from chalk.specs.hardware import ChipEfficiency
 
     fit = ChipEfficiency(compute=0.31, memory=0.57, overhead_s=2.5e-3, overhead_prefill_s=4e-3, source="test fit")
-    chip = M.calibrated_chip(_fake_ceilings(), name="my box").model_copy(update={"efficiency": fit})
+    chip = replace(M.calibrated_chip(_fake_ceilings(), name="my box"), efficiency=fit)
     path = M.write_chip_yaml(chip, tmp_path / "calibrated-chip.yaml")
     text = path.read_text()
     assert "efficiency:" in text and "overhead_ms: 2.5" in text and "compute: 0.31" in text

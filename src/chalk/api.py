@@ -27,7 +27,13 @@ def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult
     return _estimate(model, hardware, batch, context, **kwargs)
 
 
-from chalk.analyses.sweep import SWEEP_COLUMNS  # noqa: E402,F401  (re-exported)
+def __getattr__(name: str):
+    """`chalk.api.SWEEP_COLUMNS`, re-exported without importing the sweep module when the CLI starts."""
+    if name == "SWEEP_COLUMNS":
+        from chalk.analyses.sweep import SWEEP_COLUMNS
+
+        return SWEEP_COLUMNS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sweep(model, hardware, batches=None, contexts=None, **kwargs):

@@ -16,7 +16,6 @@ from functools import lru_cache
 import numpy as np
 
 from chalk.analyses.calibration import Calibration, calibration
-from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
@@ -379,6 +378,7 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
 def claims() -> list[Claim]:
     """`scale_out_slowdown`, `pipeline_kv_per_gpu_constant`, `pipeline_training_bubble` (and, from
     `chalk.analyses.serving`, `fast_mode_price_for_2_5x_speed`)."""
+    from chalk.analyses.claims import Claim  # here, not at the top: an estimate never needs it
     from chalk.specs.catalog import load_model, load_system
 
     out = []

@@ -10,6 +10,7 @@ The options come back cheapest first, each with why it loses to the cheapest, an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -134,9 +135,9 @@ def _priced(systems, prices: dict):
         if not p > 0:
             raise InputError(f"{s.chip.id} has no price: give one with --price {s.chip.id}=USD_PER_HOUR")
         if s.chip.id in prices:
-            chip = s.chip.model_copy(update={"price_usd_per_hour": float(p), "price_is_assumption": False,
-                                             "price_note": "given with --price"})
-            s = s.model_copy(update={"chip": chip})
+            chip = dataclasses.replace(s.chip, price_usd_per_hour=float(p), price_is_assumption=False,
+                                       price_note="given with --price")
+            s = dataclasses.replace(s, chip=chip)
         out.append(s)
     return out
 

@@ -119,23 +119,51 @@ def _build_alias_map(files: dict[str, dict]) -> dict[str, str]:
 
 
 @lru_cache(maxsize=None)
+def _file_by_id(kind: str, cid: str) -> dict | None:
+    """`<kind>/<cid>.yaml` (chips, systems) parsed alone when it holds id `cid`, else None.
+
+    A chip or system named by its id, the usual case, then needs no other catalog file: `chalk estimate -H h100-sxm`
+    reads the chip's and its system's files instead of all thirty-two (issue 12). Ids are unique across chips and systems and no alias is
+    an id (tests/test_catalog_chips.py), so the answer is the one the alias map would give.
+    """
+    if not cid or any(c in cid for c in "/\\") or cid.startswith("."):
+        return None
+    f = _catalog_dir(kind) / f"{cid}.yaml"
+    if not _probe(f, "is_file"):
+        return None
+    d = read_yaml(f, f"catalog {kind[:-1]} {f.name}")
+    return d if str(d.get("id", cid)) == cid else None
+
+
+def _find(kind: str, name: str) -> tuple[str, dict] | None:
+    """(id, parsed YAML) of the chip or system (`kind`: chips, systems) called `name`, id or alias in any case."""
+    key = str(name).lower()
+    d = _file_by_id(kind, key)
+    if d is not None:
+        return key, d
+    files = _yaml_files(kind)
+    cid = _alias_map(files).get(key)
+    return (cid, files[cid]) if cid is not None else None
+
+
+@lru_cache(maxsize=None)
 def load_chip(name: str) -> Chip:
     """A catalog chip by id or alias."""
-    files = _chip_files()
-    cid = _alias_map(files).get(str(name).lower())
-    if cid is None:
+    found = _find("chips", name)
+    if found is None:
+        files = _chip_files()
         raise UnknownNameError("chip", name, _alias_map(files), files)
-    return Chip.from_yaml_dict(files[cid], f"catalog chip {cid}")
+    return Chip.from_yaml_dict(found[1], f"catalog chip {found[0]}")
 
 
 @lru_cache(maxsize=None)
 def load_system(name: str) -> System:
     """A catalog system by id or alias."""
-    files = _system_files()
-    sid = _alias_map(files).get(str(name).lower())
-    if sid is None:
+    found = _find("systems", name)
+    if found is None:
+        files = _system_files()
         raise UnknownNameError("system", name, _alias_map(files), files)
-    return _system_from_dict(files[sid], f"catalog system {sid}")
+    return _system_from_dict(found[1], f"catalog system {found[0]}")
 
 
 def _system_from_dict(d: dict, where: str) -> System:
@@ -168,9 +196,9 @@ def _chip_yaml_system(d: dict, where: str) -> System:
     unchanged copy of a catalog chip's YAML answers like the catalog id); else one chip.
     """
     chip = Chip.from_yaml_dict(d, where)
-    sid = _alias_map(_system_files()).get(str(chip.default_system or "").lower())
-    if "chips" not in d and sid is not None:
-        base = load_system(sid)
+    found = _find("systems", chip.default_system) if chip.default_system else None
+    if "chips" not in d and found is not None:
+        base = load_system(found[0])
         same = base.chip.id == chip.id
         return _validated_system(where, id=base.id if same else chip.id, name=base.name if same else chip.name,
                                  chip=chip, chips=base.chips, kind=base.kind, sources=dict(base.sources))
@@ -208,14 +236,16 @@ def resolve_hardware(name: str) -> System:
             return _system_from_dict(d, name)
         return _chip_yaml_system(d, name)
     key = name.lower()
-    chips, systems = _alias_map(_chip_files()), _alias_map(_system_files())
-    if key in systems:
-        return load_system(systems[key])
-    if key in chips:
-        chip = load_chip(chips[key])
+    found = _find("systems", key) if _file_by_id("chips", key) is None else None  # a chip id is no system's
+    if found is not None:
+        return load_system(found[0])
+    found = _find("chips", key)
+    if found is not None:
+        chip = load_chip(found[0])
         if chip.default_system:
             return load_system(chip.default_system)
         return System(id=chip.id, name=chip.name, chip=chip, chips=1, kind="chip")
+    chips, systems = _alias_map(_chip_files()), _alias_map(_system_files())
     raise UnknownNameError("hardware", name, {**chips, **systems}, [*_chip_files(), *_system_files()])
 
 
@@ -243,6 +273,13 @@ def _model_aliases() -> dict[str, str]:
     return m
 
 
+def _model_id(name: str) -> str | None:
+    """The catalog id of model `name` (id, alias or HF repo name, any case), or None. An id is looked up among
+    the folders without reading every model's meta.yaml (issue 12: start-up time)."""
+    key = name.lower()
+    return key if key in _model_dirs() else _model_aliases().get(key)
+
+
 def as_model(model) -> ModelSpec:
     """`model` itself if it is a ModelSpec, else `load_model(model)` (id, alias, HF repo name or path)."""
     return model if isinstance(model, ModelSpec) else load_model(str(model))
@@ -262,7 +299,8 @@ def load_model(name: str) -> ModelSpec:
     """`--model`: a catalog id or alias, a path to a config.json, or a folder holding one."""
     name = str(name).strip()
     p = Path(name)
-    in_catalog = name.lower() in _model_aliases() and not _probe(p, "exists")
+    mid = _model_id(name)
+    in_catalog = mid is not None and not _probe(p, "exists")
     if not in_catalog and (_looks_like_path(name) or _probe(p, "exists")):
         if _probe(p, "is_dir"):
             p = p / "config.json"
@@ -271,7 +309,6 @@ def load_model(name: str) -> ModelSpec:
         meta = read_yaml(meta_path) if _probe(meta_path, "is_file") else {}
         mid = spec_str(meta.get("id"), f"{meta_path}: id") or (p.parent.name if p.name == "config.json" else p.stem)
         return model_from_config(cfg, id=mid, source=str(p), meta=meta)
-    mid = _model_aliases().get(name.lower())
     if mid is None:
         raise UnknownNameError("model", name, _model_aliases(), _model_dirs())
     d = _model_dirs()[mid]

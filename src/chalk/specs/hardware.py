@@ -7,32 +7,36 @@ FLOP/s, bytes, bytes/s, W, USD/s.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chalk.errors import SpecError
 from chalk.specs.precision import COMPUTE_FALLBACK, bytes_per_element, canonical
-from chalk.specs.validate import spec_number, spec_str, spec_str_list, spec_str_map
+from chalk.specs.validate import (field_choice, field_number, spec_number, spec_str, spec_str_list,
+                                  spec_str_map)
 
 NUMERIC_FIELDS = ("dense_tflops", "hbm_gb", "hbm_tb_per_s", "scaleup_gb_per_s_bidir",
                   "scaleout_gbit_per_s", "tdp_w", "price_usd_per_hour")
 
 
-class ChipEfficiency(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ChipEfficiency:
     """Achieved fractions of a chip's own ceilings and its per-step overhead, as fitted by `chalk measure`.
 
     YAML (`efficiency:` block of a chip file): compute, memory (fractions), overhead_ms, overhead_prefill_ms, source.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    compute: float = Field(gt=0, le=1)
-    memory: float = Field(gt=0, le=1)
-    overhead_s: float = Field(ge=0, lt=10)
-    overhead_prefill_s: float | None = Field(default=None, ge=0, lt=10)
+    compute: float
+    memory: float
+    overhead_s: float
+    overhead_prefill_s: float | None = None
     source: str = ""
+
+    def __post_init__(self) -> None:
+        field_number(self, "compute", gt=0, le=1)
+        field_number(self, "memory", gt=0, le=1)
+        field_number(self, "overhead_s", ge=0, lt=10)
+        field_number(self, "overhead_prefill_s", ge=0, lt=10, optional=True)
 
     @classmethod
     def from_yaml_dict(cls, d, where: str) -> ChipEfficiency:
@@ -64,10 +68,9 @@ class ChipEfficiency(BaseModel):
         return d
 
 
-class Chip(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Chip:
     """One accelerator. SI units; `flops_per_s` maps precision -> dense peak FLOP/s."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
     name: str
@@ -75,35 +78,42 @@ class Chip(BaseModel):
     aliases: tuple[str, ...] = ()
     default_system: str | None = None
     flops_per_s: dict[str, float]
-    hbm_bytes: float = Field(gt=0)
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
-    scaleup_bandwidth_bytes_per_s_bidir: float = Field(default=0.0, ge=0)
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    scaleup_bandwidth_bytes_per_s_bidir: float = 0.0
     scaleup_link: str = ""
-    scaleout_bandwidth_bytes_per_s: float = Field(default=0.0, ge=0)
+    scaleout_bandwidth_bytes_per_s: float = 0.0
     tdp_w: float | None = None
-    price_usd_per_hour: float = Field(default=0.0, ge=0)
+    price_usd_per_hour: float = 0.0
     price_date: str | None = None
     price_is_assumption: bool = False
     price_note: str = ""
     confidence: str = ""
-    sources: dict[str, str] = Field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
     #: Set by `chalk measure`: a calibrated spec's ceilings are measured, not datasheet peaks.
     measured: bool = False
     #: Fitted by `chalk measure`: used instead of chalk's calibrated constants when this chip is the hardware.
     efficiency: ChipEfficiency | None = None
 
-    @field_validator("flops_per_s")
-    @classmethod
-    def _positive_rates(cls, v: dict[str, float]) -> dict[str, float]:
-        if not v:
-            raise ValueError("needs at least one dense FLOP/s figure")
-        out = {}
-        for k, rate in v.items():
-            if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+    def __post_init__(self) -> None:
+        if not isinstance(self.flops_per_s, dict) or not self.flops_per_s:
+            raise ValueError("flops_per_s needs at least one dense FLOP/s figure")
+        rates = {}
+        for k, rate in self.flops_per_s.items():
+            if isinstance(rate, bool) or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
                 raise ValueError(f"FLOP/s for {k} must be a positive number, got {rate!r}")
-            out[canonical(k)] = float(rate)
-        return out
+            rates[canonical(k)] = float(rate)
+        object.__setattr__(self, "flops_per_s", rates)
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        field_number(self, "hbm_bytes", gt=0)
+        field_number(self, "hbm_bandwidth_bytes_per_s", gt=0)
+        field_number(self, "scaleup_bandwidth_bytes_per_s_bidir", ge=0)
+        field_number(self, "scaleout_bandwidth_bytes_per_s", ge=0)
+        field_number(self, "tdp_w", optional=True)
+        field_number(self, "price_usd_per_hour", ge=0)
+        if self.efficiency is not None and not isinstance(self.efficiency, ChipEfficiency):
+            raise ValueError(f"efficiency must be a ChipEfficiency, got {type(self.efficiency).__name__}")
 
     @property
     def scaleup_bandwidth_bytes_per_s(self) -> float:
@@ -205,26 +215,31 @@ class Chip(BaseModel):
         }
 
 
-class System(BaseModel):
-    """A chip in its scale-up domain (an HGX node, an NVL72 rack, a TPU slice)."""
+SYSTEM_KINDS = ("node", "rack", "pod", "chip")
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+@dataclass(frozen=True, kw_only=True)
+class System:
+    """A chip in its scale-up domain (an HGX node, an NVL72 rack, a TPU slice)."""
 
     id: str
     name: str
     chip: Chip
-    chips: int = Field(gt=0)
-    kind: Literal["node", "rack", "pod", "chip"] = "node"
+    chips: int
+    kind: str = "node"  # one of SYSTEM_KINDS
     aliases: tuple[str, ...] = ()
-    sources: dict[str, str] = Field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
 
-    @model_validator(mode="after")
-    def _domain_has_a_link(self) -> System:
+    def __post_init__(self) -> None:
+        if not isinstance(self.chip, Chip):
+            raise ValueError(f"chip must be a Chip, got {type(self.chip).__name__}")
+        field_number(self, "chips", gt=0, whole=True)
+        field_choice(self, "kind", SYSTEM_KINDS)
+        object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.chips > 1 and self.chip.scaleup_bandwidth_bytes_per_s_bidir <= 0:
             raise ValueError(f"a scale-up domain of {self.chips} chips needs the chip's scaleup_gb_per_s_bidir "
                              "(GB/s per chip, both directions); give it, or set chips: 1")
-        return self
 
     @cached_property
     def hbm_bytes(self) -> float:
@@ -232,13 +247,5 @@ class System(BaseModel):
 
 
 def _first_line(e: Exception) -> str:
-    s = str(e).strip()
-    lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
-    # pydantic: "1 validation error for X\nfield\n  msg [type=...]" -> "field: msg";
-    # a model validator's "1 validation error for X\n  Value error, msg [type=...]" -> "msg"
-    if len(lines) >= 2 and "validation error" in lines[0]:
-        if "[type=" in lines[1]:
-            return lines[1].split(" [type=")[0].removeprefix("Value error, ")
-        if len(lines) >= 3:
-            return f"{lines[1]}: {lines[2].split(' [type=')[0].removeprefix('Value error, ')}"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return lines[0] if lines else type(e).__name__

@@ -174,15 +174,14 @@ def axes(family: str) -> tuple:
 
 @lru_cache(maxsize=None)
 def tables(system: str) -> dict:
-    """{(framework, family, dtype): row dict with `ln_eta` (grid array) and `passes`} of one measured system."""
+    """{(framework, family, dtype): row dict with `passes` and, once `_ln_eta(row)` has read it, `ln_eta`} of one
+    measured system."""
     out = {}
     try:
         text = (_data_dir() / f"{system}.csv").read_text()
     except (FileNotFoundError, OSError):
         return out
     for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        shape = [len(a) for a in axes(r["family"])]
-        r["ln_eta"] = (np.array(r["ln_eta_x100"].split(), dtype=float) / 100.0).reshape(shape)
         r["passes"] = float(r.get("routing_passes") or 0.0)
         out[(r["framework"], r["family"], r["dtype"])] = r
     return out
@@ -208,6 +207,15 @@ def allreduce_tables() -> dict:
         # a smaller message can always be padded to a larger one: times never fall as messages grow
         out[key] = (n, np.maximum.accumulate(lt, axis=1), rs[0])
     return out
+
+
+def _ln_eta(row: dict) -> np.ndarray:
+    """A table row's ln eta grid, parsed from its text on first use: one estimate reads a few of a system's ~30
+    grids, and parsing all ~44,000 figures cost `chalk estimate` ~3 ms of start-up (issue 12)."""
+    if "ln_eta" not in row:
+        shape = [len(a) for a in axes(row["family"])]
+        row["ln_eta"] = (np.array(row["ln_eta_x100"].split(), dtype=float) / 100.0).reshape(shape)
+    return row["ln_eta"]
 
 
 def clear_cache() -> None:
@@ -237,7 +245,7 @@ def _curve(framework: str, family: str, dtype: str, exclude: tuple = ()):
         rows = [tables(s)[(fw, family, dtype)] for s in idx.get("curve_systems", [])
                 if s not in exclude and (fw, family, dtype) in tables(s)]
         if rows:
-            members = tuple((r["system"], r["ln_eta"], idx["systems"][r["system"]]["reference"]) for r in rows)
+            members = tuple((r["system"], _ln_eta(r), idx["systems"][r["system"]]["reference"]) for r in rows)
             return (members, float(np.mean([r["passes"] for r in rows])),
                     {"kind": "curve", "framework": fw, "systems": [m[0] for m in members]})
     return None
@@ -411,7 +419,7 @@ class KernelProfile:
                 for fw in dict.fromkeys((self.framework, DEFAULT_FRAMEWORK, *FRAMEWORKS)):
                     r = t.get((fw, family, d))
                     if r is not None:
-                        return r["ln_eta"], r["passes"], {"kind": "measured", **r}
+                        return _ln_eta(r), r["passes"], {"kind": "measured", **r}
         for d in chain:
             c = _curve(self.framework, family, d, self.exclude)
             if c is not None:

@@ -6,39 +6,43 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass
 
 from chalk.errors import SpecError, UnknownNameError, UnsupportedArchitectureError
 from chalk.specs.precision import canonical
-from chalk.specs.validate import spec_int, spec_number, spec_str, spec_str_list
+from chalk.specs.validate import field_choice, field_number, spec_int, spec_number, spec_str, spec_str_list
 from chalk.specs.workload import short
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
                          "deepseek_v32", "kimi_k2", "gpt_oss")
 
 
-class ModelSpec(BaseModel):
-    """A decoder-only transformer's dimensions, per layer where layers differ."""
+#: ModelSpec's dimensions that are positive whole numbers, and those that may be 0 (absent)
+_SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
+_COUNTS = ("intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+           "index_n_heads", "index_head_dim", "index_topk", "num_experts", "experts_per_token",
+           "moe_intermediate_size", "num_shared_experts")
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer's dimensions, per layer where layers differ."""
 
     id: str
     name: str
     model_type: str
     source: str = ""
     aliases: tuple[str, ...] = ()
-    vocab_size: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_layers: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(ge=0)
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
     tie_word_embeddings: bool = False
     max_context: int | None = None
-    attention: Literal["gqa", "mla"] = "gqa"
+    attention: str = "gqa"  # "gqa" or "mla"
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -71,6 +75,19 @@ class ModelSpec(BaseModel):
     card_total_params: float | None = None
     card_active_params: float | None = None
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        for name in _SIZES:
+            field_number(self, name, gt=0, whole=True)
+        for name in _COUNTS:
+            field_number(self, name, ge=0, whole=True)
+        for name in ("max_context", "sliding_window"):
+            field_number(self, name, gt=0, whole=True, optional=True)
+        for name in ("card_total_params", "card_active_params"):
+            field_number(self, name, ge=0, optional=True)
+        for name in ("aliases", "sliding_layers", "moe_layers"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        field_choice(self, "attention", ("gqa", "mla"))
 
     @property
     def is_moe(self) -> bool:

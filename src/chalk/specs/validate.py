@@ -8,6 +8,8 @@ field, never a TypeError deep inside an analysis.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import os
 from pathlib import Path
 
@@ -79,6 +81,37 @@ def spec_mapping(value, where: str) -> dict:
     if not isinstance(value, dict):
         raise SpecError(f"{where} must be a mapping, got {_short(value)}")
     return value
+
+
+# ------------------------------------------------------------------ fields of a spec built in code
+def field_number(spec, name: str, *, gt: float | None = None, ge: float | None = None, lt: float | None = None,
+                 le: float | None = None, whole: bool = False, optional: bool = False) -> None:
+    """Check one numeric field of a frozen spec dataclass (in its `__post_init__`) and store it as a float, or
+    an int with `whole`; None passes only when `optional`. A ValueError names the field: a spec read from a file
+    has passed the readers above already, and its loader turns this into one SpecError line naming the file."""
+    v = getattr(spec, name)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{name} must be a {'whole ' if whole else ''}number, got {_short(v)}")
+    if whole:
+        if not math.isfinite(v) or v != int(v):
+            raise ValueError(f"{name} must be a whole number, got {_short(v)}")
+        v = int(v)
+    else:
+        v = float(v)
+    for bound, sign, holds in ((gt, ">", operator.gt), (ge, ">=", operator.ge), (lt, "<", operator.lt),
+                               (le, "<=", operator.le)):
+        if bound is not None and not holds(v, bound):  # NaN holds none
+            raise ValueError(f"{name} must be {sign} {bound:g}, got {_short(v)}")
+    object.__setattr__(spec, name, v)
+
+
+def field_choice(spec, name: str, choices: tuple[str, ...]) -> None:
+    """Check that a field of a frozen spec dataclass holds one of `choices` (a ValueError names the field)."""
+    v = getattr(spec, name)
+    if v not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {_short(v)}")
 
 
 # ------------------------------------------------------------------ output paths

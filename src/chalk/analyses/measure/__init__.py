@@ -57,7 +57,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -322,11 +322,11 @@ def run_measure(device: str = "cpu", quick: bool = True, model=None, out_dir=Non
 
     fitted_on = (f"fitted by chalk measure on {spec.id} in {dtype} ({len(timings)} steps, {int(train.sum())} to "
                  f"fit, the rest held out)")
-    chip = chip.model_copy(update={
-        "notes": (f"{chip.notes} Efficiency {fitted_on}: see the efficiency block, which chalk uses when this "
-                  f"file is passed as --hardware.").strip(),
-        "efficiency": ChipEfficiency(compute=fit.compute, memory=fit.memory, overhead_s=fit.overhead_s,
-                                     overhead_prefill_s=fit.overhead_prefill_s, source=fitted_on)})
+    chip = replace(
+        chip, notes=(f"{chip.notes} Efficiency {fitted_on}: see the efficiency block, which chalk uses when this "
+                     f"file is passed as --hardware.").strip(),
+        efficiency=ChipEfficiency(compute=fit.compute, memory=fit.memory, overhead_s=fit.overhead_s,
+                                  overhead_prefill_s=fit.overhead_prefill_s, source=fitted_on))
     cases = tuple(
         MeasuredCase(phase=t.phase, batch=t.batch, context=t.context, measured_s=t.measured_s,
                      predicted_s=float(r.step_time_s), held_out=bool(h), flops=float(r0.flops),

@@ -1,0 +1,90 @@
+"""`chalk sweep` and `chalk lecture`: the lecture's latency and cost curves as a table, and its deductions
+replayed."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from chalk.faces.cli_common import (HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num,
+                                    out_file, pct, seconds, table, usd, write_plot)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sweep)
+    app.command()(lecture)
+
+
+def sweep(
+    model: str = MODEL_OPT,
+    hardware: str = HW_OPT,
+    batches: str = typer.Option("1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192", "--batches",
+                                help="Comma-separated batch sizes, or start:stop:points for a log range."),
+    contexts: str = typer.Option("4096", "--contexts", help="Comma-separated context lengths, or start:stop:points."),
+    phase: Phase = typer.Option(Phase.decode, "--phase"),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
+    precision: Optional[str] = typer.Option(None, "--precision", "-p"),
+    kv_precision: str = typer.Option("auto", "--kv-precision"),
+    ideal: bool = typer.Option(False, "--ideal"),
+    as_json: bool = typer.Option(False, "--json"),
+    csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"), help="Write the table to this CSV file."),
+    plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
+                                        help="Also write cost-vs-batch to this .png/.svg."),
+):
+    """Sweep batch x context in one vectorised call: the lecture's latency and cost curves as a table."""
+    from chalk import api
+
+    res = api.sweep(model, hardware, _parse_grid(batches, "batches"), _parse_grid(contexts, "contexts"),
+                    phase=phase.value, chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
+    if csv:
+        res.to_csv(csv)
+    write_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(res["context"][0]),
+                chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    a = res.meta
+    t = table(f"{a['model']} on {a['chips']} x {a['hardware']} · {a['phase']} · critical batch "
+              f"{num(a['critical_batch'])} · balance context {num(a['balance_context'])} tokens · {a['efficiency']}",
+              ["batch", "context", "step", "bound", "MFU", "tokens/s", "tokens/s/user", "$/M tokens", "fits"])
+    for row in res.rows():
+        t.add_row(num(row["batch"]), num(row["context"]), seconds(row["step_time_s"]), row["bound"], pct(row["mfu"]),
+                  num(row["tokens_per_s"]), num(row["user_tokens_per_s"]), usd(row["cost_per_mtok_usd"]),
+                  "yes" if row["fits"] else "no")
+    console().print(t)
+
+
+def _parse_grid(text: str, name: str):
+    import numpy as np
+
+    from chalk.specs.workload import MAX_GRID_POINTS
+
+    text = text.strip()
+    try:
+        if ":" in text:
+            a, b, n = text.split(":")
+            points = int(n)
+            if not 1 <= points <= MAX_GRID_POINTS:
+                fail(f"--{name}: points must be between 1 and {MAX_GRID_POINTS:,}, got {n}")
+            return np.unique(np.round(np.geomspace(float(a), float(b), points)))
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except (ValueError, OverflowError):
+        fail(f"--{name} must be comma-separated numbers or start:stop:points, got {text!r}")
+    if name == "batches" and values:
+        from chalk.specs.workload import positive
+
+        positive("--batches", values, integer=True)  # sequences are whole; a range is rounded above
+    return values
+
+
+def lecture(as_json: bool = typer.Option(False, "--json", help="Print {\"claims\": [...]} as JSON.")):
+    """Replay the lecture's deductions, each computed by chalk."""
+    from chalk.analyses.lecture import all_claims
+    from chalk.faces.lecture_text import render
+
+    claims = all_claims()
+    if as_json:
+        emit_json({"claims": [c.to_dict() for c in claims]})
+        return
+    render(claims, console())
