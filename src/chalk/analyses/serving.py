@@ -425,9 +425,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
 
     Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
     them, one token each per step; their prompts prefilled as whole chunks in some of the steps, `mixed_step_s`) or
-    waiting for their prompt to be
-    prefilled; B is capped by the scheduler and by KV memory; by Little's law N = B + X * TTFT, with X = B /
-    (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap.
+    waiting for their prompt to be prefilled; B is capped by the scheduler and by KV memory; by Little's law
+    N = B + X * TTFT, with X = B / (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap.
     `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
     simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
     it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
