@@ -82,12 +82,10 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, in
             raise InputError("a closed loop (concurrency) needs a layout")
         max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     if layout is not None:
-        from chalk.analyses.serving import prefill_step_tokens
+        from chalk.analyses.serving import replica_step_cost
 
-        ref = float(max_batch)
-        sc = sim.StepCost.from_step_model(m, system, layout, batch=ref, context=float(input_len) + output_len / 2,
-                                          prompt_len=float(input_len), prefill_tokens=float(prefill_step_tokens(ref, 1.0, float(input_len), output_len, float(input_len))[0]),
-                                          precision=precision, kv_precision=kv_precision, ideal=ideal)
+        sc = replica_step_cost(m, system, layout, max_batch, input_len, output_len, precision=precision,
+                               kv_precision=kv_precision, ideal=ideal)
     else:
         from chalk.analyses.parallel import resolve_kv_precision
         from chalk.analyses.model_sizes import ModelSizes

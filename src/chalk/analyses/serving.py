@@ -80,6 +80,11 @@ class Speculation:
         return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
 
 
+def prefill_piece(prompt_tokens: float, chunk=None) -> float:
+    """Prompt tokens one prefill step takes of a prompt: all of it, or the engine's chunked-prefill budget."""
+    return prompt_tokens if not chunk else min(prompt_tokens, float(chunk))
+
+
 def prefill_step_tokens(B, e, Ip, O, piece):
     """(prompt tokens a step carries when it carries prefill, fraction of steps that do) in aggregated serving with
     chunked prefill: B decoding sequences emitting e tokens per step need B e Ip / O prompt tokens per step on
@@ -108,10 +113,8 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
               spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
     """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
     (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average.
-
-    Aggregated serving's TTFT and prefill share come from `out["prefill_at"](idx)` at the points a search reads
-    (the answer, the frontier; every point under a TTFT limit): the step carrying a chunk and the pure decode step
-    that the mean step (`mixed_step_s`) already ran."""
+    Aggregated serving's TTFT and prefill share come from the step carrying a chunk and the pure decode step that
+    the mean step (`mixed_step_s`) ran; a disaggregated search takes its TTFT from the prefill pool."""
     L = I + O / 2 if L is None else L
     B = g["B"]
     tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
@@ -120,7 +123,7 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     fits = (w + kv) <= usable
     q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
     kw = dict(overhead_s=overhead_s, kernels=kernels, query_tokens=q)
-    piece = I if chunk is None else min(I, chunk)
+    piece = prefill_piece(I, chunk)
     if disaggregated:
         dec = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)
         st = np.asarray(dec["stage_time_s"], dtype=float)
@@ -136,14 +139,8 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
         return out
     mean = st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
                                                            spec.draft_layers)
-    ttft = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
-    share = np.clip(1 - pure / mean, 0.0, 1.0)
-
-    def prefill_at(idx):
-        """(TTFT, share of GPU time spent on prefill) at grid points `idx`."""
-        return np.asarray(ttft)[idx], np.asarray(share)[idx]
-
-    out["prefill_at"] = prefill_at
+    out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
+    out["prefill_share"] = np.clip(1 - pure / mean, 0.0, 1.0)
     return out
 
 
@@ -343,23 +340,12 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         if min_user_tps:
             better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
                                                                   | better)
-        for key in ("tpot_s", "user_tokens_per_s", "output_per_gpu"):
+        keys = ("tpot_s", "user_tokens_per_s", "output_per_gpu") + (() if disaggregated else
+                                                                   ("ttft_s", "prefill_share"))
+        for key in keys:
             ev[key] = np.where(better, ev_s[key], ev[key])
         spec_used = speculative
     ev["speculative"] = better
-    # TTFT and prefill share: NaN until read at the points that need them (`fill`), from each point's variant
-    ev["ttft_s"], ev["prefill_share"] = np.full(n, np.nan), np.full(n, np.nan)
-
-    def fill(idx):
-        idx = np.unique(np.asarray(idx, dtype=int))
-        idx = idx[np.isnan(ev["ttft_s"][idx])]
-        if idx.size:
-            t, sh = s.ev["prefill_at"](idx)
-            if s.ev_spec is not None:
-                t_s, sh_s = s.ev_spec["prefill_at"](idx)
-                t, sh = np.where(better[idx], t_s, t), np.where(better[idx], sh_s, sh)
-            ev["ttft_s"][idx], ev["prefill_share"][idx] = t, sh
-
     if disaggregated:
         ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
         per_gpu = ev["output_per_gpu"] / (1 + ratio)
@@ -367,8 +353,6 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     else:
         ratio = np.zeros_like(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"]
-        if max_ttft_s:
-            fill(np.arange(n))
     ok = ev["fits"].copy()
     if not np.any(ok):
         total = costs.dense_weight_bytes + costs.expert_weight_bytes
@@ -389,8 +373,6 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
-    if not disaggregated:
-        fill(np.append(front, i) if pareto else [i])
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
@@ -475,7 +457,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     Ip = I * (1 - F)
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
     chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
-    piece = Ip if not chunk else min(Ip, float(chunk))
+    piece = prefill_piece(Ip, chunk)
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
 
     def times(B):
@@ -551,22 +533,31 @@ CLOSED_LOOP_REQUESTS = (400, 20_000)
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
                           input_len, output_len, seed: int = 0):
     """One replica's closed loop replayed in the request simulator: `concurrency` requests in flight, at most
-    `seats` of them running (the scheduler cap), step times from the step model's tangent at `batch` decoding
-    sequences of `context` tokens. Returns the `SimulationResult` (latencies counted from each request's send)."""
+    `seats` of them running (the scheduler cap), step times from the step model's linear form at `batch` decoding
+    sequences of `context` tokens (`StepCost.from_step_model`: through a pure decode step and one carrying a chunk). Returns the `SimulationResult` (latencies counted from each request's send)."""
     from chalk.analyses import simulate as sim
 
-    I = float(getattr(input_len, "mean", input_len))
-    O = float(getattr(output_len, "mean", output_len))
-    b = max(float(batch), 1.0)
-    piece = I if not chunk else min(I, float(chunk))
-    c, _ = prefill_step_tokens(b, 1.0, I, O, piece)
-    sc = sim.StepCost.from_step_model(m, system, lay, batch=b, context=context, prompt_len=max(I, 1.0),
-                                      prefill_tokens=float(c), precision=costs.precision,
-                                      kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
+    sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
+                           precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
     n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
     reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max(int(seats), 1), kv_capacity_tokens=math.inf,
                                    prefill_chunk_tokens=int(chunk) if chunk else None, closed_loop=True)
+
+
+def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):
+    """The request simulator's step cost (`StepCost.from_step_model`) of one replica `layout` at `batch` decoding
+    sequences serving prompts of `input_len` tokens (a number or a length distribution: its mean) prefilled in
+    chunks (`prefill_piece`, `prefill_step_tokens`): exact for a pure decode step and for one carrying a chunk.
+    `context` defaults to I + O / 2; `kw` goes to `from_step_model` (precision, kv_precision, cal, ideal, ...)."""
+    from chalk.analyses.step_cost import StepCost
+
+    I = float(getattr(input_len, "mean", input_len))
+    O = float(getattr(output_len, "mean", output_len))
+    b = max(float(batch), 1.0)
+    c, _ = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk))
+    return StepCost.from_step_model(model, system, layout, batch=b, context=I + O / 2 if context is None else context,
+                                    prompt_len=max(I, 1.0), prefill_tokens=float(c), **kw)
 
 
 def _cost_per_mtok(system: System, per_gpu_rate):

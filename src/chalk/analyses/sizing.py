@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from chalk.analyses import fleet
 from chalk.analyses.serving import (Speculation, _serving_setup, deployment_sizes, fixed_deployment,
-                                    prefill_step_tokens, throughput)
+                                    prefill_piece, prefill_step_tokens, throughput)
 from chalk.analyses.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -273,10 +273,9 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     e = s["speculative"].tokens_per_step if s["speculative"] is not None else 1.0
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
     pf = 0.0 if s["mode"] == "disaggregated" else B * e * I / O  # prompt tokens per step, on average
-    chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
-    piece = I if not chunk else min(I, float(chunk))
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step
+    piece = prefill_piece(I, getattr(eng, "chunked_prefill_tokens", None))
     c_step = 0.0 if s["mode"] == "disaggregated" else float(prefill_step_tokens(B, e, I, O, piece)[0])
     sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
                                   prefill_tokens=c_step, precision=s["precision"], kv_precision=costs.kv_precision,

@@ -56,14 +56,10 @@ def register(app: typer.Typer) -> None:
 
             raise InputError("--concurrency needs --layout")
         if layout is not None:
-            from chalk.analyses.serving import prefill_step_tokens
+            from chalk.analyses.serving import replica_step_cost
 
-            ref = float(concurrency or max_batch)
-            sc = sim.StepCost.from_step_model(as_model(model), as_system(hardware), layout, batch=ref,
-                                              context=input_len + output_len / 2, prompt_len=input_len,
-                                              prefill_tokens=float(prefill_step_tokens(ref, 1.0, input_len, output_len, input_len)[0]),
-                                              precision=precision,
-                                              kv_precision=kv_precision, ideal=ideal)
+            sc = replica_step_cost(as_model(model), as_system(hardware), layout, concurrency or max_batch, input_len,
+                                   output_len, precision=precision, kv_precision=kv_precision, ideal=ideal)
         else:
             sc = sim.StepCost.from_roofline(as_model(model), as_system(hardware), chips=chips, precision=precision,
                                             kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
