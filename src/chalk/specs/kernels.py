@@ -37,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from chalk.equations import kernels as K
+from chalk.equations import parallel as P
 from chalk.equations.num import maximum, where
 from chalk.errors import InputError
 from chalk.specs.precision import bytes_per_element, canonical
@@ -566,7 +567,7 @@ class KernelProfile:
         M = _check("message_bytes", message_bytes)
         n = _check("n", n)
         M, n = _broadcast(M, n)
-        ring = lambda k: 2 * (k - 1) / np.maximum(k, 1)  # noqa: E731
+        ring = lambda k: P.allreduce_bytes_per_link(1.0, k)  # noqa: E731  (bytes per link per message byte)
         if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
             if n <= 1:
                 return 0.0
