@@ -27,7 +27,7 @@ All-reduce (`--only allreduce` redoes just this part): the custom all-reduce tab
 custom_allreduce_perf.parquet; bf16, message sizes 2^7 to 2^29 bytes, 2 to 16 GPUs) are small enough to keep as
 measured: per system, framework and GPU count, the time at each power-of-two message size (the fastest kernel;
 CUDA-graph kernels, never eager ones, as engines decode under graphs), in allreduce.csv. A held-out check drops
-every fifth size and predicts it from its neighbours through the run-time interpolation.
+every fifth size and predicts it from its neighbours by the run-time rule (linear in log time and log size).
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ FILTERS = {
     "mla_decode": "generation_mla: mla_dtype bfloat16; num_heads = heads per GPU; L = isl + step",
     "mla_prefill": "context_mla: mla_dtype bfloat16; num_heads = heads per GPU; q = L = isl",
     "moe": "moe_perf: distribution balanced, moe_tp_size 1, gated kernels (not *nongated); bfloat16 -> bf16, "
-           "fp8_block (else fp8) -> fp8, nvfp4 -> fp4, w4a16_mxfp4 -> w4a16; num_tokens = tokens entering the layer across the EP group",
+           "fp8_block (else fp8) -> fp8, nvfp4 -> fp4, w4a16_mxfp4 -> w4a16; num_tokens = tokens entering the layer "
+           "across the EP group",
 }
 
 
@@ -103,7 +104,7 @@ def data_root() -> Path:
 
 # --------------------------------------------------------------------------- reading tables
 def _one_dtype_per_key(d, column: str, names: dict, prefer_fp8: list):
-    """The rows of one table dtype per chalk dtype key (bf16, fp8, fp4), tagged `dtype`: for fp8 the first of
+    """The rows of one table dtype per chalk dtype key (bf16, fp8, fp4, w4a16), tagged `dtype`: for fp8 the first of
     `prefer_fp8` present (per-tensor before block-scaled), else the first of the table's names mapping to the key."""
     keep = []
     for key in ("bf16", "fp8", "fp4", "w4a16"):
@@ -299,15 +300,15 @@ def pick_allreduce(system: str, fw: str):
     the installed version measuring the most GPU counts (then the most rows, then the newest), or None."""
     best = None
     for path in sorted(glob.glob(str(data_root() / system / "comm" / fw / "*" / "custom_allreduce_perf.parquet"))):
-        d = pd.read_parquet(path)
-        d = d[(d.allreduce_dtype == "bfloat16") & ~d.kernel_source.str.contains("eager")]
+        raw = pd.read_parquet(path)
+        d = raw[(raw.allreduce_dtype == "bfloat16") & ~raw.kernel_source.str.contains("eager")]
         if not len(d):
             continue
         d = d.assign(t=d.latency.astype(float) * 1e-3).groupby(["num_gpus", "message_size"], as_index=False).t.min()
         rel = os.path.relpath(path, data_root())
         key = (d.num_gpus.nunique(), len(d), pkg_tuple(rel.split(os.sep)[3]))
         if best is None or key >= best[0]:
-            best = (key, d, rel, rel.split(os.sep)[3], str(pd.read_parquet(path, columns=["device"]).device.iloc[0]))
+            best = (key, d, rel, rel.split(os.sep)[3], str(raw.device.iloc[0]))
     return None if best is None else best[1:]
 
 
@@ -332,7 +333,7 @@ def distil_allreduce(systems) -> int:
                 lt = np.log(t.to_numpy())
                 # held-out: every fifth interior size predicted from its neighbours (linear in log-log)
                 for i in range(2, len(lt) - 1, 5):
-                    errs.append((system, fw, np.exp((lt[i - 1] + lt[i + 1]) / 2 - lt[i]) - 1))
+                    errs.append(np.exp((lt[i - 1] + lt[i + 1]) / 2 - lt[i]) - 1)
                 lines.append([system, fw, fver, rel, device, int(n),
                               " ".join(f"{x * 1e6:.4g}" for x in t.to_numpy())])
                 print(f"  {system:9s} {fw:6s} {fver:10s} all-reduce n={n:2d}  {t.iloc[0] * 1e6:6.2f} us at 128 B, "
@@ -343,7 +344,7 @@ def distil_allreduce(systems) -> int:
                  f"t_us: microseconds for a bf16 all-reduce of 2^e bytes, e = {AR_LOG2[0]}..{AR_LOG2[-1]}, over "
                  "num_gpus GPUs (fastest CUDA-graph kernel). Written by scripts/distill_kernels.py.\n")
         df.to_csv(fh, index=False)
-    e = np.abs([x[2] for x in errs])
+    e = np.abs(errs)
     print(f"\nall-reduce, held-out sizes from neighbours: {len(e)} rows, median |error| {np.median(e):.3f}, "
           f"p90 {np.quantile(e, 0.9):.3f}")
     idx = yaml.safe_load((OUT / "index.yaml").read_text()) if (OUT / "index.yaml").exists() else {}
