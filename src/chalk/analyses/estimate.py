@@ -20,6 +20,7 @@ from chalk.equations import parallel as P
 from chalk.equations import roofline as R
 from chalk.equations.num import every, flt, maximum, ones_like, where
 from chalk.errors import FitError, InputError
+from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import canonical
@@ -83,33 +84,16 @@ def make_layout(model: ModelSpec, spec) -> Layout:
     return Layout(tp=tp, attn_dp=a, pp=pp, dp=1, moe=model.is_moe)
 
 
-_BY_CAL: dict = {}
-
-
+@by_identity(maxsize=64)
 def _by_calibration(cal: Calibration) -> tuple:
     """(the lecture's Efficiency for the layout view, (slow, fast) range factors) of a calibration, worked out once
-    per calibration object (calibrations are immutable)."""
-    hit = _BY_CAL.get(id(cal))
-    if hit is not None and hit[0] is cal:
-        return hit[1]
-    if len(_BY_CAL) >= 64:
-        _BY_CAL.clear()
+    per calibration object (calibrations are immutable). measured = predicted x exp(residual): the slow end
+    divides, the fast end multiplies."""
     ideal = cal.label == "ideal"
     eff = RF.Efficiency(compute=1.0 if ideal else cal.compute, memory=1.0 if ideal else cal.memory, overhead_s=0.0,
                         memory_reserve=cal.memory_reserve, label=cal.label, residual_low=cal.residual_low,
                         residual_high=cal.residual_high)
-    out = (eff, (np.exp(-cal.residual_low), np.exp(-cal.residual_high)))
-    _BY_CAL[id(cal)] = (cal, out)
-    return out
-
-
-def _lecture_efficiency(cal: Calibration) -> RF.Efficiency:
-    return _by_calibration(cal)[0]
-
-
-def _spread_factors(cal: Calibration) -> tuple:
-    """(slow, fast): measured = predicted x exp(residual), the slow end divides, the fast end multiplies."""
-    return _by_calibration(cal)[1]
+    return eff, (np.exp(-cal.residual_low), np.exp(-cal.residual_high))
 
 
 def _largest(x) -> float:
@@ -213,13 +197,13 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     if not every(fits):
         notes.append(f"does not fit: {float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB needed per GPU, "
                      f"{usable_chip / 1e9:.1f} GB usable")
-    eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else _lecture_efficiency(cal)
+    lecture_eff, (slow, fast) = _by_calibration(cal)
+    eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
     agg = RF.step_fields(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
                          efficiency=eff, refined=True, lecture_only=True)
     price = chip.price_usd_per_s
     cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
-    slow, fast = _spread_factors(cal)
     sc = RF._scalar
     spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
               "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],

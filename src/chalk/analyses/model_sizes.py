@@ -11,6 +11,7 @@ from chalk.equations import attention as attn
 from chalk.equations import moe
 from chalk.equations import params as P
 from chalk.equations.num import flt
+from chalk.memo import by_identity
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
 
@@ -293,20 +294,11 @@ class ModelSizes:
         return d
 
 
-_SIZES: dict[int, tuple[ModelSpec, ModelSizes]] = {}
-
-
+@by_identity(maxsize=256)
 def sizes(model: ModelSpec) -> ModelSizes:
     """`ModelSizes(model)`, built once per model so that its cached parameter counts are computed once (found by
     the spec's identity first: hashing a ModelSpec reads every field)."""
-    hit = _SIZES.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    if len(_SIZES) >= 256:
-        _SIZES.clear()
-    sz = _sizes(model)
-    _SIZES[id(model)] = (model, sz)
-    return sz
+    return _sizes(model)
 
 
 @lru_cache(maxsize=256)

@@ -19,6 +19,7 @@ from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
+from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
@@ -106,21 +107,11 @@ class ModelCosts:
         return self.sizes.kv_bytes_per_sequence(context, self.kv_precision)
 
 
-_COSTS: dict = {}
-
-
+@by_identity(maxsize=256)
 def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> ModelCosts:
     """What the step model needs from `model` at these precisions; kept per model (found by the spec's identity
     first: hashing a ModelSpec reads every field)."""
-    key = (id(model), precision, kv_precision)
-    hit = _COSTS.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    if len(_COSTS) >= 256:
-        _COSTS.clear()
-    c = _model_costs(model, precision, kv_precision)
-    _COSTS[key] = (model, c)
-    return c
+    return _model_costs(model, precision, kv_precision)
 
 
 @lru_cache(maxsize=128)

@@ -33,6 +33,7 @@ from chalk.equations import moe as MOE
 from chalk.equations import ops as O
 from chalk.equations import parallel as P
 from chalk.equations.num import every, flt, maximum, minimum, some, where, zeros_like
+from chalk.memo import by_identity
 from chalk.specs.precision import bytes_per_element
 
 ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
@@ -144,21 +145,11 @@ class _Timer:
         return m, self.roofline_source
 
 
-_TIMERS: dict = {}
-
-
+@by_identity(maxsize=64, objects=4)
 def _timer(system, costs, cal: Calibration, kernels) -> _Timer:
     """`_Timer(system, costs, cal, kernels)`, kept for the last few such (a Session asks with the same objects every
     time; all four are immutable, or, for the kernel profile, answer the same whenever asked)."""
-    key = (id(system), id(costs), id(cal), id(kernels))
-    hit = _TIMERS.get(key)
-    if hit is not None and hit[0] is system and hit[1] is costs and hit[2] is cal and hit[3] is kernels:
-        return hit[4]
-    if len(_TIMERS) >= 64:
-        _TIMERS.clear()
-    tm = _Timer(system, costs, cal, kernels)
-    _TIMERS[key] = (system, costs, cal, kernels, tm)
-    return tm
+    return _Timer(system, costs, cal, kernels)
 
 
 def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):

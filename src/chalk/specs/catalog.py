@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from chalk.errors import SpecError, UnknownNameError
+from chalk.memo import by_identity
 from chalk.specs.hardware import Chip, System
 from chalk.specs.model import ModelSpec, model_from_config
 from chalk.specs.validate import spec_int, spec_str, spec_str_list, spec_str_map
@@ -95,18 +96,11 @@ def system_ids() -> list[str]:
     return list(_system_files())
 
 
-_ALIAS_MAPS: dict[int, tuple[dict, dict]] = {}
-
-
+@by_identity(maxsize=64)
 def _alias_map(files: dict[str, dict]) -> dict[str, str]:
     """lower-case id or alias -> id; kept per catalog folder (`_yaml_files` parses each once), so that resolving a
     name does not rebuild it (do not modify the returned map)."""
-    hit = _ALIAS_MAPS.get(id(files))
-    if hit is not None and hit[0] is files:
-        return hit[1]
-    m = _build_alias_map(files)
-    _ALIAS_MAPS[id(files)] = (files, m)
-    return m
+    return _build_alias_map(files)
 
 
 def _build_alias_map(files: dict[str, dict]) -> dict[str, str]:

@@ -1,0 +1,34 @@
+"""Memoising on identity: answers kept per object for immutable specs whose hash would read every field.
+
+A `chalk.Session` asks the same model, system and calibration objects every time; hashing a frozen ModelSpec or
+Calibration by value costs more than the lookup saves, so these caches find an entry by the objects' `id` and
+check with `is` that it is the same object (an id can be reused once an object is gone).
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+def by_identity(maxsize: int = 256, objects: int = 1):
+    """Decorator: memoise a function of positional arguments on the identity of its first `objects` arguments and
+    the value of the rest; the store is emptied when it reaches `maxsize` entries (`.cache_clear()` empties it)."""
+    def deco(fn):
+        store: dict = {}
+
+        @functools.wraps(fn)
+        def wrapper(*args):
+            held = args[:objects]
+            key = tuple(map(id, held)) + args[objects:]
+            hit = store.get(key)
+            if hit is not None and all(h is a for h, a in zip(hit[0], held)):
+                return hit[1]
+            if len(store) >= maxsize:
+                store.clear()
+            out = fn(*args)
+            store[key] = (held, out)
+            return out
+
+        wrapper.cache_clear = store.clear
+        return wrapper
+    return deco
