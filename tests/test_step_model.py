@@ -74,9 +74,9 @@ def test_fixed_mode_and_the_simulator_agree_on_tpot():
     f = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=float(I.mean()),
                          output_len=float(O.mean()))
     B = f["decoding_per_replica"]
+    c_step = float(prefill_step_tokens(B, 1.0, I.mean(), O.mean(), I.mean())[0])  # a step carrying one prompt
     sc = sim.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=B, context=I.mean() + O.mean() / 2,
-                                      prompt_len=I.mean(),
-                                      prefill_tokens=float(prefill_step_tokens(B, 1.0, I.mean(), O.mean(), I.mean())[0]))
+                                      prompt_len=I.mean(), prefill_tokens=c_step)
     s = sim.simulate_continuous(sim.Requests.from_arrays(np.zeros(n), I, O), sc, max_batch=64)
     assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
 

@@ -534,7 +534,8 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
                           input_len, output_len, seed: int = 0):
     """One replica's closed loop replayed in the request simulator: `concurrency` requests in flight, at most
     `seats` of them running (the scheduler cap), step times from the step model's linear form at `batch` decoding
-    sequences of `context` tokens (`StepCost.from_step_model`: through a pure decode step and one carrying a chunk). Returns the `SimulationResult` (latencies counted from each request's send)."""
+    sequences of `context` tokens (`replica_step_cost`: through a pure decode step and one carrying a chunk).
+    Returns the `SimulationResult` (latencies counted from each request's send)."""
     from chalk.analyses import simulate as sim
 
     sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,

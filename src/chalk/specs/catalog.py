@@ -117,8 +117,8 @@ def _file_by_id(kind: str, cid: str) -> dict | None:
     """`<kind>/<cid>.yaml` (chips, systems) parsed alone when it holds id `cid`, else None.
 
     A chip or system named by its id, the usual case, then needs no other catalog file: `chalk estimate -H h100-sxm`
-    reads the chip's and its system's files instead of all thirty-two (issue 12). Ids are unique across chips and systems and no alias is
-    an id (tests/test_catalog_chips.py), so the answer is the one the alias map would give.
+    reads the chip's and its system's files instead of all thirty-two (issue 12). Ids are unique across chips and
+    systems and no alias is an id (tests/test_catalog_chips.py), so the answer is the one the alias map would give.
     """
     if not cid or any(c in cid for c in "/\\") or cid.startswith("."):
         return None
