@@ -81,6 +81,60 @@ def test_fixed_mode_and_the_simulator_agree_on_tpot():
     assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
 
 
+@settings(max_examples=60, deadline=None)
+@given(B=st.floats(1, 4096), Ip=st.floats(1, 131072), O=st.floats(1, 32768), piece=st.floats(1, 16384),
+       a=st.sampled_from([1, 2, 4, 8, 32]), alignment=st.floats(0, 1))
+def test_prefill_chunks_per_attention_dp_rank_conserve_the_prompt_load(B, Ip, O, piece, a, alignment):
+    """Each attention-DP rank prefills its own chunks: the steps carrying chunks, times what they carry, is the
+    prompt load (B Ip / O per step); the busiest rank holds one chunk (or its share of a load no chunk budget
+    covers); aligning the ranks never makes chunk steps more frequent."""
+    c, F, c_r = (float(v) for v in prefill_step_tokens(B, 1.0, Ip, O, piece, a, alignment))
+    load = B * Ip / O
+    assert 0 < F <= 1 and F * c == pytest.approx(load, rel=1e-9)
+    assert c_r == pytest.approx(max(piece, load / a), rel=1e-12)
+    assert c_r * (1 - 1e-12) <= c <= a * c_r * (1 + 1e-12)
+    F_aligned = float(prefill_step_tokens(B, 1.0, Ip, O, piece, a, 1.0)[1])
+    assert F_aligned <= F * (1 + 1e-12)
+    if a == 1:  # one rank: the plain chunked-prefill rule, whatever the alignment
+        assert c == pytest.approx(max(piece, load), rel=1e-12) and F == pytest.approx(load / c, rel=1e-12)
+
+
+def test_an_attention_dp_replica_prefills_on_every_rank_at_once():
+    """A DEP4 replica fed 32k-token prompts (TensorRT-LLM's Qwen3-235B-A22B B200 DEP4 32k/1k case) is not capped
+    at one prompt per step: with each rank's chunks lined up, a step carrying prefill carries one on every rank,
+    and the mean step is shorter than with the chunks placed independently."""
+    from dataclasses import replace
+
+    from chalk.analyses.calibration import CALIBRATION
+    from chalk.analyses.parallel import model_costs
+    from chalk.analyses.serving import mixed_step_s
+    from chalk.specs.catalog import as_system
+
+    c, F, c_r = prefill_step_tokens(148, 1.0, 32768, 1024, 32768, 4, 1.0)
+    assert float(c) == pytest.approx(4 * 32768) and float(c_r) == 32768
+    costs, system = model_costs(chalk.specs.catalog.as_model("qwen3-235b-a22b"), "fp4", "fp8"), as_system("b200")
+    mean = {al: float(mixed_step_s(costs, system, 1, 4, 1, 4, 148.0, 1.0, 32768.0, 1024.0, 33280.0, 32768.0,
+                                   32768.0, replace(CALIBRATION, dp_prefill_alignment=al))[0]) for al in (0.0, 1.0)}
+    assert mean[1.0] < 0.7 * mean[0.0]
+
+
+def test_fixed_mode_and_the_simulator_agree_on_tpot_under_attention_dp():
+    """The simulator's step cost for an attention-DP replica (secant to a step carrying each rank's chunk, a chunk
+    budget per rank) gives fixed mode's mean TPOT within 5%."""
+    rng = np.random.default_rng(1)
+    n = 4000
+    I, O = rng.integers(1640, 2049, n), rng.integers(205, 257, n)
+    kw = dict(layout="tp=1,attn_dp=4,ep=4", concurrency=256, input_len=float(I.mean()), output_len=float(O.mean()))
+    f = fixed_deployment("qwen3-30b-a3b", "h100-sxm", **kw)
+    from chalk.analyses.serving import replica_step_cost
+
+    sc = replica_step_cost(chalk.specs.catalog.as_model("qwen3-30b-a3b"), chalk.specs.catalog.as_system("h100-sxm"),
+                           "tp=1,attn_dp=4,ep=4", f["decoding_per_replica"], float(I.mean()), float(O.mean()),
+                           precision=f["precision"], kv_precision=f["kv_precision"])
+    s = sim.simulate_continuous(sim.Requests.from_arrays(np.zeros(n), I, O), sc, max_batch=256)
+    assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
+
+
 def test_fixed_mode_contract_and_littles_law():
     f = fixed_deployment("deepseek-r1", "b200", layout="tp=8", concurrency=64, input_len=1024, output_len=1024)
     for k in ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "ttft_s", "tpot_s", "ttft_p99_s",

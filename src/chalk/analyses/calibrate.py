@@ -32,6 +32,7 @@ FIT_GRID = {
     "kv_reserve_output_fraction": (0.0, 0.5, 1.0),
     "amd_compute": (0.5, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0),
     "amd_memory": (0.7, 0.8, 0.9, 1.0),
+    "dp_prefill_alignment": (0.0, 0.25, 0.5, 0.75, 1.0),
 }
 
 #: Most coordinate-descent rounds one fit may take (each round visits every grid value once; two usually converge).

@@ -56,6 +56,10 @@ class Calibration:
     #: scheduler hand-off, streaming the first chunk); added to TTFT only. Fitted on the TTFT rows alone
     #: (`chalk.analyses.calibrate.fit_request_latency`).
     request_latency_s: float = 0.0
+    #: Share of prefill chunks an engine lines up across the attention-DP ranks of a replica (so that ranks prefill
+    #: in the same steps): 0 places each rank's chunks independently, 1 aligns them all (TensorRT-LLM's
+    #: attention_dp_config enable_balance; fixed-length benchmark waves). Used by `serving.prefill_step_tokens`.
+    dp_prefill_alignment: float = 0.0
     label: str = "calibrated"
 
     #: AMD's software stack relative to the NVIDIA-dominated constants (compute, memory multipliers): started from
@@ -198,7 +202,8 @@ CALIBRATION = Calibration(
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
-              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory")
+              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory",
+              "dp_prefill_alignment")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:
@@ -237,7 +242,7 @@ IDEAL_CALIBRATION = Calibration(
     compute=1.0, memory=1.0, link=1.0, overhead_fixed_s=0.0, overhead_per_layer_s=0.0, overlap=1.0,
     moe_shuffle_passes=0.0, pipeline_bubble=0.0, alltoall_latency_s=0.0, scaleup_latency_s=0.0,
     scaleout_latency_s=0.0, memory_reserve=0.0, max_seqs_per_scheduler=1 << 20, residual_low=0.0,
-    residual_high=0.0, label="ideal")
+    residual_high=0.0, dp_prefill_alignment=1.0, label="ideal")
 
 #: Layers assumed for `calibrated_efficiency()` when no model is given (a large model, ~60 layers).
 TYPICAL_LAYERS = 60

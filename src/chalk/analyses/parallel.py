@@ -208,7 +208,7 @@ def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
 # --------------------------------------------------------------------------- one stage step
 def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context,
                prompt_len, cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None,
-               query_tokens=1.0):
+               query_tokens=1.0, prefill_rank_tokens=None):
     """Time of one pipeline-stage step of a replica (arrays broadcast together), its parts and its ops.
 
     The one step model (`chalk.analyses.step_model.stage_ops`); see there. `kernels` defaults to the chip's
@@ -218,7 +218,8 @@ def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_se
     if kernels is None:
         kernels = default_kernels(system.chip, cal)
     return stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len, cal,
-                     overlap=overlap, kernels=kernels or None, overhead_s=overhead_s, query_tokens=query_tokens)
+                     overlap=overlap, kernels=kernels or None, overhead_s=overhead_s, query_tokens=query_tokens,
+                     prefill_rank_tokens=prefill_rank_tokens)
 
 
 def default_kernels(chip, cal: Calibration, framework: str | None = None):

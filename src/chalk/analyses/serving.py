@@ -85,27 +85,40 @@ def prefill_piece(prompt_tokens: float, chunk=None) -> float:
     return prompt_tokens if not chunk else min(prompt_tokens, float(chunk))
 
 
-def prefill_step_tokens(B, e, Ip, O, piece):
-    """(prompt tokens a step carries when it carries prefill, fraction of steps that do) in aggregated serving with
-    chunked prefill: B decoding sequences emitting e tokens per step need B e Ip / O prompt tokens per step on
-    average (Ip: uncached prompt tokens, O: output tokens); engines run them as whole chunks of `piece` tokens
-    (a prompt, or the chunked-prefill budget) in some steps, not as a trickle in every step; when even every step
-    carrying a chunk is not enough, every step carries the average.
+def prefill_step_tokens(B, e, Ip, O, piece, attn_dp=1.0, alignment=1.0):
+    """(prompt tokens a step carries when it carries prefill, fraction of steps that do, prompt tokens on the
+    busiest attention-DP rank of such a step) in aggregated serving with chunked prefill. B decoding sequences
+    emitting e tokens per step need B e Ip / O prompt tokens per step on average (Ip: uncached prompt tokens,
+    O: output tokens); engines run them as whole chunks of `piece` tokens (a prompt, or the chunked-prefill budget)
+    in some steps, not as a trickle in every step; when even every step carrying a chunk is not enough, every step
+    carries the average. Each of the replica's `attn_dp` attention-DP ranks schedules its own sequences with its
+    own chunk budget; the ranks meet at every MoE layer, so a step is paced by any rank carrying a chunk. A share
+    `alignment` of the chunks is lined up across ranks (all ranks prefill in the same steps), the rest falls in
+    steps of its own rank's choosing.
 
-    Formula: c_avg = B e Ip / O; c = max(piece, c_avg); f = c_avg / c.
+    Formula: c_r = max(piece, c_avg / a), f_r = c_avg / (a c_r) per rank (c_avg = B e Ip / O);
+             F = alignment f_r + (1 - alignment) (1 - (1 - f_r)^a) (steps where some rank carries a chunk);
+             c = c_avg / F (the replica's prompt tokens in such a step).
+    Assumes: sequences balanced over the ranks; unaligned chunks placed independently.
     """
+    a = np.maximum(np.asarray(attn_dp, dtype=float), 1.0)
     c_avg = np.asarray(B, dtype=float) * e * Ip / max(O, 1e-9)
-    c = np.maximum(piece, c_avg)
-    return c, np.where(c > 0, c_avg / np.where(c > 0, c, 1.0), 0.0)
+    c_r = np.maximum(piece, c_avg / a)
+    f_r = np.minimum(np.where(c_r > 0, c_avg / (a * np.where(c_r > 0, c_r, 1.0)), 0.0), 1.0)
+    independent = -np.expm1(a * np.log1p(-np.minimum(f_r, 1.0 - 1e-15)))
+    F = np.where(f_r >= 1.0, 1.0, alignment * f_r + (1.0 - alignment) * independent)
+    c = np.where(F > 0, c_avg / np.where(F > 0, F, 1.0), c_r)
+    return c, F, c_r
 
 
 def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
     """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s)): B decoding
-    sequences of context L while prompts of I tokens (Ip uncached) are prefilled in chunks of `piece`
-    (`prefill_step_tokens`); the mean is (1 - f) pure + f chunk, a chunk's weight and expert reads counted once."""
-    c, f = prefill_step_tokens(B, e, Ip, O, piece)
+    sequences of context L while prompts of I tokens (Ip uncached) are prefilled in chunks of `piece` on each
+    attention-DP rank (`prefill_step_tokens`); the mean is (1 - F) pure + F chunk, a chunk's weight and expert
+    reads counted once."""
+    c, f, c_r = prefill_step_tokens(B, e, Ip, O, piece, a, cal.dp_prefill_alignment)
     pure = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"], dtype=float)
-    chunk = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, **kw)
+    chunk = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, prefill_rank_tokens=c_r, **kw)
     return (1 - f) * pure + f * np.asarray(chunk["stage_time_s"], dtype=float), chunk, pure
 
 
@@ -543,7 +556,8 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
     reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max(int(seats), 1), kv_capacity_tokens=math.inf,
-                                   prefill_chunk_tokens=int(chunk) if chunk else None, closed_loop=True)
+                                   prefill_chunk_tokens=int(chunk) * lay.attn_dp if chunk else None,
+                                   closed_loop=True)  # each attention-DP rank has its own chunk budget
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):
@@ -556,9 +570,15 @@ def replica_step_cost(model, system, layout, batch, input_len, output_len, *, co
     I = float(getattr(input_len, "mean", input_len))
     O = float(getattr(output_len, "mean", output_len))
     b = max(float(batch), 1.0)
-    c, _ = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk))
+    from chalk.analyses.estimate import make_layout
+    from chalk.specs.catalog import as_model
+
+    a = float(make_layout(as_model(model), layout).attn_dp)
+    cal = kw.get("cal") or calibration(kw.get("ideal", False))
+    c, _, c_r = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk), a, cal.dp_prefill_alignment)
     return StepCost.from_step_model(model, system, layout, batch=b, context=I + O / 2 if context is None else context,
-                                    prompt_len=max(I, 1.0), prefill_tokens=float(c), **kw)
+                                    prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
+                                    **kw)
 
 
 def _cost_per_mtok(system: System, per_gpu_rate):

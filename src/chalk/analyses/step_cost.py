@@ -99,12 +99,13 @@ class StepCost:
 
     @classmethod
     def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
-                        prefill_tokens: float = 0.0, precision: str | None = None, kv_precision: str | None = "auto",
+                        prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None, precision: str | None = None, kv_precision: str | None = "auto",
                         cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
         """The one step model (`chalk.analyses.step_model`) on one replica `layout`, as the simulator's linear step
         cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
         there (pure decode), in prompt tokens its secant from none to `prefill_tokens` (a step carrying one
-        prefill chunk), so a pure decode step and a step carrying that chunk are both exact.
+        prefill chunk, `prefill_rank_tokens` of it on the busiest attention-DP rank), so a pure decode step and a
+        step carrying that chunk are both exact.
 
         Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + (T(B, L, c0) - T0) / c0 * c,
                  T0 = T(B, L, 0), written on the StepCost's compute line with peak 1 (its coefficients are
@@ -131,7 +132,8 @@ class StepCost:
 
         def T(b, ctx, c):
             st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
-                            overhead_s=overhead_s)["stage_time_s"]
+                            overhead_s=overhead_s,
+                            prefill_rank_tokens=prefill_rank_tokens if c > 0 and c0 > 0 else None)["stage_time_s"]
             return float(P.pipeline_token_latency_s(st, lay.pp))
 
         t0 = T(B, L, 0.0)

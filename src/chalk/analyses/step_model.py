@@ -168,7 +168,8 @@ def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
 
 
 def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
-              cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0):
+              cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0,
+              prefill_rank_tokens=None):
     """The ops of one pipeline-stage step of a replica, on its busiest GPU, and their total.
 
     tp, attn_dp, pp, ep: the layout (arrays broadcast together with the rest). decode_seqs: sequences decoding in
@@ -177,7 +178,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     decode_seqs / pp sequences and prefill_tokens / pp prompt tokens (one micro-batch per stage).
     `overhead_s` replaces the calibrated per-step overhead (an engine profile's). `query_tokens`: tokens each
     decode sequence runs through the model this step (K + 1 when verifying K speculative drafts: K + 1 times the
-    GEMM and attention work, one read of the sequence's KV). Returns a dict with `ops`
+    GEMM and attention work, one read of the sequence's KV). `prefill_rank_tokens`: prompt tokens on the busiest
+    attention-DP rank when the caller knows them (each rank's own prefill chunk, `serving.prefill_step_tokens`);
+    by default the rank holding a whole prompt sets the pace. Returns a dict with `ops`
     (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
     """
     chip, m, sz = system.chip, costs.model, costs.sizes
@@ -196,7 +199,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
     q = flt(query_tokens)
     B_rank = B / (pp * a)
-    c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
+    if prefill_rank_tokens is None:
+        c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
+    else:
+        c_rank = minimum(flt(prefill_rank_tokens), c) / pp
     T_rank = B_rank * q + c_rank                   # tokens through this GPU's attention and dense GEMMs
     T_stage = (B * q + c) / pp                     # tokens through the stage's MoE layers (all ranks)
     rows = B_rank * q + c_rank / I                 # logit rows: every decode query token, one per prompt
