@@ -19,6 +19,7 @@ from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
+from chalk.equations.num import flt, maximum
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
@@ -97,7 +98,7 @@ class ModelCosts:
         return self.sizes.attention_flops_per_token(context)
 
     def prefill_attention_flops_per_token(self, prompt_len):
-        p = np.maximum(np.asarray(prompt_len, dtype=float), 1.0)
+        p = maximum(flt(prompt_len), 1.0)
         return self.sizes.prefill_attention_flops(p) / p
 
     def kv_read_bytes(self, context):

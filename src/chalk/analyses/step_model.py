@@ -23,8 +23,8 @@ times add up to the stage step time exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,10 +44,10 @@ OP_ORDER = ("attn_proj", "attention_decode", "attention_prefill", "mlp", "shared
             "pipeline_sync")
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One operation of a stage step on one GPU: FLOPs, HBM (or link) bytes, time, what binds, where the time came
-    from. Fields are floats or numpy arrays (one value per evaluated point)."""
+    from. Fields are floats or numpy arrays (one value per evaluated point). Immutable (a named tuple: a step makes
+    a dozen, cheaply)."""
 
     name: str
     kind: str  # gemm | attention | moe | elementwise | comm | overhead
@@ -60,14 +60,17 @@ class Op:
 
     def at(self, i=None) -> dict:
         """The op as plain floats (point `i` of an array evaluation)."""
-        def pick(v):
-            if isinstance(v, (float, int, str)):  # one point (a numpy float64 is a float)
-                return v
-            a = np.asarray(v)
-            return a.item() if a.ndim == 0 else a.ravel()[i].item()
-        return {"name": self.name, "kind": self.kind, "flops": float(pick(self.flops)),
-                "bytes": float(pick(self.bytes)), "time_s": float(pick(self.time_s)),
-                "bound": str(pick(self.bound)), "source": self.source, "detail": self.detail}
+        return {"name": self.name, "kind": self.kind, "flops": float(_pick(self.flops, i)),
+                "bytes": float(_pick(self.bytes, i)), "time_s": float(_pick(self.time_s, i)),
+                "bound": str(_pick(self.bound, i)), "source": self.source, "detail": self.detail}
+
+
+def _pick(v, i):
+    """Point `i` of an op's field: the value itself for one point (a numpy float64 is a float)."""
+    if isinstance(v, (float, int, str)):
+        return v
+    a = np.asarray(v)
+    return a.item() if a.ndim == 0 else a.ravel()[i].item()
 
 
 @lru_cache(maxsize=1024)
@@ -316,13 +319,14 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     # ---- attention (per rank; KV heads shard over TP unless MLA)
     shard = st.shard
     f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
-    kv_read = B_rank * costs.kv_read_bytes(L) * shard / pp
+    kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
+    kv_read = B_rank * kv_seq_read * shard / pp
     t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
     t, src = maximum(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
         t, src = 0.0, st.attn_source
     elif kp is not None:
-        L_eff = costs.kv_read_bytes(L) / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
+        L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
         tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
         t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
     add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
@@ -466,8 +470,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         bound="latency")
     stage = base + sync
 
+    zero = zeros_like(stage)
+
     def total(names, attr="time_s"):
-        return sum((getattr(ops[n], attr) for n in names if n in ops), zeros_like(stage))
+        return sum([getattr(ops[n], attr) for n in names if n in ops], zero)
 
     gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
     w_bytes = total(gemm_names, "bytes")
