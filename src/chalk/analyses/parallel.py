@@ -201,7 +201,7 @@ def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
     """(weight bytes, KV bytes) per chip for `sequences` in flight per replica at `context` tokens."""
     w = P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp)
     shard = P.kv_shard_fraction(costs.model.num_kv_heads, tp, costs.head_shardable)
-    per_stage = np.asarray(sequences, dtype=float) / np.asarray(pp, dtype=float)
+    per_stage = flt(sequences) / flt(pp)
     kv = P.kv_bytes_per_chip(costs.kv_bytes(context), per_stage, attn_dp, pp, shard)
     return w, kv
 
