@@ -247,3 +247,41 @@ def test_ops_name_their_source_measured_or_curve():
     assert ideal["mlp"]["source"] == "roofline"
     # measured kernels never beat the roofline at peak rates
     assert h100["mlp"]["time_s"] >= ideal["mlp"]["time_s"] * 0.999
+
+
+
+def _cold(kwargs: dict) -> dict:
+    """chalk.estimate(**kwargs).to_dict() in a fresh interpreter: nothing kept from an earlier question."""
+    code = "import json, sys, chalk; print(json.dumps(chalk.estimate(**json.loads(sys.argv[1])).to_dict()))"
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_kept_stage_plans_answer_as_a_cold_start():
+    """The step model keeps a plan per configuration and layout (`step_model._stage`) and each kernel shape's cut
+    grid: one Session asked about other layouts, calibrations, precisions and phases in turn answers exactly what a
+    cold start answers (a stale plan would give the earlier question's configuration)."""
+    s = chalk.Session("deepseek-v3", "h100-sxm")
+    asks = [dict(layout="tp=8"), dict(layout="tp=8", ideal=True), dict(layout="tp=8", precision="bf16"),
+            dict(layout="tp=2,attn_dp=4", phase="prefill"), dict(layout="tp=4,pp=2"), dict(layout="tp=8")]
+    for i, kw in enumerate(asks):
+        warm = json.loads(json.dumps(s.estimate(17 + i, 3000 + 5 * i, **kw).to_dict()))
+        cold = _cold(dict(model="deepseek-v3", hardware="h100-sxm", batch=17 + i, context=3000 + 5 * i, **kw))
+        assert warm == cold, kw
+
+def test_a_layout_array_and_its_layouts_one_by_one_agree():
+    """A plan over an array of layouts (worked out afresh) and the kept plans of each layout give the same step."""
+    from chalk.analyses.calibration import calibration
+    from chalk.analyses.parallel import model_costs, stage_step
+    from chalk.specs.catalog import as_model, as_system
+
+    m, system = as_model("qwen3-235b-a22b"), as_system("h200")
+    costs, cal = model_costs(m, None, "bf16"), calibration(False, system.chip)
+    tp, a, pp = np.array([1.0, 2.0, 4.0, 8.0]), np.array([8.0, 4.0, 2.0, 1.0]), np.array([1.0, 1.0, 2.0, 1.0])
+    ep = tp * a
+    whole = stage_step(costs, system, tp, a, pp, ep, 64.0, 256.0, 4096.0, 2048.0, cal)["stage_time_s"]
+    for i in range(4):
+        one = stage_step(costs, system, int(tp[i]), int(a[i]), int(pp[i]), int(ep[i]), 64.0, 256.0, 4096.0, 2048.0,
+                         cal)["stage_time_s"]
+        assert float(one) == pytest.approx(float(whole[i]), rel=1e-12)

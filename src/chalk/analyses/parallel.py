@@ -19,6 +19,7 @@ from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
+from chalk.equations.num import flt, maximum
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
@@ -97,7 +98,7 @@ class ModelCosts:
         return self.sizes.attention_flops_per_token(context)
 
     def prefill_attention_flops_per_token(self, prompt_len):
-        p = np.maximum(np.asarray(prompt_len, dtype=float), 1.0)
+        p = maximum(flt(prompt_len), 1.0)
         return self.sizes.prefill_attention_flops(p) / p
 
     def kv_read_bytes(self, context):
@@ -200,7 +201,7 @@ def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
     """(weight bytes, KV bytes) per chip for `sequences` in flight per replica at `context` tokens."""
     w = P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp)
     shard = P.kv_shard_fraction(costs.model.num_kv_heads, tp, costs.head_shardable)
-    per_stage = np.asarray(sequences, dtype=float) / np.asarray(pp, dtype=float)
+    per_stage = flt(sequences) / flt(pp)
     kv = P.kv_bytes_per_chip(costs.kv_bytes(context), per_stage, attn_dp, pp, shard)
     return w, kv
 

@@ -23,8 +23,8 @@ times add up to the stage step time exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,10 +44,10 @@ OP_ORDER = ("attn_proj", "attention_decode", "attention_prefill", "mlp", "shared
             "pipeline_sync")
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One operation of a stage step on one GPU: FLOPs, HBM (or link) bytes, time, what binds, where the time came
-    from. Fields are floats or numpy arrays (one value per evaluated point)."""
+    from. Fields are floats or numpy arrays (one value per evaluated point). Immutable (a named tuple: a step makes
+    a dozen, cheaply)."""
 
     name: str
     kind: str  # gemm | attention | moe | elementwise | comm | overhead
@@ -60,14 +60,17 @@ class Op:
 
     def at(self, i=None) -> dict:
         """The op as plain floats (point `i` of an array evaluation)."""
-        def pick(v):
-            if isinstance(v, (float, int, str)):  # one point (a numpy float64 is a float)
-                return v
-            a = np.asarray(v)
-            return a.item() if a.ndim == 0 else a.ravel()[i].item()
-        return {"name": self.name, "kind": self.kind, "flops": float(pick(self.flops)),
-                "bytes": float(pick(self.bytes)), "time_s": float(pick(self.time_s)),
-                "bound": str(pick(self.bound)), "source": self.source, "detail": self.detail}
+        return {"name": self.name, "kind": self.kind, "flops": float(_pick(self.flops, i)),
+                "bytes": float(_pick(self.bytes, i)), "time_s": float(_pick(self.time_s, i)),
+                "bound": str(_pick(self.bound, i)), "source": self.source, "detail": self.detail}
+
+
+def _pick(v, i):
+    """Point `i` of an op's field: the value itself for one point (a numpy float64 is a float)."""
+    if isinstance(v, (float, int, str)):
+        return v
+    a = np.asarray(v)
+    return a.item() if a.ndim == 0 else a.ravel()[i].item()
 
 
 @lru_cache(maxsize=1024)
@@ -130,14 +133,14 @@ class _Timer:
         m = flt(bytes_) / (self.bw * self.em)
         return maximum(c, m), c, m
 
-    def gemm(self, m, n, k, flops, bytes_, dtype, peak, count=1.0):
-        """`count` identical GEMMs of [m x k] @ [k x n] per GPU (e.g. one per layer)."""
+    def gemm(self, m, shape, flops, bytes_, peak, count=1.0, source=None):
+        """`count` identical GEMMs of `m` rows per GPU (e.g. one per layer); `shape`: the weight's kernel shape
+        (`KernelProfile.gemm_shape`), None without kernel tables; `source`: `ksrc('gemm')`."""
         t, c, mm = self.roofline(flops, bytes_, peak)
-        kp = self.kernels
-        if kp is not None:
-            tk = flt(kp.gemm_time_s(maximum(m, 1.0), n, k, dtype)) * count * self.k_c
+        if shape is not None:
+            tk = flt(shape(maximum(m, 1.0))) * count * self.k_c
             t = where(flt(m) > 0, tk, 0.0)
-            return t, c, mm, self.ksrc("gemm")
+            return t, c, mm, source
         return t, c, mm, self.roofline_source
 
     def elementwise(self, bytes_):
@@ -167,6 +170,103 @@ def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
         return where(eta > 0, imbalance / maximum(eta, 1e-300), 1.0)
 
 
+class _Stage:
+    """What the ops of a stage step need that the configuration (model costs, system, calibration, kernel profile)
+    and the layout fix, worked out once: op counts per stage, each weight GEMM's shape (and its cut kernel grid),
+    attention heads per GPU, link rates, where each time comes from. `stage_ops` evaluates it at a batch."""
+
+    def __init__(self, costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep):
+        chip, m, sz = system.chip, costs.model, costs.sizes
+        self.tp, self.a, self.pp, self.ep = tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
+        self.ideal = cal.label == "ideal"
+        self.tm = tm = _timer(system, costs, cal, kernels)
+        kp = tm.kernels
+        self.H = H = float(m.hidden_size)
+        self.n_layers = n_layers = m.num_layers / pp
+        self.n_moe = n_moe = m.n_moe_layers / pp
+        n_dense = (m.num_layers - m.n_moe_layers) / pp
+        bw_d = bytes_per_element(costs.dense_precision)
+        self.bw_e = bytes_per_element(costs.expert_precision)
+
+        # weight GEMMs: (name, n, layers, rows: T_rank or logit rows, peak, bytes per weight, kernel shape)
+        self.gemms = []
+        gsrc = tm.ksrc("gemm") if kp is not None else None
+
+        def gemm(name, params_per_layer, layers, per_token, dtype, peak, bpe, shard):
+            """A weight GEMM repeated over `layers` layers: params sharded `shard` ways."""
+            if every(flt(params_per_layer) <= 0):
+                return
+            n = params_per_layer / (shard * H)
+            shape = kp.gemm_shape(n, H, dtype) if kp is not None else None
+            self.gemms.append((name, n, layers, per_token, peak, bpe, shape))
+
+        gemm("attn_proj", sz.attention_params_per_layer, n_layers, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
+        gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
+        if m.is_moe:
+            gemm("shared_experts", sz.shared_expert_params_per_layer, n_moe, True, tm.dense_dtype, tm.peak_dense,
+                 bw_d, tp)
+            gemm("router", sz.router_params_per_layer, n_moe, True, "bf16", tm.peak_attn, ACTIVATION_BYTES, 1.0)
+        lm = sz.lm_head_params or sz.embedding_params
+        gemm("lm_head", lm / pp, 1.0, False, tm.dense_dtype, tm.peak_dense, bw_d, tp)  # last stage; averaged
+        self.gemm_source = gsrc
+
+        # attention (per rank; KV heads shard over TP unless MLA)
+        self.shard = shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
+        self.attn_source = tm.ksrc("attention") if kp is not None else None
+        self.decode_attn = self.prefill_attn = None
+        if kp is not None:
+            kind = "mla" if m.attention == "mla" else "mha"
+            heads = maximum(m.num_heads / tp, 1.0)
+            kvh = maximum(m.num_kv_heads * shard, 1.0)
+            self.decode_attn = kp.attention_shape("decode", kind, heads, kvh, m.head_dim, costs.kv_precision)
+            self.prefill_attn = kp.attention_shape("prefill", kind, heads, kvh, m.head_dim, costs.kv_precision)
+
+        # elementwise kernels and sampling: bytes per token (per logit row)
+        width = (m.intermediate_size * (m.num_layers - m.n_moe_layers)
+                 + (m.moe_intermediate_size * m.experts_per_token if m.is_moe else 0.0) * m.n_moe_layers) / m.num_layers
+        self.elementwise_per_token = O.elementwise_bytes_per_token_layer(H, width / tp)
+        self.sampling_per_row = O.sampling_bytes_per_sequence(m.vocab_size)
+
+        # links
+        up, out = chip.scaleup_bandwidth_bytes_per_s, chip.scaleout_bandwidth_bytes_per_s
+        self.domain = domain = system.chips
+        eta, a_up, a_out = cal.link, cal.scaleup_latency_s, cal.scaleout_latency_s
+        self.up_eff = up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
+        self.out_eff = out if out > 0 else up_eff
+        self.n_ar = where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
+        self.ring_detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
+        self.ar_source = kp.allreduce_source() if kp is not None else None
+        if m.is_moe:
+            narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
+            self.a2a_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
+            self.a2a_intra, _ = P.ep_remote_fractions(ep, domain)
+            self.a2a_lat = 2 * (cal.alltoall_latency_s + where(ep > domain, a_out, 0.0))  # dispatch + combine
+            self.a2a_remote = P.remote_domain_copies(m.experts_per_token, ep, domain)
+            self.moe_source = tm.ksrc("moe") if kp is not None else None
+        cross = tp * a * pp > domain
+        self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
+        self.pp_latency = where(cross, a_out, a_up)
+        self.overhead = cal.overhead_s(n_layers)
+
+
+@by_identity(maxsize=256, objects=4)
+def _stage_on(costs, system, cal: Calibration, kernels, tp: float, attn_dp: float, pp: float, ep: float) -> _Stage:
+    """`_Stage` of one layout given as numbers, kept for the last few configurations and layouts (all four
+    objects are immutable, or, for the kernel profile, answer the same whenever asked)."""
+    return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+
+
+_NUMBER = (int, float, np.integer, np.floating)
+
+
+def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _Stage:
+    """The stage plan of a layout: kept when the layout is numbers, worked out afresh for arrays of layouts."""
+    if isinstance(tp, _NUMBER) and isinstance(attn_dp, _NUMBER) and isinstance(pp, _NUMBER) \
+            and isinstance(ep, _NUMBER):
+        return _stage_on(costs, system, cal, kernels, float(tp), float(attn_dp), float(pp), float(ep))
+    return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+
+
 def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
               cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0,
               prefill_rank_tokens=None):
@@ -182,18 +282,19 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     attention-DP rank when the caller knows them (each rank's own prefill chunk, `serving.prefill_step_tokens`);
     by default the rank holding a whole prompt sets the pace. Returns a dict with `ops`
     (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
+    What the configuration and layout fix comes from their plan (`_Stage`, kept per layout).
     """
-    chip, m, sz = system.chip, costs.model, costs.sizes
-    tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
+    st = _stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+    m = costs.model
+    tp, a, pp, ep = st.tp, st.a, st.pp, st.ep
     B = flt(decode_seqs)
     c = flt(prefill_tokens)
     I = maximum(flt(prompt_len), 1.0)
     L = flt(context)
-    ideal = cal.label == "ideal"
-    tm = _timer(system, costs, cal, kernels)
-    H = float(m.hidden_size)
-    bw_d = bytes_per_element(costs.dense_precision)
-    bw_e = bytes_per_element(costs.expert_precision)
+    ideal = st.ideal
+    tm = st.tm
+    H = st.H
+    kp = tm.kernels
 
     # tokens: a stage step carries one micro-batch; attention-DP ranks meet at every MoE layer, so the rank holding
     # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
@@ -206,52 +307,34 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     T_rank = B_rank * q + c_rank                   # tokens through this GPU's attention and dense GEMMs
     T_stage = (B * q + c) / pp                     # tokens through the stage's MoE layers (all ranks)
     rows = B_rank * q + c_rank / I                 # logit rows: every decode query token, one per prompt
-    n_layers = m.num_layers / pp
-    n_moe = m.n_moe_layers / pp
-    n_dense = (m.num_layers - m.n_moe_layers) / pp
+    n_layers, n_moe = st.n_layers, st.n_moe
     ops: dict[str, Op] = {}
 
     def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None):
         b = _bound(c_s, m_s) if bound is None else bound
         ops[name] = Op(name, kind, flops, bytes_, t, b, source or _short(detail), detail)
 
-    def gemm(name, params_per_layer, layers, rows_, dtype, peak, bpe, shard):
-        """A weight GEMM repeated over `layers` layers: params sharded `shard` ways, `rows_` tokens."""
-        if every(flt(params_per_layer) <= 0):
-            return
-        n = params_per_layer / (shard * H)
+    # ---- GEMMs of the dense part, the router and the LM head
+    for name, n, layers, per_token, peak, bpe, shape in st.gemms:
+        rows_ = T_rank if per_token else rows
         f = O.matmul_flops(rows_, H, n) * layers
         by = O.gemm_bytes(rows_, H, n, bpe, ACTIVATION_BYTES) * layers
-        t, c_s, m_s, src = tm.gemm(rows_, n, H, f, by, dtype, peak, count=layers)
+        t, c_s, m_s, src = tm.gemm(rows_, shape, f, by, peak, count=layers, source=st.gemm_source)
         add(name, "gemm", f, by, t, c_s, m_s, src)
 
-    # ---- GEMMs of the dense part
-    gemm("attn_proj", sz.attention_params_per_layer, n_layers, T_rank, tm.dense_dtype, tm.peak_dense, bw_d, tp)
-    gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, T_rank, tm.dense_dtype, tm.peak_dense, bw_d, tp)
-    if m.is_moe:
-        gemm("shared_experts", sz.shared_expert_params_per_layer, n_moe, T_rank, tm.dense_dtype, tm.peak_dense,
-             bw_d, tp)
-        gemm("router", sz.router_params_per_layer, n_moe, T_rank, "bf16", tm.peak_attn, ACTIVATION_BYTES, 1.0)
-    lm = sz.lm_head_params or sz.embedding_params
-    gemm("lm_head", lm / pp, 1.0, rows, tm.dense_dtype, tm.peak_dense, bw_d, tp)  # last stage; averaged over stages
-
     # ---- attention (per rank; KV heads shard over TP unless MLA)
-    shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
+    shard = st.shard
     f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
-    kv_read = B_rank * costs.kv_read_bytes(L) * shard / pp
+    kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
+    kv_read = B_rank * kv_seq_read * shard / pp
     t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
     t, src = maximum(t_c, t_m), tm.roofline_source
-    kp = tm.kernels
     if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
-        t, src = 0.0, tm.ksrc("attention")
+        t, src = 0.0, st.attn_source
     elif kp is not None:
-        kind = "mla" if m.attention == "mla" else "mha"
-        L_eff = costs.kv_read_bytes(L) / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
-        heads = maximum(m.num_heads / tp, 1.0)
-        kvh = maximum(m.num_kv_heads * shard, 1.0)
-        tk = flt(kp.attention_time_s("decode", kind, maximum(B_rank, 1.0), q, maximum(L_eff, 1.0), heads, kvh,
-                                     m.head_dim, costs.kv_precision)) * n_layers
-        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), tm.ksrc("attention")
+        L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
+        tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
+        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
     add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
 
     f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
@@ -259,19 +342,16 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     t_c, t_m = f_ap / (tm.peak_attn * tm.ec), kv_write / (tm.bw * tm.em)
     t, src = maximum(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
-        t, src = 0.0, tm.ksrc("attention")
+        t, src = 0.0, st.attn_source
     elif kp is not None:
-        kind = "mla" if m.attention == "mla" else "mha"
-        heads = maximum(m.num_heads / tp, 1.0)
-        kvh = maximum(m.num_kv_heads * shard, 1.0)
         seqs = maximum(c_rank / I, 1e-9)
-        tk = flt(kp.attention_time_s("prefill", kind, seqs, I, I, heads, kvh, m.head_dim,
-                                     costs.kv_precision)) * n_layers
-        t, src = where(c_rank > 0, tk * tm.k_c, 0.0), tm.ksrc("attention")
+        tk = flt(st.prefill_attn(seqs, I, I)) * n_layers
+        t, src = where(c_rank > 0, tk * tm.k_c, 0.0), st.attn_source
     add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src)
 
     # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
     if m.is_moe:
+        sz = costs.sizes
         copies = T_stage * m.experts_per_token           # routed token copies through one MoE layer of the stage
         f_exp = copies * 2 * sz.params_per_expert * n_moe / (tp * a)
         by_exp = costs.expert_read_bytes(T_stage) / (ep * pp)
@@ -280,12 +360,12 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         t_m = by_exp / (tm.bw * tm.em)
         if kp is not None:
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
-            wp = costs.expert_precision if bw_e < bytes_per_element(tm.expert_dtype) else None
+            wp = costs.expert_precision if st.bw_e < bytes_per_element(tm.expert_dtype) else None
             tk = flt(kp.moe_time_s(maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
                                    m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp))
             tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
             t_c = f_exp / (tm.peak_expert * tm.ec)
-            t, src = where(T_stage > 0, tk, 0.0), tm.ksrc("moe")
+            t, src = where(T_stage > 0, tk, 0.0), st.moe_source
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / (tm.peak_expert * tm.ec)
             t, src = maximum(t_c, t_m), tm.roofline_source + (
@@ -301,24 +381,19 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
                 f"{cal.moe_shuffle_passes:g} passes per routed copy (calibrated)", bound="memory")
 
     # ---- elementwise kernels and sampling (memory-bound)
-    width = (m.intermediate_size * (m.num_layers - m.n_moe_layers)
-             + (m.moe_intermediate_size * m.experts_per_token if m.is_moe else 0.0) * m.n_moe_layers) / m.num_layers
-    by = T_rank * O.elementwise_bytes_per_token_layer(H, width / tp) * n_layers
+    by = T_rank * st.elementwise_per_token * n_layers
     t, src = tm.elementwise(by)
     add("elementwise", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
-    by = rows * O.sampling_bytes_per_sequence(m.vocab_size) / (tp * pp)
+    by = rows * st.sampling_per_row / (tp * pp)
     t, src = tm.elementwise(by)
     add("sampling", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
 
     # ---- communication on the right link
-    up, out = chip.scaleup_bandwidth_bytes_per_s, chip.scaleout_bandwidth_bytes_per_s
-    domain = system.chips
-    eta, a_up, a_out = cal.link, cal.scaleup_latency_s, cal.scaleout_latency_s
-    up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
-    n_ar = where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
+    eta, up_eff = cal.link, st.up_eff
+    n_ar = st.n_ar
     msg = T_rank * H * ACTIVATION_BYTES
-    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, a_up, eta)
-    detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
+    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, cal.scaleup_latency_s, eta)
+    detail = st.ring_detail
     source = "roofline (link)"
     t_one = kp.allreduce_time_s(msg, tp) if kp is not None else None
     if t_one is not None:
@@ -329,34 +404,27 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         meas = t_one < t_ring
         t_ring = where(meas, t_one, t_ring)
         if some(meas):
-            detail, source = kp.allreduce_source() + (f"; where faster: {detail}" if not every(meas) else ""), \
+            detail, source = st.ar_source + (f"; where faster: {detail}" if not every(meas) else ""), \
                 "measured table"
     t_ar = n_ar * t_ring
     add("allreduce", "comm", zeros_like(t_ar), n_ar * P.allreduce_bytes_per_link(msg, tp), t_ar, 0.0, t_ar,
         detail, bound="link", source=source)
     if m.is_moe:
-        narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
-        b_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
         k = m.experts_per_token
-        intra, _ = P.ep_remote_fractions(ep, domain)
-        sent = P.alltoall_bytes_per_chip(T_stage / ep, k, H, b_elem)
-        lat = 2 * (cal.alltoall_latency_s + where(ep > domain, a_out, 0.0))  # dispatch + combine
-        one = P.alltoall_time_s(sent * intra, sent * P.remote_domain_copies(k, ep, domain) / k, up_eff,
-                                out if out > 0 else up_eff, lat, eta)
+        sent = P.alltoall_bytes_per_chip(T_stage / ep, k, H, st.a2a_elem)
+        one = P.alltoall_time_s(sent * st.a2a_intra, sent * st.a2a_remote / k, up_eff, st.out_eff, st.a2a_lat, eta)
         t_a2a = where(a > 1, one * m.n_moe_layers / pp, 0.0)
         add("alltoall", "comm", zeros_like(t_a2a), where(a > 1, sent * m.n_moe_layers / pp, 0.0), t_a2a,
             0.0, t_a2a, f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth", bound="link",
             source="roofline (link)")
-    cross = tp * a * pp > domain
     pp_bytes = T_stage * H * ACTIVATION_BYTES / (tp * a)
-    hop = P.p2p_time_s(pp_bytes, where(cross, out if out > 0 else up_eff, up_eff), where(cross, a_out, a_up),
-                       eta)
+    hop = P.p2p_time_s(pp_bytes, st.pp_link, st.pp_latency, eta)
     t_pp = where(pp > 1, hop, 0.0)
     add("pp_send", "comm", zeros_like(t_pp), where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
         "point-to-point activation send to the next stage", bound="link", source="roofline (link)")
 
     # ---- overhead
-    ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
+    ovh = st.overhead if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
     t_ovh = flt(0.0 if ideal else ovh) + zeros_like(t_pp)
     add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
         "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
@@ -408,8 +476,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         bound="latency")
     stage = base + sync
 
+    zero = zeros_like(stage)
+
     def total(names, attr="time_s"):
-        return sum((getattr(ops[n], attr) for n in names if n in ops), zeros_like(stage))
+        return sum([getattr(ops[n], attr) for n in names if n in ops], zero)
 
     gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
     w_bytes = total(gemm_names, "bytes")

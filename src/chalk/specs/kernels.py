@@ -370,11 +370,123 @@ def _cell(a: list, x: float) -> tuple[int, float]:
     return i, (y - a[i]) / (a[i + 1] - a[i])
 
 
+def _numbers(xs) -> bool:
+    """Every one of `xs` is one number (not an array)."""
+    for x in xs:
+        if not isinstance(x, (int, float, np.integer, np.floating)):
+            return False
+    return True
+
+
 def _floats(xs) -> bool:
     for x in xs:
         if not isinstance(x, float):
             return False
     return True
+
+
+def _attention_kind(phase: str, kind: str) -> None:
+    if phase not in ("decode", "prefill"):
+        raise InputError(f"attention phase must be 'decode' or 'prefill', got {phase!r}")
+    if kind not in ("mha", "mla"):
+        raise InputError(f"attention kind must be 'mha' or 'mla', got {kind!r}")
+
+
+class _Shape:
+    """A kernel of fixed layer shape on one GPU, timed for many sizes: where the fixed axes are numbers the grid
+    is cut there once (`_Slice`) and one size (numbers) is a 1-D or 2-D lookup; otherwise (arrays) the whole grid
+    is interpolated (`KernelProfile._time`)."""
+
+    family = ""
+
+    def _lookup(self, f, key):
+        """Log-interpolated grid time at linear features `f` (all numbers or all arrays, `FEATURES` order)."""
+        nv = len(VARYING[self.family])
+        if not _floats(f):
+            return self.profile._time(*key[:3], f, *key[3:])[0]
+        if self._cut is None:
+            self._cut = self.profile._slice(key, tuple(f[nv:]))[0]
+        return self._cut._one(f[:nv])
+
+
+class GemmShape(_Shape):
+    """`KernelProfile.gemm_time_s` of one weight shape [k x n] at one precision (a layer's GEMM on a layout),
+    for any number of rows m: `shape(m)`."""
+
+    family = "gemm"
+
+    def __init__(self, profile, n, k, dtype, weight_precision=None):
+        self.profile, self.n, self.k, self.dtype, self.weight_precision = profile, n, k, dtype, weight_precision
+        self.precision, self.elem_bytes = _precision(dtype, weight_precision)
+        self._key = ("gemm", self.precision, self.elem_bytes, self.precision, None)
+        self._cut = None
+
+    def __call__(self, m):
+        """Seconds for one GEMM of `m` rows (a number or an array)."""
+        if isinstance(m, float) and isinstance(self.n, float):
+            return self.time(_check("m", m))
+        return self.profile.gemm_time_s(m, self.n, self.k, self.dtype, self.weight_precision)
+
+    def time(self, m):
+        """Seconds at `m` rows, checked (and broadcast with n and k)."""
+        n, k, p = self.n, self.k, self.precision
+        t = self._lookup((m, n, k), self._key)
+        return self.profile._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, self.elem_bytes), p)
+
+
+class AttentionShape(_Shape):
+    """`KernelProfile.attention_time_s` of one layer's heads on one GPU (`phase`, `kind`, heads, KV heads, head
+    dim, KV precision), for any batch, query tokens and context: `shape(batch, q, L)`."""
+
+    def __init__(self, profile, phase, kind, heads, kv_heads, head_dim, kv_precision):
+        self.profile, self.phase, self.kind, self.kv_precision = profile, phase, kind, kv_precision
+        self.h, self.kvh, self.hd = heads, kv_heads, head_dim
+        self.family = f"{kind}_{phase}"
+        _, self.eb = _precision(kv_precision, None)
+        self.table = "bf16" if self.eb >= 2 else "fp8"
+        self._key = (self.family, self.table, self.eb, "bf16", None)
+        self._cut = None
+        self._eta_c = None
+
+    def __call__(self, batch, q, L):
+        """Seconds for one layer's attention (numbers or arrays)."""
+        if _floats((batch, q, L, self.h)):
+            return self.time(_check("batch", batch), _check("q", q), _check("L", L))
+        return self.profile.attention_time_s(self.phase, self.kind, batch, q, L, self.h, self.kvh, self.hd,
+                                             self.kv_precision)
+
+    def time(self, b, q, L):
+        """Seconds at checked `b`, `q`, `L` (broadcast with the heads)."""
+        h, kvh, hd, eb, prof = self.h, self.kvh, self.hd, self.eb, self.profile
+        peak, _ = prof._rates("bf16")
+        if self.phase == "decode":
+            if self.kind == "mha":
+                f = (b * kvh, L, h / kvh, hd)
+                by = K.decode_attention_bytes(b, L, kvh, hd, eb)
+                fq = K.decode_attention_flops(b, q, L, h, hd)
+            else:
+                f = (b, L, h)
+                by = K.mla_decode_bytes(b, L, eb)
+                fq = K.mla_decode_flops(b, q, L, h)
+            t = self._lookup(f, self._key)
+            # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
+            if self._eta_c is None:
+                self._eta_c = prof._grid(f"{self.kind}_prefill", self.table, eb, "bf16")[3]
+            t = maximum(t, fq / (peak * max(self._eta_c, 1e-3)))
+            return prof._floor(t, fq, by, "bf16")
+        bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
+        if self.kind == "mha":
+            f = (bb * h, q, h / kvh, hd)
+            fl = K.prefill_attention_flops(bb, q, L, h, hd)
+            by = K.prefill_attention_bytes(bb, q, L, h, kvh, hd, eb)
+        else:
+            f = (bb, q, h)
+            fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
+        t = self._lookup(f, self._key)
+        # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
+        t = t * K.causal_pairs(q, L) / maximum(K.causal_pairs(q, q), 1e-30)
+        frac = where(b < 1.0, b, 1.0)
+        return prof._floor(t * frac, fl * frac, by * frac, "bf16")
 
 
 # --------------------------------------------------------------------------- the profile
@@ -391,6 +503,7 @@ class KernelProfile:
         self._ref = ref or None  # rates the measured grids were normalised by
         self._grids: dict = {}
         self._slices: dict = {}
+        self._shapes: dict = {}
         self._sources: dict = {}
         self._allreduce_rows: dict = {}
         self._rate_memo: dict = {}
@@ -449,6 +562,17 @@ class KernelProfile:
             self._grids[key] = (np.log(t).ravel(), passes, desc, float((r / t).max()))
         return self._grids[key]
 
+    def _slice(self, key: tuple, fixed: tuple):
+        """(the grid of `key` = (family, precision, elem_bytes, peak_precision, table_key) cut at the fixed axes'
+        values `fixed` (floats), its routing passes), kept per cut."""
+        hit = self._slices.get((key, fixed))
+        if hit is None:
+            if len(self._slices) >= 4096:
+                self._slices.clear()
+            ln_t, passes, _, _ = self._grid(*key)
+            hit = self._slices[(key, fixed)] = (_Slice(key[0], ln_t, fixed), passes)
+        return hit
+
     def _time(self, family, precision, elem_bytes, f, peak_precision=None, table_key=None):
         """Kernel time for linear features `f`: the grid interpolated in log time, scaled past its edges.
         Where the layer's shape (the axes not in `VARYING`) is one number each, the grid cut there (`_Slice`,
@@ -459,13 +583,8 @@ class KernelProfile:
         if not _floats(fixed) and all(np.ndim(x) == 0 for x in fixed):
             fixed = tuple(float(x) for x in fixed)  # 0-d arrays
         if _floats(fixed):
-            hit = self._slices.get((key, fixed))
-            if hit is None:
-                if len(self._slices) >= 4096:
-                    self._slices.clear()
-                ln_t, passes, _, _ = self._grid(*key)
-                hit = self._slices[(key, fixed)] = (_Slice(family, ln_t, fixed), passes)
-            return hit[0].time(tuple(f[:nv])), hit[1]
+            cut, passes = self._slice(key, fixed)
+            return cut.time(tuple(f[:nv])), passes
         ln_t, passes, _, _ = self._grid(*key)
         ax = axes(family)
         cols, w = corner_weights(ax, clamp_log2(ax, f))
@@ -477,51 +596,48 @@ class KernelProfile:
         `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
         e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
         m, n, k = _broadcast(_check("m", m), _check("n", n), _check("k", k))
-        p, eb = _precision(dtype, weight_precision)
-        t, _ = self._time("gemm", p, eb, (m, n, k))
-        return self._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, eb), p)
+        shape = self.gemm_shape(n, k, dtype, weight_precision) if isinstance(m, float) else \
+            GemmShape(self, n, k, dtype, weight_precision)
+        return shape.time(m)
+
+    def gemm_shape(self, n, k, dtype, weight_precision: str | None = None) -> GemmShape:
+        """`gemm_time_s` for one weight shape (n, k), asked for many row counts (`GemmShape`); kept per shape."""
+        if not _numbers((n, k)):
+            return GemmShape(self, n, k, dtype, weight_precision)
+        key = ("gemm", n, k, dtype, weight_precision)
+        hit = self._shapes.get(key)
+        if hit is None:
+            if len(self._shapes) >= 4096:
+                self._shapes.clear()
+            hit = self._shapes[key] = GemmShape(self, _check("n", n), _check("k", k), dtype, weight_precision)
+        return hit
 
     def attention_time_s(self, phase, kind, batch, q, L, heads, kv_heads, head_dim, kv_precision):
         """Seconds for one layer's attention on one GPU (see `chalk.analyses.step_model` for the arguments)."""
-        if phase not in ("decode", "prefill"):
-            raise InputError(f"attention phase must be 'decode' or 'prefill', got {phase!r}")
-        if kind not in ("mha", "mla"):
-            raise InputError(f"attention kind must be 'mha' or 'mla', got {kind!r}")
+        _attention_kind(phase, kind)
         b, q, L = _check("batch", batch), _check("q", q), _check("L", L)
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
         b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
-        _, eb = _precision(kv_precision, None)
-        key = "bf16" if eb >= 2 else "fp8"
-        peak, _ = self._rates("bf16")
-        fam = f"{kind}_{phase}"
-        if phase == "decode":
-            if kind == "mha":
-                f = (b * kvh, L, h / kvh, hd)
-                by = K.decode_attention_bytes(b, L, kvh, hd, eb)
-                fq = K.decode_attention_flops(b, q, L, h, hd)
-            else:
-                f = (b, L, h)
-                by = K.mla_decode_bytes(b, L, eb)
-                fq = K.mla_decode_flops(b, q, L, h)
-            t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
-            # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
-            eta_c = self._grid(f"{kind}_prefill", key, eb, "bf16")[3]
-            t = maximum(t, fq / (peak * max(eta_c, 1e-3)))
-            return self._floor(t, fq, by, "bf16")
-        bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
-        if kind == "mha":
-            f = (bb * h, q, h / kvh, hd)
-            fl = K.prefill_attention_flops(bb, q, L, h, hd)
-            by = K.prefill_attention_bytes(bb, q, L, h, kvh, hd, eb)
-        else:
-            f = (bb, q, h)
-            fl, by = K.mla_prefill_flops(bb, q, L, h), K.mla_prefill_bytes(bb, q, L, h)
-        t, _ = self._time(fam, key, eb, f, peak_precision="bf16")
-        # new tokens after a cached prefix (q < L): the grid's prompt of q tokens, times the causal pairs' ratio
-        t = t * K.causal_pairs(q, L) / maximum(K.causal_pairs(q, q), 1e-30)
-        frac = where(b < 1.0, b, 1.0)
-        return self._floor(t * frac, fl * frac, by * frac, "bf16")
+        shape = self.attention_shape(phase, kind, h, kvh, hd, kv_precision) if isinstance(b, float) else \
+            AttentionShape(self, phase, kind, h, kvh, hd, kv_precision)
+        return shape.time(b, q, L)
+
+    def attention_shape(self, phase, kind, heads, kv_heads, head_dim, kv_precision) -> AttentionShape:
+        """`attention_time_s` for one layer's heads on one GPU, asked for many batches and contexts
+        (`AttentionShape`); kept per shape."""
+        if not _numbers((heads, kv_heads, head_dim)):
+            return AttentionShape(self, phase, kind, heads, kv_heads, head_dim, kv_precision)
+        key = (phase, kind, heads, kv_heads, head_dim, kv_precision)
+        hit = self._shapes.get(key)
+        if hit is None:
+            _attention_kind(phase, kind)
+            h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
+                                                                     ("head_dim", head_dim)))
+            if len(self._shapes) >= 4096:
+                self._shapes.clear()
+            hit = self._shapes[key] = AttentionShape(self, phase, kind, h, kvh, hd, kv_precision)
+        return hit
 
     def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
         """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
