@@ -220,7 +220,7 @@ def test_expert_slowdown_in_the_stage_step():
     assert SM.expert_slowdown(load_model("llama-3.1-70b"), tokens, 1, 1, cal) == 1.0
     # the step: slower with the MoE terms, unchanged for a dense model
     off = dataclasses.replace(cal, moe_gemm_half_tokens=0.0, moe_load_imbalance=False)
-    B = np.array([64.0, 512, 4096])
+    B = np.array([64.0, 512, 4096, 32768])  # the terms show where compute binds: the largest steps
     t_on = par.stage_step(costs, s, 1, 8, 1, 8, B, B, 2000, 2000, cal)["stage_time_s"]
     t_off = par.stage_step(costs, s, 1, 8, 1, 8, B, B, 2000, 2000, off)["stage_time_s"]
     assert np.all(t_on >= t_off) and np.any(t_on > t_off * 1.01)
