@@ -231,7 +231,8 @@ def _fitted_file(base: Calibration) -> Calibration:
         return base
     import yaml
 
-    d = yaml.safe_load(text) or {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser where installed, as the catalog
+    d = yaml.load(text, Loader=loader) or {}  # noqa: S506 - a safe loader
     return _apply_fitted(base, d.get("fitted", {}))
 
 
