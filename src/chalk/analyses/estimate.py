@@ -156,7 +156,7 @@ def default_layout(model: ModelSpec, system: System, costs, batch: float, contex
     kv_seq = costs.kv_bytes(context)
     for t, lay, w in cands:
         kv = kv_per_chip(costs, t, 1, 1, batch, kv_seq)
-        if _largest(w + kv) <= usable:
+        if (w + kv if isinstance(kv, float) else _largest(w + kv)) <= usable:
             return lay, True
     return cands[-1][1], False
 
@@ -235,9 +235,9 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     fits = (w_chip + kv_chip) <= usable_chip
     if strict_fit and not every(fits):
         raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
-                       f"{float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
+                       f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     if not every(fits):
-        notes.append(f"does not fit: {float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB needed per GPU, "
+        notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
                      f"{usable_chip / 1e9:.1f} GB usable")
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
     n = count("chips", G, MAX_GPUS)

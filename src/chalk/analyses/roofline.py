@@ -121,10 +121,21 @@ class RooflineResult:
               "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s")
     _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
                  "overhead_time_s": 0.0}
+    _NAMES = frozenset(FIELDS)
     __slots__ = FIELDS + ("_later",)
 
     def __init__(self, **fields):
-        self._fill(fields, None)
+        put = object.__setattr__
+        for name in self.FIELDS:
+            v = fields.pop(name, _UNSET)
+            if v is _UNSET:
+                if name not in self._DEFAULTS:
+                    raise TypeError(f"RooflineResult() missing field {name!r}")
+                v = self._DEFAULTS[name] if name != "range" else {}
+            put(self, name, v)
+        if fields:
+            raise TypeError(f"RooflineResult() got unexpected fields {sorted(fields)}")
+        put(self, "_later", None)
 
     @classmethod
     def deferred(cls, later, **fields) -> "RooflineResult":
@@ -132,33 +143,23 @@ class RooflineResult:
         once, on the first read of any of them). `later` must only gather what is already known: it may not
         re-run the step model."""
         r = cls.__new__(cls)
-        r._fill(fields, later)
-        return r
-
-    def _fill(self, fields: dict, later) -> None:
         put = object.__setattr__
-        for name in self.FIELDS:
-            v = fields.pop(name, _UNSET)
-            if v is _UNSET:
-                if later is not None:
-                    continue
-                if name not in self._DEFAULTS:
-                    raise TypeError(f"RooflineResult() missing field {name!r}")
-                v = self._DEFAULTS[name] if name != "range" else {}
-            put(self, name, v)
-        if fields:
-            raise TypeError(f"RooflineResult() got unexpected fields {sorted(fields)}")
-        put(self, "_later", later)
+        for name, v in fields.items():
+            if name not in cls._NAMES:
+                raise TypeError(f"RooflineResult() got an unexpected field {name!r}")
+            put(r, name, v)
+        put(r, "_later", later)
+        return r
 
     def __getattr__(self, name: str):
         """A deferred field, worked out (all of them at once) on first read."""
         later = object.__getattribute__(self, "_later") if name != "_later" else None
-        if later is None or name not in self.FIELDS:
+        if later is None or name not in self._NAMES:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         put = object.__setattr__
-        put(self, "_later", None)
         for k, v in later().items():
             put(self, k, v)
+        put(self, "_later", None)
         return object.__getattribute__(self, name)
 
     def __setattr__(self, name, value):
