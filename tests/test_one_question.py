@@ -90,3 +90,46 @@ def test_one_question_is_a_plain_number_and_the_memo_still_answers():
     assert s.estimate(7, 3000) is a
     b = chalk.estimate("llama-3.1-70b", "h100-sxm", 7, 3000)
     assert b == a
+
+
+def test_kept_plans_follow_the_objects_asked_with():
+    """What `estimate` keeps per configuration (`_setup`, `lecture_constants`, found by the model's, system's and
+    calibration's identity) is never another configuration's: a system with the same id but twice the HBM and
+    twice the price answers with its own numbers, and asking the first one again answers as the first time; a
+    Session switching options back and forth answers each as a fresh call does."""
+    import dataclasses
+
+    from chalk.specs.catalog import as_system
+
+    s = as_system("h100-sxm")
+    big = dataclasses.replace(s, chip=dataclasses.replace(s.chip, hbm_bytes=2 * s.chip.hbm_bytes,
+                                                          price_usd_per_hour=2 * s.chip.price_usd_per_hour))
+    a = chalk.estimate("llama-3.1-70b", s, 64, 4096, layout="tp=2").to_dict()
+    b = chalk.estimate("llama-3.1-70b", big, 64, 4096, layout="tp=2").to_dict()
+    assert b["hbm_bytes"] == 2 * a["hbm_bytes"] and b["max_batch_fit"] > a["max_batch_fit"]
+    assert b["cost_per_mtok_usd"] == pytest.approx(2 * a["cost_per_mtok_usd"], rel=1e-12)
+    assert b["critical_batch"] == a["critical_batch"] and b["fits"] and not a["fits"]
+    assert chalk.estimate("llama-3.1-70b", big, 64, 4096).layout["tp"] < \
+        chalk.estimate("llama-3.1-70b", s, 64, 4096).layout["tp"]
+    assert chalk.estimate("llama-3.1-70b", s, 64, 4096, layout="tp=2").to_dict() == a
+    sess = chalk.Session("gpt-oss-120b", "b200")
+    for i, kw in enumerate(({}, {"precision": "fp8"}, {"ideal": True}, {"kv_precision": "fp8"}, {"layout": "tp=2"},
+                            {"phase": "prefill"}, {})):
+        got, fresh = sess.estimate(3 + i, 1000 + i, **kw), chalk.estimate("gpt-oss-120b", "b200", 3 + i, 1000 + i, **kw)
+        assert got.to_dict() == fresh.to_dict()
+
+
+def test_deferred_fields_read_as_given():
+    """A layout estimate's deferred fields (op table, range, max batch, the lecture's context quantities) read the
+    same whether read first or after the step time, and the result stays immutable."""
+    import dataclasses
+
+    first = chalk.estimate("deepseek-v3", "h200", 32, 8192, layout="tp=8")
+    ops, rng = first.ops, first.range
+    again = chalk.estimate("deepseek-v3", "h200", 32, 8192, layout="tp=8")
+    assert again.step_time_s == first.step_time_s and again.to_dict() == first.to_dict()
+    assert again.ops == ops and again.range == rng and again == first
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.step_time_s = 1.0
+    with pytest.raises(AttributeError):
+        first.no_such_field

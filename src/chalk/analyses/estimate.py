@@ -13,8 +13,8 @@ import numpy as np
 from chalk.analyses import roofline as RF
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import sizes
-from chalk.analyses.parallel import (Layout, memory_per_chip, model_costs, resolve_kv_precision, stage_step,
-                                     valid_tp)
+from chalk.analyses.parallel import (Layout, kv_per_chip, model_costs, resolve_kv_precision, stage_step, valid_tp,
+                                     weights_per_chip)
 from chalk.analyses.step_model import ops_table
 from chalk.equations import parallel as P
 from chalk.equations import roofline as R
@@ -24,7 +24,7 @@ from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import canonical
-from chalk.specs.workload import Workload, positive
+from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, positive
 
 
 def parse_layout(text) -> dict:
@@ -100,19 +100,65 @@ def _largest(x) -> float:
     return float(x) if isinstance(x, float) else float(np.max(x))
 
 
+class _Setup:
+    """What a model on a system at these precisions and this calibration fixes for every question, worked out once
+    (`_setup`): the precisions, the step model's costs, usable HBM per GPU, the range factors, the default layout's
+    candidate tensor-parallel groups with their weight bytes per GPU, and each layout's weight bytes per GPU."""
+
+    def __init__(self, model: ModelSpec, system: System, cal: Calibration, precision: str | None, kv_precision,
+                 efficiency: RF.Efficiency | None):
+        sz = sizes(model)
+        self.prec = prec = canonical(precision) if precision else sz.default_precision()
+        self.kvp = kvp = resolve_kv_precision(kv_precision, prec, system)
+        self.wprec = canonical(precision) if precision else None  # as the Workload holds it
+        self.costs = costs = model_costs(model, precision, kvp)
+        chip = system.chip
+        self.usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
+        lecture_eff, self.spread = _by_calibration(cal)
+        self.eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
+        moe = model.is_moe
+        self.candidates = [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=moe), weights_per_chip(costs, t, 1, t if moe
+                                                                                               else 1))
+                           for t in (1, 2, 4, 8, 16, 32, 64, 128)
+                           if valid_tp(model, t) and (not moe or t <= model.num_experts)]
+        self.weights: dict = {}
+
+    def weights_on(self, lay: Layout):
+        """Weight bytes per GPU of a layout, kept per layout."""
+        key = (lay.tp, lay.pp, lay.ep)
+        w = self.weights.get(key)
+        if w is None:
+            w = self.weights[key] = weights_per_chip(self.costs, lay.tp, lay.pp, lay.ep)
+        return w
+
+
+@by_identity(maxsize=64, objects=3)
+def _setup(model: ModelSpec, system: System, cal: Calibration, precision, kv_precision, efficiency) -> _Setup:
+    """`_Setup(...)`, kept for the last few configurations (model, system and calibration found by identity; all
+    immutable)."""
+    return _Setup(model, system, cal, precision, kv_precision, efficiency)
+
+
 def default_layout(model: ModelSpec, system: System, costs, batch: float, context: float, gpus: int,
-                   cal: Calibration) -> tuple[Layout, bool]:
+                   cal: Calibration, setup: _Setup | None = None) -> tuple[Layout, bool]:
     """The smallest tensor-parallel group (within the scale-up domain and `gpus`) whose memory holds the weights
-    and `batch` sequences of `context` tokens; the largest one if none does. Returns (layout, fits)."""
+    and `batch` sequences of `context` tokens; the largest one if none does. Returns (layout, fits). `setup`: the
+    configuration's candidates with their weight bytes, when the caller has them."""
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    cands = [t for t in (1, 2, 4, 8, 16, 32, 64, 128) if t <= min(gpus, system.chips) and valid_tp(model, t)
-             and (not model.is_moe or t <= model.num_experts)] or [1]
-    for t in cands:
-        ep = t if model.is_moe else 1
-        w, kv = memory_per_chip(costs, t, 1, 1, ep, batch, context)
-        if _largest(w + kv) <= usable:
-            return Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=model.is_moe), True
-    return Layout(tp=cands[-1], attn_dp=1, pp=1, dp=1, moe=model.is_moe), False
+    if setup is None or setup.costs is not costs:
+        setup = _Setup.__new__(_Setup)
+        setup.candidates = [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=model.is_moe),
+                             weights_per_chip(costs, t, 1, t if model.is_moe else 1))
+                            for t in (1, 2, 4, 8, 16, 32, 64, 128)
+                            if valid_tp(model, t) and (not model.is_moe or t <= model.num_experts)]
+    limit = min(gpus, system.chips)
+    cands = [c for c in setup.candidates if c[0] <= limit] or setup.candidates[:1]  # tp=1 is always a candidate
+    kv_seq = costs.kv_bytes(context)
+    for t, lay, w in cands:
+        kv = kv_per_chip(costs, t, 1, 1, batch, kv_seq)
+        if (w + kv if isinstance(kv, float) else _largest(w + kv)) <= usable:
+            return lay, True
+    return cands[-1][1], False
 
 
 def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",
@@ -125,22 +171,22 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
 
     batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
     balance context) are those of the replica's chips; step time, bound, MFU and cost come from the step model.
+    What the step time needs is worked out here; the op table, the range, the largest batch that fits and the
+    lecture's context-dependent quantities when first read (`RooflineResult.deferred`), from the same step.
     """
     cal = cal or calibration(ideal, system.chip)
-    sz = sizes(model)
-    prec = canonical(precision) if precision else sz.default_precision()
-    kvp = resolve_kv_precision(kv_precision, prec, system)
+    su = _setup(model, system, cal, precision, kv_precision, efficiency)
+    prec, kvp, costs = su.prec, su.kvp, su.costs
     w = Workload(batch, context, phase, precision or None, kvp)
     if sparse_law is not None:
         raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
-    costs = model_costs(model, precision, kvp)
     B = flt(w.batch)
     L = flt(w.context)
     n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True, scalar=True))
     notes = []
     if layout is None:
         lay, fits_any = default_layout(model, system, costs, _largest(B) if phase == "decode" else 0.0,
-                                       _largest(L), n_avail, cal)
+                                       _largest(L), n_avail, cal, su)
         notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights and "
                      "this batch's KV" if fits_any else
                      f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs holds "
@@ -160,15 +206,12 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                        overhead_s=overhead_s, query_tokens=query_tokens)
         tokens = B
         user_tokens = ones_like(B * L)
-        kv_seq = costs.kv_bytes(L + 1)
-        mem_seqs = B
     else:
         r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, B * L, L, L, cal, kernels=kernels,
                        overhead_s=overhead_s)
         tokens = B * L
         user_tokens = L * ones_like(B)
-        kv_seq = costs.kv_bytes(L)
-        mem_seqs = B
+    mem_seqs = B
     stage = flt(r["stage_time_s"])
     t = P.pipeline_token_latency_s(stage, lay.pp)
     chip = system.chip
@@ -186,46 +229,57 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     t_w = w_bytes / (bw * tm_em)
     t_kv = kv_bytes / (bw * tm_em)
     bound = where(t_c >= t_w + t_kv, "compute", "memory")
-    w_chip, kv_chip = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, mem_seqs, L)
-    usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
+    w_chip = su.weights_on(lay)
+    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, mem_seqs, costs.kv_bytes(L))
+    usable_chip = su.usable_chip
     fits = (w_chip + kv_chip) <= usable_chip
-    kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.pp * lay.attn_dp), L)[1]
-    max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
     if strict_fit and not every(fits):
         raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
-                       f"{float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
+                       f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     if not every(fits):
-        notes.append(f"does not fit: {float(np.max(w_chip + kv_chip)) / 1e9:.1f} GB needed per GPU, "
+        notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
                      f"{usable_chip / 1e9:.1f} GB usable")
-    lecture_eff, (slow, fast) = _by_calibration(cal)
-    eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
-    agg = RF.step_fields(model, system, B, L, phase=phase, chips=G, precision=precision or None, kv_precision=kvp,
-                         efficiency=eff, refined=True, lecture_only=True)
+    n = count("chips", G, MAX_GPUS)
+    lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
     price = chip.price_usd_per_s
     cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
     sc = RF._scalar
-    spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
-              "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
-              "cost_per_mtok_usd": [sc(cost * fast), sc(cost * slow)]}
-    ops_rows = ()
-    if np.ndim(t) == 0:
-        ops_rows = tuple(ops_table(ops))
-        if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
-            for d in ops_rows:
-                d["time_s"] *= lay.pp
-    notes += [n for n in agg["notes"] if "price" in n or "rate" in n]
-    agg.update(
+    notes += [x for x in context_note(model, L) + list(lec.notes) if "price" in x or "rate" in x]
+
+    def later() -> dict:
+        """The fields worked out on first read: from this step's ops and the configuration, no new step."""
+        slow, fast = su.spread
+        spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
+                  "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
+                  "cost_per_mtok_usd": [sc(cost * fast), sc(cost * slow)]}
+        ops_rows = ()
+        if np.ndim(t) == 0:
+            ops_rows = tuple(ops_table(ops))
+            if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
+                for d in ops_rows:
+                    d["time_s"] *= lay.pp
+        kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
+        max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
+        t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
+        kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
+        return dict(range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
+                    critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict())
+
+    return RF.RooflineResult.deferred(
+        later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), precision=lec.prec,
+        compute_precision=lec.cprec, kv_precision=kvp,
+        weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
+        critical_batch=lec.crit, balance_context=lec.bal, weight_bytes=lec.weight_bytes,
+        kv_bytes_per_token=lec.kv_tok, total_params=lec.sz.total_params, active_params=lec.sz.active_params,
         chips=G, efficiency=cal.label, step_time_s=sc(t), compute_time_s=sc(t_c), weight_time_s=sc(t_w),
         kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv), bound=sc(bound),
         mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
         tokens_per_s=sc(tokens / t), user_tokens_per_s=sc(user_tokens / t), cost_per_mtok_usd=sc(cost),
-        memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, max_batch_fit=sc(max_b),
-        fits=sc(fits), flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other), notes=tuple(notes), range=spread,
-        kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(), ops=ops_rows,
-        comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp),
-        overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp), view="layout")
-    return RF.RooflineResult(**agg)
+        memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, fits=sc(fits),
+        flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other), notes=tuple(notes),
+        comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp),
+        view="layout")
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,

@@ -199,11 +199,20 @@ def layout_arrays(layouts: list[Layout]) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------- memory per chip
 def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
     """(weight bytes, KV bytes) per chip for `sequences` in flight per replica at `context` tokens."""
-    w = P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp)
+    return weights_per_chip(costs, tp, pp, ep), kv_per_chip(costs, tp, attn_dp, pp, sequences, costs.kv_bytes(context))
+
+
+def weights_per_chip(costs: ModelCosts, tp, pp, ep):
+    """Weight bytes per chip of a layout (`memory_per_chip`'s first part)."""
+    return P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp)
+
+
+def kv_per_chip(costs: ModelCosts, tp, attn_dp, pp, sequences, kv_seq):
+    """KV bytes per chip for `sequences` in flight per replica, each holding `kv_seq` bytes
+    (`costs.kv_bytes(context)`; `memory_per_chip`'s second part)."""
     shard = P.kv_shard_fraction(costs.model.num_kv_heads, tp, costs.head_shardable)
     per_stage = flt(sequences) / flt(pp)
-    kv = P.kv_bytes_per_chip(costs.kv_bytes(context), per_stage, attn_dp, pp, shard)
-    return w, kv
+    return P.kv_bytes_per_chip(kv_seq, per_stage, attn_dp, pp, shard)
 
 
 # --------------------------------------------------------------------------- one stage step

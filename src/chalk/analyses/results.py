@@ -1,7 +1,7 @@
 """Typed answers for the analyses that return records of named quantities (serving, layouts).
 
 A result is a dict (so JSON, `r["key"]` and the faces keep working) with a name, attribute access to its fields
-(`r.tpot_s`) and `.to_dict()`, like the dataclass results (`RooflineResult`, `SimulationResult`).
+(`r.tpot_s`) and `.to_dict()`, like the record results (`RooflineResult`, `SimulationResult`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ communication is free. Real layouts (TP/EP/PP with link costs) live in `chalk.an
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -15,6 +16,7 @@ from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import roofline as R
 from chalk.equations.num import flt, ones_like, where
 from chalk.errors import FitError, InputError
+from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, sparse_law_name
@@ -47,9 +49,18 @@ class Efficiency:
 IDEAL = Efficiency()
 
 
-@dataclass(frozen=True)
+_UNSET = object()
+
+
 class RooflineResult:
-    """One step (or a grid of steps when batch/context are arrays). Times in s, bytes, FLOP, USD."""
+    """One step (or a grid of steps when batch/context are arrays). Times in s, bytes, FLOP, USD.
+
+    An immutable record: every field below is an attribute, `.to_dict()` gives them all (JSON-ready) in this
+    order. Built with every field (`RooflineResult(**fields)`), or by `RooflineResult.deferred` with the fields a
+    step's time needs given and a function that works out the rest (the op table, the range, the lecture's
+    context-dependent quantities) on first access, from what the step already computed: a caller that reads only
+    the step time never pays for them, and every attribute reads the same as if it had been given.
+    """
 
     model: str
     hardware: str
@@ -88,20 +99,98 @@ class RooflineResult:
     active_params: float
     flops: object
     bytes_moved: object
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...]
     #: [low, high] for step time, tokens/s and cost from the calibration residuals (equal to the value when ideal)
-    range: dict = field(default_factory=dict)
+    range: dict
     #: 'aggregate': every chip summed into one communication-free chip (the lecture's bound);
     #: 'layout': one replica on a real layout, timed op by op (`chalk.analyses.step_model`)
-    view: str = "aggregate"
-    layout: dict | None = None
+    view: str
+    layout: dict | None
     #: the step's operations (layout view, scalar batch and context): name, kind, flops, bytes, time_s, bound, source
-    ops: tuple = ()
-    comm_time_s: object = 0.0
-    overhead_time_s: object = 0.0
+    ops: tuple
+    comm_time_s: object
+    overhead_time_s: object
+
+    #: field names in order; those after `notes` have defaults (`_DEFAULTS`: a fresh dict for `range`)
+    FIELDS = ("model", "hardware", "chips", "phase", "batch", "context", "precision", "compute_precision",
+              "kv_precision", "weights_read", "efficiency", "step_time_s", "compute_time_s", "weight_time_s",
+              "weight_time_lecture_s", "kv_time_s", "memory_time_s", "bound", "mfu", "mbu", "tokens_per_s",
+              "user_tokens_per_s", "cost_per_mtok_usd", "critical_batch", "critical_batch_with_kv",
+              "balance_context", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_sequence",
+              "memory_needed_bytes", "hbm_bytes", "max_batch_fit", "fits", "total_params", "active_params", "flops",
+              "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s")
+    _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
+                 "overhead_time_s": 0.0}
+    _NAMES = frozenset(FIELDS)
+    __slots__ = FIELDS + ("_later",)
+
+    def __init__(self, **fields):
+        put = object.__setattr__
+        for name in self.FIELDS:
+            v = fields.pop(name, _UNSET)
+            if v is _UNSET:
+                if name not in self._DEFAULTS:
+                    raise TypeError(f"RooflineResult() missing field {name!r}")
+                v = self._DEFAULTS[name] if name != "range" else {}
+            put(self, name, v)
+        if fields:
+            raise TypeError(f"RooflineResult() got unexpected fields {sorted(fields)}")
+        put(self, "_later", None)
+
+    @classmethod
+    def deferred(cls, later, **fields) -> "RooflineResult":
+        """A result with `fields` given and the rest from `later()` (a dict of the missing fields, called at most
+        once, on the first read of any of them). `later` must only gather what is already known: it may not
+        re-run the step model."""
+        r = cls.__new__(cls)
+        put = object.__setattr__
+        for name, v in fields.items():
+            if name not in cls._NAMES:
+                raise TypeError(f"RooflineResult() got an unexpected field {name!r}")
+            put(r, name, v)
+        put(r, "_later", later)
+        return r
+
+    def __getattr__(self, name: str):
+        """A deferred field, worked out (all of them at once) on first read."""
+        later = object.__getattribute__(self, "_later") if name != "_later" else None
+        if later is None or name not in self._NAMES:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        put = object.__setattr__
+        for k, v in later().items():
+            put(self, k, v)
+        put(self, "_later", None)
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, k) for k in self.FIELDS)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # a frozen record holding a dict (range) and arrays: not hashable, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.FIELDS) + ")"
+
+    def __reduce__(self):
+        return _rebuild, (type(self), {k: getattr(self, k) for k in self.FIELDS})
 
     def to_dict(self) -> dict:
-        return {k: _jsonable(v) for k, v in asdict(self).items()}
+        return {k: _jsonable(getattr(self, k)) for k in self.FIELDS}
+
+
+def _rebuild(cls, fields: dict):
+    """Unpickle a RooflineResult."""
+    return cls(**fields)
 
 
 def _jsonable(v):
@@ -185,56 +274,87 @@ def step(model: ModelSpec, system: System, batch, context, *, phase: str = "deco
                                         sparse_law=sparse_law, strict_fit=strict_fit))
 
 
+class Lecture:
+    """The lecture's quantities of a model on `chips` chips of a system that no batch or context changes, worked
+    out once per configuration (`lecture_constants`): rates, weight bytes, the critical batch, the balance
+    context and the notes about the chip's price and rates."""
+
+    def __init__(self, model: ModelSpec, system: System, efficiency: Efficiency, chips: int, precision: str | None,
+                 kv_precision: str, sparse_law: str | None):
+        self.sz = sz = sizes(model)
+        self.prec = prec = precision or sz.default_precision()
+        chip = system.chip
+        self.cprec = cprec = chip.compute_precision(prec)
+        self.peak = chip.flops_per_s[cprec] * chips
+        self.bw = chip.hbm_bandwidth_bytes_per_s * chips
+        self.hbm = chip.hbm_bytes * chips
+        self.eff_peak, self.eff_bw = self.peak * efficiency.compute, self.bw * efficiency.memory
+        self.weight_bytes = sz.weight_bytes(precision)  # None -> the checkpoint's own mix
+        self.kv_tok = sz.kv_bytes_per_token(kv_precision)
+        bpp = self.weight_bytes / sz.total_params
+        self.crit = float(R.critical_batch(self.eff_peak, self.eff_bw, sz.total_params, sz.active_matmul_params,
+                                           bpp))
+        self.bal = balance_context(sz, self.eff_peak, self.eff_bw, kv_precision, sparse_law)
+        notes = []
+        if chip.price_is_assumption:
+            notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
+        if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
+            notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
+        self.notes = tuple(notes)
+
+    def at_context(self, L, tokens, precision: str | None, kv_precision: str, sparse_law: str | None) -> tuple:
+        """(the lecture's weight read time of all weights for `tokens`, the critical batch with the KV fetch at
+        context `L`, one sequence's decode FLOPs per token, its KV bytes read) for one question."""
+        sz = self.sz
+        t_w_lec = R.memory_time_s(sz.weight_bytes_read(tokens, precision, refined=False), self.eff_bw)
+        per_seq_flops = sz.decode_flops_per_token(L, sparse_law)
+        per_seq_kv = sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
+        crit_kv = R.critical_batch_with_kv(self.weight_bytes, per_seq_flops, per_seq_kv, self.eff_peak, self.eff_bw)
+        return t_w_lec, crit_kv, per_seq_flops, per_seq_kv
+
+
+@by_identity(maxsize=256, objects=3)
+def lecture_constants(model: ModelSpec, system: System, efficiency: Efficiency, chips: int, precision: str | None,
+                      kv_precision: str, sparse_law: str | None) -> Lecture:
+    """`Lecture(...)`, kept for the last few configurations (found by the identity of the model, system and
+    efficiency, all immutable; the rest by value). `precision`: canonical or None; `kv_precision`: canonical."""
+    return Lecture(model, system, efficiency, chips, precision, kv_precision, sparse_law)
+
+
 def step_fields(model: ModelSpec, system: System, batch, context, *, phase: str = "decode", chips: int | None = None,
                 precision: str | None = None, kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
                 refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
                 lecture_only: bool = False) -> dict:
     """`step`'s answer as the RooflineResult's fields (a dict). `lecture_only`: only the fields a caller that
-    times the step itself keeps (the layout view): the lecture's analytic quantities (critical batch, balance
-    context, the lecture's weight time), sizes, precisions and notes; the aggregate step's times are not worked
-    out."""
+    times the step itself keeps: the lecture's analytic quantities (critical batch, balance context, the lecture's
+    weight time), sizes, precisions and notes; the aggregate step's times are not worked out."""
     w = Workload(batch, context, phase, precision, kv_precision)
     batch, context, phase, precision, kv_precision = w.batch, w.context, w.phase, w.precision, w.kv_precision
     n = count("chips", chips if chips is not None else system.chips, MAX_GPUS)
     sparse_law, context_notes = sparse_law_name(sparse_law), context_note(model, context, strict_fit=strict_fit)
-    sz = sizes(model)
-    prec = precision or sz.default_precision()
+    lec = lecture_constants(model, system, efficiency, n, precision, kv_precision, sparse_law)
+    sz = lec.sz
+    prec, cprec = lec.prec, lec.cprec
     chip = system.chip
-    cprec = chip.compute_precision(prec)
-    peak = chip.flops_per_s[cprec] * n
-    bw = chip.hbm_bandwidth_bytes_per_s * n
-    hbm = chip.hbm_bytes * n
-    eff_peak, eff_bw = peak * efficiency.compute, bw * efficiency.memory
+    peak, bw, hbm = lec.peak, lec.bw, lec.hbm
+    eff_peak, eff_bw = lec.eff_peak, lec.eff_bw
 
     B = flt(batch)
     L = flt(context)
     wprec = precision  # None -> the checkpoint's own mix
-    weight_bytes = sz.weight_bytes(wprec)
-    kv_tok = sz.kv_bytes_per_token(kv_precision)
+    weight_bytes = lec.weight_bytes
     tokens = B if phase == "decode" else B * L
 
     # the lecture's analytic quantities
-    w_read_lecture = sz.weight_bytes_read(tokens, wprec, refined=False)
-    t_w_lec = R.memory_time_s(w_read_lecture, eff_bw)
-    bpp = weight_bytes / sz.total_params
-    crit = float(R.critical_batch(eff_peak, eff_bw, sz.total_params, sz.active_matmul_params, bpp))
-    per_seq_flops = sz.decode_flops_per_token(L, sparse_law)
-    per_seq_kv = sz.kv_read_bytes_per_sequence(L, kv_precision, sparse_law)
-    crit_kv = R.critical_batch_with_kv(weight_bytes, per_seq_flops, per_seq_kv, eff_peak, eff_bw)
-    bal = balance_context(sz, eff_peak, eff_bw, kv_precision, sparse_law)
-    notes = list(context_notes)
-    if chip.price_is_assumption:
-        notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
-    if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
-        notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
+    t_w_lec, crit_kv, per_seq_flops, per_seq_kv = lec.at_context(L, tokens, wprec, kv_precision, sparse_law)
     lecture = dict(
         model=model.id, hardware=system.id, chips=n, phase=phase, batch=_scalar(batch), context=_scalar(context),
         precision=prec, compute_precision=cprec, kv_precision=kv_precision,
         weights_read="refined (distinct experts touched)" if refined and model.is_moe else "all weights (lecture)",
         efficiency=efficiency.label, weight_time_lecture_s=_scalar(t_w_lec),
-        critical_batch=crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=bal,
-        weight_bytes=weight_bytes, kv_bytes_per_token=kv_tok, hbm_bytes=hbm, total_params=sz.total_params,
-        active_params=sz.active_params, notes=tuple(notes))
+        critical_batch=lec.crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=lec.bal,
+        weight_bytes=weight_bytes, kv_bytes_per_token=lec.kv_tok, hbm_bytes=hbm, total_params=sz.total_params,
+        active_params=sz.active_params, notes=tuple(context_notes) + lec.notes)
     if lecture_only:
         return lecture
 
