@@ -94,7 +94,19 @@ def _nothing(x) -> bool:
 
 
 def _bound(compute_s, memory_s):
-    return where(flt(compute_s) >= flt(memory_s), "compute", "memory")
+    """What binds a compute op: its compute and memory times are numbers (numpy float64) or arrays already."""
+    return where(compute_s >= memory_s, "compute", "memory")
+
+
+#: The legacy part of `stage_ops`' answer each op's time adds to, and the ops whose FLOPs and bytes are the weight
+#: GEMMs' (`gemm_bound`, `weight_read_bytes`, `flops`).
+_PART = {"attn_proj": "gemm_time_s", "mlp": "gemm_time_s", "shared_experts": "gemm_time_s",
+         "router": "gemm_time_s", "experts": "gemm_time_s", "lm_head": "gemm_time_s", "elementwise": "gemm_time_s",
+         "moe_permute": "gemm_time_s", "sampling": "gemm_time_s", "attention_decode": "attention_time_s",
+         "attention_prefill": "attention_time_s", "allreduce": "allreduce_time_s", "alltoall": "alltoall_time_s",
+         "pp_send": "pp_transfer_time_s", "overhead": "overhead_s", "pipeline_sync": "overhead_s"}
+_PARTS = tuple(dict.fromkeys(_PART.values()))
+_WEIGHT_GEMMS = frozenset(("attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"))
 
 
 class _Timer:
@@ -431,9 +443,11 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         bound="latency")
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
-    compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
-    comm_names = [n for n, o in ops.items() if o.kind == "comm"]
     mode = np.full(np.shape(B * L * tp), "none", dtype=object)
+    two = not ideal and m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0)
+    if ideal or two:
+        compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
+        comm_names = [n for n, o in ops.items() if o.kind == "comm"]
     if ideal:
         flops = sum(flt(ops[n].flops) for n in compute_names)
         byts = sum(flt(ops[n].bytes) for n in compute_names)
@@ -446,7 +460,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
             o = ops[n]
             ops[n] = Op(o.name, o.kind, o.flops, o.bytes, flt(o.time_s) * scale, o.bound,
                         "roofline", "peak rates; one roofline for the step's compute ops, shared in proportion")
-    elif m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0):
+    elif two:
         # two micro-batches: each runs half the tokens (GEMMs less efficient), communication of one hides behind
         # compute of the other, `cal.overlap` of the shorter hidden; only under attention-DP (`use` below), so one
         # layout without it (a number attn_dp = 1) does not time the half step
@@ -469,27 +483,34 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
                         o.source, o.detail + ("; exposed part under two-micro-batch overlap" if some(use) else ""))
         mode = where(use, "two-microbatch", mode)
 
-    base = sum(flt(o.time_s) for o in ops.values())
+    # the step and its legacy parts, in one pass over the ops (each part adds its ops in the order they were made)
+    base = flt(0.0)
+    parts = dict.fromkeys(_PARTS, base)
+    comm = w_bytes = f_gemm = base
+    for n, o in ops.items():
+        t = o.time_s
+        base = base + t
+        part = _PART[n]
+        parts[part] = parts[part] + t
+        if o.kind == "comm":
+            comm = comm + t
+        elif n in _WEIGHT_GEMMS:
+            w_bytes = w_bytes + o.bytes
+            f_gemm = f_gemm + o.flops
     sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
     add("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
         f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, stage syncs)",
         bound="latency")
     stage = base + sync
-
-    zero = zeros_like(stage)
-
-    def total(names, attr="time_s"):
-        return sum([getattr(ops[n], attr) for n in names if n in ops], zero)
-
-    gemm_names = ["attn_proj", "mlp", "shared_experts", "router", "experts", "lm_head"]
-    w_bytes = total(gemm_names, "bytes")
-    f_gemm = total(gemm_names, "flops")
-    return {"ops": ops, "stage_time_s": stage,
-            "gemm_time_s": total(gemm_names + ["elementwise", "moe_permute", "sampling"]),
-            "attention_time_s": total(["attention_decode", "attention_prefill"]),
-            "allreduce_time_s": total(["allreduce"]), "alltoall_time_s": total(["alltoall"]),
-            "pp_transfer_time_s": total(["pp_send"]), "comm_time_s": total(comm_names),
-            "overhead_s": total(["overhead", "pipeline_sync"]), "overlap": mode,
+    parts["overhead_s"] = parts["overhead_s"] + sync
+    if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step
+        zero = zeros_like(stage)
+        parts = {k: v + zero for k, v in parts.items()}
+        comm, w_bytes, f_gemm = comm + zero, w_bytes + zero, f_gemm + zero
+    return {"ops": ops, "stage_time_s": stage, "gemm_time_s": parts["gemm_time_s"],
+            "attention_time_s": parts["attention_time_s"], "allreduce_time_s": parts["allreduce_time_s"],
+            "alltoall_time_s": parts["alltoall_time_s"], "pp_transfer_time_s": parts["pp_transfer_time_s"],
+            "comm_time_s": comm, "overhead_s": parts["overhead_s"], "overlap": mode,
             "gemm_bound": where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory"),
             "weight_read_bytes": w_bytes, "kv_read_bytes": flt(kv_read) + kv_write,
             "flops": f_gemm + f_ad + f_ap}
