@@ -125,6 +125,9 @@ class _Timer:
         self.peak_expert = chip.peak_flops_per_s(costs.expert_precision)
         self.peak_attn = chip.peak_flops_per_s("bf16")  # attention matmuls run at 16 bits even over an FP8 cache
         self.bw = chip.hbm_bandwidth_bytes_per_s
+        # achieved rates of the calibrated roofline (peak x efficiency)
+        self.hbm = self.bw * self.em
+        self.attn_rate, self.expert_rate = self.peak_attn * self.ec, self.peak_expert * self.ec
         self.kernels = None if self.ideal else kernels
         # a vendor's software stack relative to the tables' (NVIDIA) frameworks: slower compute-bound and
         # memory-bound kernels by the fitted vendor factors (1 for NVIDIA)
@@ -140,24 +143,19 @@ class _Timer:
             src += f"; x{self.k_c:.2f} compute / x{self.k_m:.2f} memory time for {self.vendor}'s software (fitted)"
         return src
 
-    def roofline(self, flops, bytes_, peak):
-        c = flt(flops) / (peak * self.ec)
-        m = flt(bytes_) / (self.bw * self.em)
-        return maximum(c, m), c, m
-
-    def gemm(self, m, shape, flops, bytes_, peak, count=1.0, source=None):
+    def gemm(self, m, shape, flops, bytes_, rate, count=1.0, source=None):
         """`count` identical GEMMs of `m` rows per GPU (e.g. one per layer); `shape`: the weight's kernel shape
-        (`KernelProfile.gemm_shape`), None without kernel tables; `source`: `ksrc('gemm')`."""
-        t, c, mm = self.roofline(flops, bytes_, peak)
+        (`KernelProfile.gemm_shape`), None without kernel tables; `rate`: achieved FLOP/s of the roofline (peak x
+        efficiency); `source`: `ksrc('gemm')`. `m`, `flops`, `bytes_`: numpy float64 numbers or arrays."""
+        c, mm = flops / rate, bytes_ / self.hbm
         if shape is not None:
             tk = flt(shape(maximum(m, 1.0))) * count * self.k_c
-            t = where(flt(m) > 0, tk, 0.0)
-            return t, c, mm, source
-        return t, c, mm, self.roofline_source
+            return where(m > 0, tk, 0.0), c, mm, source
+        return maximum(c, mm), c, mm, self.roofline_source
 
     def elementwise(self, bytes_):
-        m = flt(bytes_) / (self.bw * self.em)
-        return m, self.roofline_source
+        """Memory-bound kernel time of `bytes_` (numpy float64 numbers or arrays) at the achieved HBM bandwidth."""
+        return bytes_ / self.hbm, self.roofline_source
 
 
 @by_identity(maxsize=64, objects=4)
@@ -200,7 +198,8 @@ class _Stage:
         bw_d = bytes_per_element(costs.dense_precision)
         self.bw_e = bytes_per_element(costs.expert_precision)
 
-        # weight GEMMs: (name, n, layers, rows: T_rank or logit rows, peak, bytes per weight, kernel shape)
+        # weight GEMMs: (name, n, layers, rows: T_rank or logit rows, achieved FLOP/s of the roofline, bytes per
+        # weight, kernel shape)
         self.gemms = []
         gsrc = tm.ksrc("gemm") if kp is not None else None
 
@@ -210,7 +209,7 @@ class _Stage:
                 return
             n = params_per_layer / (shard * H)
             shape = kp.gemm_shape(n, H, dtype) if kp is not None else None
-            self.gemms.append((name, n, layers, per_token, peak, bpe, shape))
+            self.gemms.append((name, n, layers, per_token, peak * tm.ec, bpe, shape))
 
         gemm("attn_proj", sz.attention_params_per_layer, n_layers, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
         gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
@@ -327,11 +326,11 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         ops[name] = Op(name, kind, flops, bytes_, t, b, source or _short(detail), detail)
 
     # ---- GEMMs of the dense part, the router and the LM head
-    for name, n, layers, per_token, peak, bpe, shape in st.gemms:
+    for name, n, layers, per_token, rate, bpe, shape in st.gemms:
         rows_ = T_rank if per_token else rows
         f = O.matmul_flops(rows_, H, n) * layers
         by = O.gemm_bytes(rows_, H, n, bpe, ACTIVATION_BYTES) * layers
-        t, c_s, m_s, src = tm.gemm(rows_, shape, f, by, peak, count=layers, source=st.gemm_source)
+        t, c_s, m_s, src = tm.gemm(rows_, shape, f, by, rate, count=layers, source=st.gemm_source)
         add(name, "gemm", f, by, t, c_s, m_s, src)
 
     # ---- attention (per rank; KV heads shard over TP unless MLA)
@@ -339,7 +338,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
     kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
     kv_read = B_rank * kv_seq_read * shard / pp
-    t_c, t_m = f_ad / (tm.peak_attn * tm.ec), kv_read / (tm.bw * tm.em)
+    t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
     t, src = maximum(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
         t, src = 0.0, st.attn_source
@@ -351,7 +350,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
     kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
-    t_c, t_m = f_ap / (tm.peak_attn * tm.ec), kv_write / (tm.bw * tm.em)
+    t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
     t, src = maximum(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
         t, src = 0.0, st.attn_source
@@ -369,17 +368,17 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         by_exp = costs.expert_read_bytes(T_stage) / (ep * pp)
         bins = where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
-        t_m = by_exp / (tm.bw * tm.em)
+        t_m = by_exp / tm.hbm
         if kp is not None:
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
             wp = costs.expert_precision if st.bw_e < bytes_per_element(tm.expert_dtype) else None
             tk = flt(kp.moe_time_s(maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
                                    m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp))
             tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
-            t_c = f_exp / (tm.peak_expert * tm.ec)
+            t_c = f_exp / tm.expert_rate
             t, src = where(T_stage > 0, tk, 0.0), st.moe_source
         else:
-            t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / (tm.peak_expert * tm.ec)
+            t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / tm.expert_rate
             t, src = maximum(t_c, t_m), tm.roofline_source + (
                 "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
         add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
