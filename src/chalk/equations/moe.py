@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chalk.equations.num import flt, maximum, minimum, where
+
 
 def expected_distinct_experts(num_experts, experts_per_token, tokens):
     """Expected number of distinct routed experts that `tokens` tokens touch in one MoE layer.
@@ -15,13 +17,11 @@ def expected_distinct_experts(num_experts, experts_per_token, tokens):
         k = E (every token routed to every expert) touches all E experts for any B >= 1, and none at B = 0
         (log1p(-1) is -inf, so that case is taken apart rather than computed as -inf * 0).
     """
-    e = np.asarray(num_experts, dtype=float)
-    k = np.asarray(experts_per_token, dtype=float)
-    b = np.asarray(tokens, dtype=float)
+    e, k, b = flt(num_experts), flt(experts_per_token), flt(tokens)  # numbers stay numbers (`chalk.equations.num`)
     with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(e > 0, k / np.where(e > 0, e, 1.0), 0.0)
-        exact = -np.expm1(b * np.log1p(-np.where(frac < 1, frac, 0.0)))
-        touched = np.where(frac < 1, exact, np.where(b > 0, 1.0, 0.0))
+        frac = where(e > 0, k / where(e > 0, e, 1.0), 0.0)
+        exact = -np.expm1(b * np.log1p(-where(frac < 1, frac, 0.0)))
+        touched = where(frac < 1, exact, where(b > 0, 1.0, 0.0))
     return e * touched
 
 
@@ -77,10 +77,10 @@ def max_load_factor(balls, bins):
         2,048 copies per chip over 72 chips); below the heavy-load regime it overstates the spread more, but
         there expert GEMMs are weight-read bound and the busiest chip's compute is small.
     """
-    b = np.asarray(balls, dtype=float)
-    n = np.asarray(bins, dtype=float)
-    lam = b / np.maximum(n, 1.0)
+    b, n = flt(balls), flt(bins)  # numbers stay numbers (`chalk.equations.num`)
+    n1 = maximum(n, 1.0)
+    lam = b / n1
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = 1.0 + np.sqrt(2.0 * np.log(np.maximum(n, 1.0)) / lam)
-    f = np.where(lam > 0, f, 1.0)
-    return np.where(n > 1, np.clip(f, 1.0, np.maximum(n, 1.0)), 1.0)
+        f = 1.0 + np.sqrt(2.0 * np.log(n1) / lam)
+    f = where(lam > 0, f, 1.0)
+    return where(n > 1, minimum(maximum(f, 1.0), n1), 1.0)  # f clipped to [1, n]
