@@ -8,6 +8,7 @@ check with `is` that it is the same object (an id can be reused once an object i
 from __future__ import annotations
 
 import functools
+from operator import is_
 
 
 def by_identity(maxsize: int = 256, objects: int = 1):
@@ -21,7 +22,7 @@ def by_identity(maxsize: int = 256, objects: int = 1):
             held = args[:objects]
             key = tuple(map(id, held)) + args[objects:]
             hit = store.get(key)
-            if hit is not None and all(h is a for h, a in zip(hit[0], held)):
+            if hit is not None and all(map(is_, hit[0], held)):
                 return hit[1]
             if len(store) >= maxsize:
                 store.clear()

@@ -93,11 +93,6 @@ def _nothing(x) -> bool:
     return isinstance(x, float) and not x > 0
 
 
-def _bound(compute_s, memory_s):
-    """What binds a compute op: its compute and memory times are numbers (numpy float64) or arrays already."""
-    return where(compute_s >= memory_s, "compute", "memory")
-
-
 #: The legacy part of `stage_ops`' answer each op's time adds to, and the ops whose FLOPs and bytes are the weight
 #: GEMMs' (`gemm_bound`, `weight_read_bytes`, `flops`).
 _PART = {"attn_proj": "gemm_time_s", "mlp": "gemm_time_s", "shared_experts": "gemm_time_s",
@@ -322,8 +317,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     ops: dict[str, Op] = {}
 
     def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None):
-        b = _bound(c_s, m_s) if bound is None else bound
-        ops[name] = Op(name, kind, flops, bytes_, t, b, source or _short(detail), detail)
+        if bound is None:  # a compute op: its compute and memory times are numpy float64 numbers or arrays
+            bound = where(c_s >= m_s, "compute", "memory")
+        ops[name] = Op(name, kind, flops, bytes_, t, bound, source or _short(detail), detail)
 
     # ---- GEMMs of the dense part, the router and the LM head
     for name, n, layers, per_token, rate, bpe, shape in st.gemms:

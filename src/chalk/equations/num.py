@@ -14,6 +14,7 @@ import numpy as np
 _F64 = np.float64
 _BOOL = (bool, np.bool_)
 _PLAIN = (float, str)  # numpy float64 is a float
+_ZERO, _ONE = _F64(0.0), _F64(1.0)  # numpy scalars are immutable: one of each serves every caller
 
 
 def flt(x):
@@ -50,12 +51,12 @@ def where(cond, a, b):
 
 def zeros_like(x):
     """`np.zeros_like(x)` of a float array; 0.0 (a numpy float64) for a number."""
-    return np.zeros_like(x) if isinstance(x, np.ndarray) else _F64(0.0)
+    return np.zeros_like(x) if isinstance(x, np.ndarray) else _ZERO
 
 
 def ones_like(x):
     """`np.ones_like(x)` of a float array; 1.0 (a numpy float64) for a number."""
-    return np.ones_like(x) if isinstance(x, np.ndarray) else _F64(1.0)
+    return np.ones_like(x) if isinstance(x, np.ndarray) else _ONE
 
 
 def every(cond) -> bool:
