@@ -58,10 +58,9 @@ def grouped_gemm_efficiency(tokens_per_expert, half_tokens):
         fill and drain per tile, per-group scheduling), so it falls as 1/m; m is the mean routed tokens per expert
         in one forward pass; the same curve holds for FP4/BF16 kernels and for other GPUs.
     """
-    m = np.asarray(tokens_per_expert, dtype=float)
-    h = np.asarray(half_tokens, dtype=float)
+    m, h = flt(tokens_per_expert), flt(half_tokens)  # numbers stay numbers (`chalk.equations.num`)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(h > 0, m / np.maximum(m + h, 1e-300), 1.0)
+        return where(h > 0, m / maximum(m + h, 1e-300), 1.0)
 
 
 def max_load_factor(balls, bins):
