@@ -249,6 +249,9 @@ class _Stage:
             self.a2a_lat = 2 * (cal.alltoall_latency_s + where(ep > domain, a_out, 0.0))  # dispatch + combine
             self.a2a_remote = P.remote_domain_copies(m.experts_per_token, ep, domain)
             self.moe_source = tm.ksrc("moe") if kp is not None else None
+            # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
+            self.moe_weight_precision = costs.expert_precision if self.bw_e < bytes_per_element(tm.expert_dtype) \
+                else None
         cross = tp * a * pp > domain
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
@@ -366,10 +369,8 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / tm.hbm
         if kp is not None:
-            # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
-            wp = costs.expert_precision if st.bw_e < bytes_per_element(tm.expert_dtype) else None
             tk = flt(kp.moe_time_s(maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
-                                   m.experts_per_token, ep, tm.expert_dtype, weight_precision=wp))
+                                   m.experts_per_token, ep, tm.expert_dtype, weight_precision=st.moe_weight_precision))
             tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
             t_c = f_exp / tm.expert_rate
             t, src = where(T_stage > 0, tk, 0.0), st.moe_source
