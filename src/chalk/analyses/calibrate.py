@@ -3,7 +3,8 @@ leave-one-source-out cross-validation (each source group predicted by a fit that
 
 The fitted parameters are physical and few: per-step overhead (per layer), MoE permute passes, two-micro-batch
 overlap, the scheduler cap, how far engines line up prefill chunks across attention-DP ranks, and the achieved
-fractions of peak FLOP/s and HBM bandwidth that time ops where no measured kernel table applies. Everything else comes from kernel or link data (`chalk.analyses.calibration`).
+fractions of peak FLOP/s and HBM bandwidth that time ops where no measured kernel table applies. Everything else
+comes from kernel or link data (`chalk.analyses.calibration`).
 The objective is robust: median |log error| + 0.5 * mean(min(|log error|, log 3)) over throughput and TPOT rows
 (TTFT rows are reported, not fitted: their measured values carry queueing that the benchmarks do not separate).
 Search is coordinate descent over a coarse grid; predictions are memoised per parameter vector, so the folds of

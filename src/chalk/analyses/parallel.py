@@ -18,8 +18,8 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes, sizes
 from chalk.equations import parallel as P
-from chalk.errors import FitError, InputError
 from chalk.equations.num import flt, maximum
+from chalk.errors import FitError, InputError
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec

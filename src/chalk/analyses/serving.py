@@ -573,10 +573,11 @@ def replica_step_cost(model, system, layout, batch, input_len, output_len, *, co
     from chalk.analyses.estimate import make_layout
     from chalk.specs.catalog import as_model
 
-    a = float(make_layout(as_model(model), layout).attn_dp)
+    model = as_model(model)
+    lay = make_layout(model, layout)  # parsed once: from_step_model takes the Layout as it is
     cal = kw.get("cal") or calibration(kw.get("ideal", False))
-    c, _, c_r = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk), a, cal.dp_prefill_alignment)
-    return StepCost.from_step_model(model, system, layout, batch=b, context=I + O / 2 if context is None else context,
+    c, _, c_r = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk), lay.attn_dp, cal.dp_prefill_alignment)
+    return StepCost.from_step_model(model, system, lay, batch=b, context=I + O / 2 if context is None else context,
                                     prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
                                     **kw)
 

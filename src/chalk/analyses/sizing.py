@@ -17,13 +17,11 @@ from dataclasses import dataclass
 
 
 from chalk.analyses import fleet
-from chalk.analyses.estimate import make_layout
 from chalk.analyses.serving import (Speculation, _serving_setup, deployment_sizes, fixed_deployment,
                                     prefill_piece, prefill_step_tokens, throughput)
 from chalk.analyses.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
-from chalk.specs.catalog import as_model
 from chalk.specs.demand import Demand
 from chalk.specs.hardware import System
 
@@ -278,12 +276,12 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step
     piece = prefill_piece(I, getattr(eng, "chunked_prefill_tokens", None))
-    a = make_layout(as_model(ask.model), s["layout_text"]).attn_dp
+    a = op["parallelism"]["attn_dp"]
     c_step, _, c_rank = (0.0, 0.0, None) if s["mode"] == "disaggregated" else \
         (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
     sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
-                                  prefill_tokens=c_step, prefill_rank_tokens=c_rank, precision=s["precision"], kv_precision=costs.kv_precision,
-                                  cal=cal, overhead_s=ovh)
+                                  prefill_tokens=c_step, prefill_rank_tokens=c_rank, precision=s["precision"],
+                                  kv_precision=costs.kv_precision, cal=cal, overhead_s=ovh)
     n_op = max(int(round(s["in_flight_per_replica"])), 1)
     plain_s = s if s["speculative"] is None else {**s, "speculative": None}
     t0 = float(op["tpot_s"]) if s["speculative"] is None else float(_fixed(ask, system, plain_s, n_op)["tpot_s"])
@@ -327,8 +325,7 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
         from chalk.specs.engine import load_engine
 
         # each attention-DP rank has its own chunk budget (`prefill_step_tokens`)
-        chunk = int(load_engine(ask.engine).chunked_prefill_tokens) * make_layout(as_model(ask.model),
-                                                                                   s["layout_text"]).attn_dp
+        chunk = int(load_engine(ask.engine).chunked_prefill_tokens) * op["parallelism"]["attn_dp"]
     return fleet.replay(_step_cost(ask, system, s), replicas=s["replicas"], max_batch=max(int(s["cap"]), 1),
                         rate_per_s=s["requests_per_s"], n_requests=n, input_len=ask.input_len,
                         output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],

@@ -99,7 +99,8 @@ class StepCost:
 
     @classmethod
     def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
-                        prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None, precision: str | None = None, kv_precision: str | None = "auto",
+                        prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None,
+                        precision: str | None = None, kv_precision: str | None = "auto",
                         cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
         """The one step model (`chalk.analyses.step_model`) on one replica `layout`, as the simulator's linear step
         cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
