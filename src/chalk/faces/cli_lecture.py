@@ -28,7 +28,8 @@ def sweep(
     kv_precision: str = typer.Option("auto", "--kv-precision"),
     ideal: bool = typer.Option(False, "--ideal"),
     as_json: bool = typer.Option(False, "--json"),
-    csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"), help="Write the table to this CSV file."),
+    csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"),
+                                       help="Write the table to this CSV file."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                         help="Also write cost-vs-batch to this .png/.svg."),
 ):
