@@ -118,6 +118,36 @@ def test_an_attention_dp_replica_prefills_on_every_rank_at_once():
     assert mean[1.0] < 0.7 * mean[0.0]
 
 
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 4096), extra=st.integers(1, 4096), per_seq=st.floats(1e-7, 5e-5),
+       layout=st.sampled_from([(1, 1), (8, 1), (1, 4), (2, 4)]))
+def test_host_time_per_sequence_adds_linearly_to_the_overhead_row(b, extra, per_seq, layout):
+    """The fitted per-sequence host time: the overhead row grows by per_seq for each sequence the busiest rank's
+    scheduler carries (sequences / attention-DP ranks), every other op is untouched, and the ideal roofline has
+    none of it."""
+    from dataclasses import replace
+
+    from chalk.analyses.calibration import CALIBRATION, IDEAL_CALIBRATION
+    from chalk.analyses.parallel import model_costs
+    from chalk.analyses.step_model import stage_ops
+    from chalk.specs.catalog import as_model, as_system
+
+    tp, a = layout
+    costs, system = model_costs(as_model("qwen3-30b-a3b"), "fp8", "fp8"), as_system("hgx-h100")
+    cal0, cal1 = replace(CALIBRATION, overhead_per_seq_s=0.0), replace(CALIBRATION, overhead_per_seq_s=per_seq)
+
+    def ops(cal, B):
+        return stage_ops(costs, system, tp, a, 1, tp * a, float(B), 0.0, 2048.0, 1.0, cal, overlap="none")["ops"]
+
+    lo0, lo1, hi1 = ops(cal0, b), ops(cal1, b), ops(cal1, b + extra)
+    assert float(lo1["overhead"].time_s) - float(lo0["overhead"].time_s) == pytest.approx(per_seq * b / a, rel=1e-9)
+    assert float(hi1["overhead"].time_s) - float(lo1["overhead"].time_s) == pytest.approx(per_seq * extra / a,
+                                                                                        rel=1e-9)
+    assert all(float(lo1[n].time_s) == float(lo0[n].time_s) for n in lo0 if n != "overhead")
+    ideal = replace(IDEAL_CALIBRATION, overhead_per_seq_s=per_seq)
+    assert float(ops(ideal, b)["overhead"].time_s) == 0.0
+
+
 def test_fixed_mode_and_the_simulator_agree_on_tpot_under_attention_dp():
     """The simulator's step cost for an attention-DP replica (secant to a step carrying each rank's chunk, a chunk
     budget per rank) gives fixed mode's mean TPOT within 5%."""

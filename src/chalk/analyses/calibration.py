@@ -60,6 +60,13 @@ class Calibration:
     #: in the same steps): 0 places each rank's chunks independently, 1 aligns them all (TensorRT-LLM's
     #: attention_dp_config enable_balance; fixed-length benchmark waves). Used by `serving.prefill_step_tokens`.
     dp_prefill_alignment: float = 0.0
+    #: Host time per sequence a scheduler carries in one step (decode sequences plus prompts being prefilled):
+    #: per-request bookkeeping, input tensor preparation, sampling and stop checks in the engine's Python loop,
+    #: added to the step's fixed overhead. It is what makes a small model at a thousand sequences per GPU slower
+    #: than its kernels: WukLab's breakdown of vLLM and SGLang (mlsys.wuklab.io/posts/scheduling_overhead, 2024)
+    #: finds scheduling plus tensor pre- and post-processing growing with the batch, over half of vLLM's step time
+    #: for small models. Fitted by `chalk calibrate` (grid 0-16 us); 0 keeps the fixed overhead only.
+    overhead_per_seq_s: float = 0.0
     label: str = "calibrated"
 
     #: AMD's software stack relative to the NVIDIA-dominated constants (compute, memory multipliers): started from
@@ -203,7 +210,7 @@ CALIBRATION = Calibration(
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
               "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory",
-              "dp_prefill_alignment")
+              "dp_prefill_alignment", "overhead_per_seq_s")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:

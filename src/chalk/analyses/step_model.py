@@ -10,7 +10,7 @@ Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput
   LM head and sampling                        one logit row per sequence that emits a token
   norms, residuals, activations, MoE permute  memory-bound elementwise kernels
   TP all-reduce, EP all-to-all, PP send        on the link they cross (NVLink inside the domain, NIC outside)
-  overhead                                    launches, scheduling, host sync: fixed + per layer (calibrated)
+  overhead                                    launches, scheduling, host sync: fixed, per layer, per sequence (fitted)
   pipeline sync                               micro-batch imbalance per extra stage (calibrated)
 
 Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth). Achieved rates come from the
@@ -433,9 +433,13 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     # ---- overhead
     ovh = st.overhead if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
+    per_seq = cal.overhead_per_seq_s
+    if per_seq and not ideal:  # host work per sequence the rank's scheduler carries: decoding ones and prompts
+        ovh = ovh + per_seq * (B_rank + c_rank / I)
     t_ovh = flt(0.0 if ideal else ovh) + zeros_like(t_pp)
     add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
-        "fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer",
+        ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
+        + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq and not ideal else ""),
         bound="latency")
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
