@@ -304,4 +304,4 @@ def calibration(ideal: bool = False, chip=None) -> Calibration:
         return CALIBRATION
     c, m, o = fitted
     return dataclasses.replace(CALIBRATION, compute=c, memory=m, overhead_fixed_s=o, overhead_per_layer_s=0.0,
-                               use_kernel_tables=False, label=f"measured ({chip.id})")
+                               overhead_per_seq_s=0.0, use_kernel_tables=False, label=f"measured ({chip.id})")
