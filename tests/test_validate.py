@@ -36,6 +36,17 @@ def test_rows_are_sourced_and_broad():
     assert len({r.id for r in rows}) == len(rows)
 
 
+def test_moe_rows_of_the_trtllm_00f3768_table_ran_attention_dp():
+    """That table's MoE columns ("TP8") ran `trtllm-bench --tp 8 --ep 8` with attention DP (the document's command
+    for MoE models): recorded as DEP8, so chalk predicts the deployment that was measured."""
+    from chalk.specs.catalog import load_model
+
+    rows = [r for r in load_rows() if r.group == "trtllm-perf-overview-00f3768" and load_model(r.model).is_moe
+            and (r.gpus or 1) > 1]
+    assert len(rows) >= 10
+    assert all(r.tp == 1 and r.attn_dp == r.gpus == 8 and "DEP8" in r.notes for r in rows)
+
+
 def test_recorded_residual_spread_matches_the_data(report):
     """The [low, high] range estimates carry is the spread the shipped fit (catalog/calibration.yaml) leaves."""
     assert report["residual_p10"] == pytest.approx(cal.CALIBRATION.residual_low, abs=0.05)
