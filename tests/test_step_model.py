@@ -165,6 +165,24 @@ def test_fixed_mode_and_the_simulator_agree_on_tpot_under_attention_dp():
     assert float(np.nanmean(s.tpot_s)) == pytest.approx(f["tpot_s"], rel=0.05)
 
 
+def test_a_disaggregated_deployment_admits_what_its_prefill_pool_can_prefill():
+    """Disaggregated fixed mode: requests per second never exceed what the prefill GPUs prefill
+    (`_prefill_pool_requests_per_s`); with a pool too small the rest wait for their prompt (longer TTFT, fewer
+    decoding), and a larger pool never serves less."""
+    from chalk.analyses.serving import _prefill_pool_requests_per_s, _serving_setup
+
+    kw = dict(layout="tp=1", concurrency=256, input_len=4000, output_len=200, decode_gpus=1)
+    small, big = (fixed_deployment("llama-3.1-8b", "h100-sxm", gpus=g, **kw) for g in (2, 3))
+    m, system, _, _, _, _, cal, _, costs, kern = _serving_setup("llama-3.1-8b", "h100-sxm", 4000, 200, None, "auto",
+                                                                False, None, None, None)
+    x_pool = _prefill_pool_requests_per_s(costs, system, make_layout(m, "tp=1"), 1, 4000.0, 4000.0, cal, kern,
+                                          None)
+    x_small = small["output_tokens_per_s_per_gpu"] * 2 / 200
+    assert x_small == pytest.approx(x_pool, rel=0.02)
+    assert big["output_tokens_per_s_per_gpu"] * 3 / 200 > 1.5 * x_small
+    assert small["ttft_s"] > 2 * big["ttft_s"] and small["decoding_per_replica"] < big["decoding_per_replica"]
+
+
 def test_fixed_mode_contract_and_littles_law():
     f = fixed_deployment("deepseek-r1", "b200", layout="tp=8", concurrency=64, input_len=1024, output_len=1024)
     for k in ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "ttft_s", "tpot_s", "ttft_p99_s",

@@ -410,6 +410,23 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
             "gain_vs_plain": (float(per_gpu[i]) / best_plain) if best_plain else None}
 
 
+def _prefill_pool_requests_per_s(costs, system: System, lay: Layout, pool_gpus: int, Ip: float, I: float,
+                                 cal: Calibration, kernels, overhead_s) -> float:
+    """Requests per second a disaggregated deployment's prefill pool admits: its `pool_gpus` GPUs at the per-GPU
+    prompt rate of `lay` running full prefill steps (a chunk of max(PREFILL_CHUNK_TOKENS, prompt) tokens per
+    attention rank), over `Ip` uncached prompt tokens per request.
+
+    Formula: X_pool = pool_gpus / G * c / (pp * t_stage(c)) / Ip, c = max(chunk, Ip) * attn_dp.
+    Assumes: the pool runs the decode replica's layout (the one chalk is given); requests beyond it wait for
+    their prompt, which lengthens TTFT and takes them out of the decoding batch."""
+    a, pp, G = lay.attn_dp, lay.pp, lay.replica_gpus
+    Ip = max(Ip, 1.0)
+    c = max(float(PREFILL_CHUNK_TOKENS), Ip) * a
+    t = float(stage_step(costs, system, lay.tp, a, pp, lay.ep, 0.0, c, max(I, 1.0), max(I, 1.0), cal,
+                         kernels=kernels or False, overhead_s=overhead_s)["stage_time_s"])
+    return pool_gpus / G * c / (pp * t) / Ip if t > 0 else float("inf")
+
+
 def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
                      precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
@@ -427,8 +444,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
     carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
     `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
-    of `layout` (pure decode steps); the other GPUs prefill; TTFT is one prompt's prefill on the layout; output per
-    GPU counts all `gpus`.
+    of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
+    (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
+    layout plus that wait; output per GPU counts all `gpus`.
     """
     from chalk.analyses.estimate import make_layout
 
@@ -500,9 +518,15 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     held = grid * (1 + np.asarray(tt_g) / (O * np.asarray(tp_g)))  # requests in flight that B decoding implies
     held = np.maximum.accumulate(held)
     B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
+    x_pool = _prefill_pool_requests_per_s(costs, system, lay, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
+        if disagg and gpus > decode_gpus else float("inf")
+    if np.isfinite(x_pool):  # the prefill pool admits at most x_pool requests/s per decode replica: the rest queue
+        x_g = np.maximum.accumulate(grid / (O * np.asarray(tp_g)))
+        if x_pool < x_g[-1]:
+            B = min(B, float(np.interp(x_pool, x_g, grid)))
     tpot, ttft0, tpot_chunk = (float(np.asarray(v)) for v in times(B))
     X = B / (O * tpot)                               # requests completed per second per replica
-    waiting = max(Nr - B - X * ttft0, 0.0)           # requests held back by the cap
+    waiting = max(Nr - B - X * ttft0, 0.0)           # requests held back by the cap or the prefill pool
     ttft = ttft0 + waiting / X
     out_gpu = X * O * R / gpus
     p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
