@@ -183,6 +183,24 @@ def test_a_disaggregated_deployment_admits_what_its_prefill_pool_can_prefill():
     assert small["ttft_s"] > 2 * big["ttft_s"] and small["decoding_per_replica"] < big["decoding_per_replica"]
 
 
+def test_throughput_runs_a_fixed_disaggregated_deployment_it_is_asked_for():
+    """`--disaggregated` with `--layout --concurrency` is the disaggregated fixed deployment (decode on --gpus,
+    prefill on --prefill-gpus), not the aggregated one with the flag dropped."""
+    kw = dict(layout="tp=1", concurrency=256, input_len=4000, output_len=200)
+    r = throughput("llama-3.1-8b", "hgx-h100", gpus=1, prefill_gpus=1, disaggregated=True, **kw)
+    f = fixed_deployment("llama-3.1-8b", "hgx-h100", gpus=2, decode_gpus=1, **kw)
+    agg = throughput("llama-3.1-8b", "hgx-h100", gpus=2, **kw)
+    assert r["disaggregated"] and (r["decode_gpus"], r["prefill_gpus"], r["gpus"]) == (1, 1, 2)
+    assert r["output_tokens_per_s_per_gpu"] == pytest.approx(f["output_tokens_per_s_per_gpu"], rel=1e-12)
+    assert not agg["disaggregated"] and agg["output_tokens_per_s_per_gpu"] != pytest.approx(
+        r["output_tokens_per_s_per_gpu"], rel=0.01)
+    code, out, err = run("throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "4000",
+                         "--output-len", "200", "--layout", "tp=1", "--concurrency", "256", "--gpus", "1",
+                         "--prefill-gpus", "1", "--disaggregated", "--json")
+    assert code == 0, err
+    assert json.loads(out)["output_tokens_per_s_per_gpu"] == pytest.approx(r["output_tokens_per_s_per_gpu"])
+
+
 def test_fixed_mode_contract_and_littles_law():
     f = fixed_deployment("deepseek-r1", "b200", layout="tp=8", concurrency=64, input_len=1024, output_len=1024)
     for k in ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "ttft_s", "tpot_s", "ttft_p99_s",
@@ -250,6 +268,12 @@ BAD = [
       "100"], "lognormal"),
     (["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm,nosuch", "--input-len", "100", "--output-len", "100"],
      "nosuch"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "100", "--output-len", "100",
+      "--layout", "tp=1", "--concurrency", "8", "--disaggregated"], "--prefill-gpus"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "100", "--output-len", "100",
+      "--prefill-gpus", "2"], "--prefill-gpus"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "100", "--output-len", "100",
+      "--layout", "tp=1", "--concurrency", "8", "--disaggregated", "--prefill-gpus", "0"], "prefill_gpus"),
 ]
 
 

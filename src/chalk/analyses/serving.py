@@ -243,9 +243,10 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
                ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
                concurrency: int | None = None, speculative: Speculation | None = None, engine=None,
-               cache_hit: float | None = None) -> dict:
+               cache_hit: float | None = None, prefill_gpus: int | None = None) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
-    `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`).
+    `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
+    decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
 
     input_len / output_len: means, or distributions ('lognormal:mean=3790,p99=15000', a lengths file).
     speculative: also search with speculative decoding / MTP, and keep it where it serves more per GPU.
@@ -253,13 +254,26 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     cache_hit: fraction of prompt tokens served from the prefix cache (no prefill compute; KV still read).
     `calibration_override` replaces the efficiency constants (used when fitting them).
     """
-    if concurrency is not None or (layout is not None and concurrency is not None):
+    if prefill_gpus is not None and not (disaggregated and concurrency is not None):
+        raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
+                         "--disaggregated, --layout and --concurrency")
+    if concurrency is not None:
         if layout is None:
             raise InputError("--concurrency needs --layout: a fixed deployment is one layout at one concurrency")
+        decode_gpus = None
+        if disaggregated:
+            if prefill_gpus is None:
+                raise InputError("a fixed disaggregated deployment needs --prefill-gpus (the prefill pool); "
+                                 "--gpus sizes the decode pool")
+            from chalk.analyses.estimate import make_layout
+
+            decode_gpus = int(positive("gpus", gpus, integer=True, scalar=True)) if gpus is not None else \
+                make_layout(as_model(model), layout).replica_gpus
+            gpus = decode_gpus + int(positive("prefill_gpus", prefill_gpus, integer=True, scalar=True))
         return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, calibration_override=calibration_override, speculative=speculative,
-                                engine=engine, cache_hit=cache_hit)
+                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus)
     found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
                     kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
@@ -544,6 +558,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
            "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
            "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
+           "disaggregated": disagg, "decode_gpus": decode_gpus if disagg else gpus,
+           "prefill_gpus": gpus - decode_gpus if disagg else 0,
+           "prefill_pool_requests_per_s": x_pool * R if disagg else None,
            "decoding_per_replica": B, "batch_cap_per_replica": cap,
            "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
            "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,

@@ -112,6 +112,8 @@ def throughput(
                                          "only the batch (with --concurrency: that exact deployment)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight across the deployment "
                                               "(closed loop, as serving benchmarks run): needs --layout."),
+    prefill_gpus: Optional[int] = typer.Option(None, "--prefill-gpus", help="With --disaggregated --concurrency: "
+                                               "GPUs of the prefill pool (--gpus: the decode pool)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
     acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
     speculative: Optional[str] = typer.Option(None, "--speculative", help="METHOD,K,A, e.g. eagle,3,0.7 "
@@ -134,7 +136,7 @@ def throughput(
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
-              speculative=spec, engine=engine, cache_hit=cache_hit)
+              speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus)
     if "," in hardware:
         from chalk.analyses.compare import compare, hardware_list
 
@@ -291,6 +293,10 @@ def _print_fixed(c, r, system):
             ("decoding per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
                                      f"in flight (cap {num(r['batch_cap_per_replica'])})"),
             ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
+    if r.get("disaggregated"):
+        pool = r["prefill_pool_requests_per_s"]
+        rows.insert(0, ("GPUs", f"{num(r['decode_gpus'])} decode + {num(r['prefill_gpus'])} prefill "
+                                f"(prefill pool admits {num(pool)} requests/s)"))
     if r.get("speculative"):
         sp = r["speculative"]
         rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance {sp['acceptance']}: "
