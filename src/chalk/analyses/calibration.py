@@ -10,6 +10,11 @@ MEMORY_RESERVE, VENDOR, MOE_GEMM_HALF_TOKENS; parameter-free: MOE_LOAD_IMBALANCE
 refit held out the MLPerf Inference rows (ids `mlperf*`), fitting on the other 59, and reports them separately.
 The [low, high] range comes from the spread of the fitted residuals over all rows.
 
+The literals below are the starting point and the record of where each came from; the shipped values are the
+last `chalk calibrate --write` fit (`catalog/calibration.yaml`, read at import), which also fits the per-sequence
+host time, the prefill alignment across attention-DP ranks, the KV reserve, the AMD factors and the request
+latency. `chalk validate --cv` judges that fit by leaving out one source at a time.
+
 Nothing here reads a file: the constants are literals, `calibrated_efficiency()` is cached.
 """
 
