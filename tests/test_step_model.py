@@ -274,6 +274,8 @@ BAD = [
       "--prefill-gpus", "2"], "--prefill-gpus"),
     (["throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "100", "--output-len", "100",
       "--layout", "tp=1", "--concurrency", "8", "--disaggregated", "--prefill-gpus", "0"], "prefill_gpus"),
+    (["throughput", "-m", "llama-3.1-8b", "-H", "hgx-h100", "--input-len", "100", "--output-len", "100",
+      "--layout", "tp=1", "--concurrency", "8", "--disaggregated", "--prefill-gpus", "100000000"], "prefill_gpus"),
 ]
 
 

@@ -267,9 +267,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                  "--gpus sizes the decode pool")
             from chalk.analyses.estimate import make_layout
 
-            decode_gpus = int(positive("gpus", gpus, integer=True, scalar=True)) if gpus is not None else \
+            decode_gpus = count("gpus", gpus, MAX_GPUS) if gpus is not None else \
                 make_layout(as_model(model), layout).replica_gpus
-            gpus = decode_gpus + int(positive("prefill_gpus", prefill_gpus, integer=True, scalar=True))
+            gpus = decode_gpus + count("prefill_gpus", prefill_gpus, MAX_GPUS)
         return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, calibration_override=calibration_override, speculative=speculative,
