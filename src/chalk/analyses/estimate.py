@@ -100,6 +100,14 @@ def _largest(x) -> float:
     return float(x) if isinstance(x, float) else float(np.max(x))
 
 
+def _tp_candidates(model: ModelSpec, costs) -> list:
+    """The default layout's candidates, smallest first: (tp, its one-replica Layout, weight bytes per GPU) for each
+    tensor-parallel size that divides the heads (and, for MoE, the experts)."""
+    moe = model.is_moe
+    return [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=moe), weights_per_chip(costs, t, 1, t if moe else 1))
+            for t in (1, 2, 4, 8, 16, 32, 64, 128) if valid_tp(model, t) and (not moe or t <= model.num_experts)]
+
+
 class _Setup:
     """What a model on a system at these precisions and this calibration fixes for every question, worked out once
     (`_setup`): the precisions, the step model's costs, usable HBM per GPU, the range factors, the default layout's
@@ -116,11 +124,7 @@ class _Setup:
         self.usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
         lecture_eff, self.spread = _by_calibration(cal)
         self.eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
-        moe = model.is_moe
-        self.candidates = [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=moe), weights_per_chip(costs, t, 1, t if moe
-                                                                                               else 1))
-                           for t in (1, 2, 4, 8, 16, 32, 64, 128)
-                           if valid_tp(model, t) and (not moe or t <= model.num_experts)]
+        self.candidates = _tp_candidates(model, costs)
         self.weights: dict = {}
 
     def weights_on(self, lay: Layout):
@@ -145,14 +149,9 @@ def default_layout(model: ModelSpec, system: System, costs, batch: float, contex
     and `batch` sequences of `context` tokens; the largest one if none does. Returns (layout, fits). `setup`: the
     configuration's candidates with their weight bytes, when the caller has them."""
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    if setup is None or setup.costs is not costs:
-        setup = _Setup.__new__(_Setup)
-        setup.candidates = [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=model.is_moe),
-                             weights_per_chip(costs, t, 1, t if model.is_moe else 1))
-                            for t in (1, 2, 4, 8, 16, 32, 64, 128)
-                            if valid_tp(model, t) and (not model.is_moe or t <= model.num_experts)]
+    every_tp = setup.candidates if setup is not None and setup.costs is costs else _tp_candidates(model, costs)
     limit = min(gpus, system.chips)
-    cands = [c for c in setup.candidates if c[0] <= limit] or setup.candidates[:1]  # tp=1 is always a candidate
+    cands = [c for c in every_tp if c[0] <= limit] or every_tp[:1]  # tp=1 is always a candidate
     kv_seq = costs.kv_bytes(context)
     for t, lay, w in cands:
         kv = kv_per_chip(costs, t, 1, 1, batch, kv_seq)
@@ -211,7 +210,6 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                        overhead_s=overhead_s)
         tokens = B * L
         user_tokens = L * ones_like(B)
-    mem_seqs = B
     stage = flt(r["stage_time_s"])
     t = P.pipeline_token_latency_s(stage, lay.pp)
     chip = system.chip
@@ -230,7 +228,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     t_kv = kv_bytes / (bw * tm_em)
     bound = where(t_c >= t_w + t_kv, "compute", "memory")
     w_chip = su.weights_on(lay)
-    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, mem_seqs, costs.kv_bytes(L))
+    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
     usable_chip = su.usable_chip
     fits = (w_chip + kv_chip) <= usable_chip
     if strict_fit and not every(fits):

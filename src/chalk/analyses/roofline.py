@@ -323,11 +323,8 @@ def lecture_constants(model: ModelSpec, system: System, efficiency: Efficiency, 
 
 def step_fields(model: ModelSpec, system: System, batch, context, *, phase: str = "decode", chips: int | None = None,
                 precision: str | None = None, kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
-                refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
-                lecture_only: bool = False) -> dict:
-    """`step`'s answer as the RooflineResult's fields (a dict). `lecture_only`: only the fields a caller that
-    times the step itself keeps: the lecture's analytic quantities (critical batch, balance context, the lecture's
-    weight time), sizes, precisions and notes; the aggregate step's times are not worked out."""
+                refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False) -> dict:
+    """`step`'s answer as the RooflineResult's fields (a dict)."""
     w = Workload(batch, context, phase, precision, kv_precision)
     batch, context, phase, precision, kv_precision = w.batch, w.context, w.phase, w.precision, w.kv_precision
     n = count("chips", chips if chips is not None else system.chips, MAX_GPUS)
@@ -355,8 +352,6 @@ def step_fields(model: ModelSpec, system: System, batch, context, *, phase: str 
         critical_batch=lec.crit, critical_batch_with_kv=_scalar(crit_kv), balance_context=lec.bal,
         weight_bytes=weight_bytes, kv_bytes_per_token=lec.kv_tok, hbm_bytes=hbm, total_params=sz.total_params,
         active_params=sz.active_params, notes=tuple(context_notes) + lec.notes)
-    if lecture_only:
-        return lecture
 
     if phase == "decode":
         flops = B * per_seq_flops

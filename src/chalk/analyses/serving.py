@@ -157,16 +157,26 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     return out
 
 
+def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibration, **kw):
+    """(prompt tokens one prefill step of a replica carries, prompt tokens/s per GPU) of a prefill pool on a layout
+    (numbers or arrays) running full prefill steps: a chunk of max(PREFILL_CHUNK_TOKENS, Ip) uncached prompt
+    tokens per attention rank, of prompts `I` tokens long; `kw` goes to `stage_step` (kernels, overhead_s).
+
+    Formula: c = max(chunk, Ip) * attn_dp; rate = c / (pp * t_stage(c)) / G."""
+    chunk = np.maximum(PREFILL_CHUNK_TOKENS * a, Ip * a)
+    t = stage_step(costs, system, tp, a, pp, ep, 0.0, chunk, I, I, cal, **kw)["stage_time_s"]
+    with np.errstate(divide="ignore"):
+        return chunk, chunk / pp / t / G
+
+
 def _prefill_pool(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
     """Best prefill layout: input tokens/s per GPU, TTFT of one prompt, and the layout."""
     la = layout_arrays(layouts)
     tp, a, pp, ep, G = la["tp"], la["attn_dp"], la["pp"], la["ep"], la["replica_gpus"]
-    chunk = np.maximum(PREFILL_CHUNK_TOKENS * a, I * a)
+    chunk, rate = _prefill_rate(costs, system, tp, a, pp, ep, G, I, I, cal)
     seqs = chunk / I
     w, kv = memory_per_chip(costs, tp, a, pp, ep, seqs, I)
     fits = (w + kv) <= system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    t = stage_step(costs, system, tp, a, pp, ep, 0.0, chunk, I, I, cal)["stage_time_s"]
-    rate = chunk / pp / t / G
     one = P.pipeline_token_latency_s(stage_step(costs, system, tp, a, pp, ep, 0.0, I, I, I, cal)["stage_time_s"], pp)
     # the prompt's KV goes to the decode pool: over NVLink inside a rack-scale domain, else over the NIC
     chip = system.chip
@@ -427,18 +437,15 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
 def _prefill_pool_requests_per_s(costs, system: System, lay: Layout, pool_gpus: int, Ip: float, I: float,
                                  cal: Calibration, kernels, overhead_s) -> float:
     """Requests per second a disaggregated deployment's prefill pool admits: its `pool_gpus` GPUs at the per-GPU
-    prompt rate of `lay` running full prefill steps (a chunk of max(PREFILL_CHUNK_TOKENS, prompt) tokens per
-    attention rank), over `Ip` uncached prompt tokens per request.
+    prompt rate of `lay` running full prefill steps (`_prefill_rate`), over `Ip` uncached prompt tokens per request.
 
-    Formula: X_pool = pool_gpus / G * c / (pp * t_stage(c)) / Ip, c = max(chunk, Ip) * attn_dp.
+    Formula: X_pool = pool_gpus * rate / Ip.
     Assumes: the pool runs the decode replica's layout (the one chalk is given); requests beyond it wait for
     their prompt, which lengthens TTFT and takes them out of the decoding batch."""
-    a, pp, G = lay.attn_dp, lay.pp, lay.replica_gpus
     Ip = max(Ip, 1.0)
-    c = max(float(PREFILL_CHUNK_TOKENS), Ip) * a
-    t = float(stage_step(costs, system, lay.tp, a, pp, lay.ep, 0.0, c, max(I, 1.0), max(I, 1.0), cal,
-                         kernels=kernels or False, overhead_s=overhead_s)["stage_time_s"])
-    return pool_gpus / G * c / (pp * t) / Ip if t > 0 else float("inf")
+    _, rate = _prefill_rate(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, lay.replica_gpus, Ip, max(I, 1.0),
+                            cal, kernels=kernels or False, overhead_s=overhead_s)
+    return pool_gpus * float(rate) / Ip
 
 
 def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,

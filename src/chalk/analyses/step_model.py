@@ -433,13 +433,13 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
 
     # ---- overhead
     ovh = st.overhead if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
-    per_seq = cal.overhead_per_seq_s
-    if per_seq and not ideal:  # host work per sequence the rank's scheduler carries: decoding ones and prompts
+    per_seq = 0.0 if ideal else cal.overhead_per_seq_s
+    if per_seq:  # host work per sequence the rank's scheduler carries: decoding ones and prompts
         ovh = ovh + per_seq * (B_rank + c_rank / I)
     t_ovh = flt(0.0 if ideal else ovh) + zeros_like(t_pp)
     add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
         ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
-        + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq and not ideal else ""),
+        + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq else ""),
         bound="latency")
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
