@@ -3,9 +3,9 @@ the wall time of `python -c "import numpy"` on the same machine. Printed, not as
 
 Run: PYTHONPATH=$PWD/src python benchmarks/bench_startup.py [--repeats 9]
 It also lists the heavy modules a plain `chalk estimate` imports (typer and rich are expected; pandas, pydantic,
-matplotlib and scipy are not), and whether chalk's modules ran from __pycache__: with PYTHONDONTWRITEBYTECODE
-set and no __pycache__ beside the sources, every run compiles the ~5,000 lines `chalk estimate` imports again,
-a large share of what chalk itself adds (the warm-up run writes the cache otherwise).
+matplotlib and scipy are not), and whether chalk's modules ran from __pycache__. An install writes that cache
+(pip for a regular one; setup.py's build_py for `pip install -e .`). Without it, and with PYTHONDONTWRITEBYTECODE
+set, every run compiles the ~6,000 lines `chalk estimate` imports again: ~40 ms, a third of what chalk adds.
 """
 
 from __future__ import annotations
