@@ -59,3 +59,13 @@ def test_tables_have_frames():
     assert df["ttft_s"].mean() == pytest.approx(s.mean_ttft_s)
     tr = chalk.train("llama-3.1-8b")
     _json_ready(tr.to_dict())
+
+
+def test_a_context_past_the_models_maximum_is_noted_in_both_views():
+    """llama-3.1-8b's config states max_position_embeddings 131072: 200,000 tokens of context gets the note on a
+    layout as in the aggregate view, and none at 100,000."""
+    for kw in ({}, {"aggregate": True}):
+        notes = chalk.estimate("llama-3.1-8b", "h100-sxm", 1, 200_000, **kw).notes
+        assert any("beyond llama-3.1-8b's max_position_embeddings (131,072)" in n for n in notes), (kw, notes)
+        assert not any("max_position_embeddings" in n for n in chalk.estimate("llama-3.1-8b", "h100-sxm", 1,
+                                                                              100_000, **kw).notes)

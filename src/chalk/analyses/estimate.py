@@ -243,7 +243,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     price = chip.price_usd_per_s
     cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
     sc = RF._scalar
-    notes += [x for x in context_note(model, L) + list(lec.notes) if "price" in x or "rate" in x]
+    # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
+    notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
 
     def later() -> dict:
         """The fields worked out on first read: from this step's ops and the configuration, no new step."""

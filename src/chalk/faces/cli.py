@@ -164,7 +164,7 @@ def estimate(
         emit_json(d)
         return
     c = console()
-    where = (f"{r.layout['label']} ({r.chips} GPUs) of {r.hardware}" if r.view == "layout"
+    where = (f"{r.layout['label']} ({r.chips} GPU{'s' if r.chips != 1 else ''}) of {r.hardware}" if r.view == "layout"
              else f"{r.chips} x {r.hardware} summed into one chip (aggregate: communication-free bound)")
     t = table(f"{r.model} on {where} · {r.phase} · batch {num(r.batch)} · context {num(r.context)}"
               f" · {r.precision} weights ({r.compute_precision} compute), {r.kv_precision} KV · {r.efficiency}",
