@@ -465,7 +465,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         # compute of the other, `cal.overlap` of the shorter hidden; only under attention-DP (`use` below), so one
         # layout without it (a number attn_dp = 1) does not time the half step
         half = stage_ops(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none", kernels=kernels,
-                         overhead_s=overhead_s, query_tokens=q)["ops"]
+                         overhead_s=overhead_s, query_tokens=q,
+                         prefill_rank_tokens=None if prefill_rank_tokens is None else flt(prefill_rank_tokens) / 2
+                         )["ops"]
         comp2 = sum(2 * flt(half[n].time_s) for n in compute_names)
         comm = sum(flt(ops[n].time_s) for n in comm_names)
         comp1 = sum(flt(ops[n].time_s) for n in compute_names)
