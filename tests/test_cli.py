@@ -117,6 +117,10 @@ BAD = [
     (["hardware", "show", "tpu-v99"], "unknown hardware"),
     (["models", "show", "gpt-5"], "unknown model"),
     (["estimate", "--bogus"], "no such option"),
+    (["simulate", "-m", "llama-3.1-8b", "-H", "h100", "--layout", "tp=1", "--concurrency", "8", "-n", "50",
+      "--client-latency", "-1"], "client latency"),
+    (["simulate", "-m", "llama-3.1-8b", "-H", "h100", "--layout", "tp=1", "--concurrency", "8", "-n", "50",
+      "--client-latency", "nan"], "client latency"),
 ]
 
 

@@ -365,6 +365,51 @@ def test_closed_loop_latency_counts_from_the_send():
     assert queued.ttft_p99_s > 50 * closed.e2e_p50_s
 
 
+@settings(max_examples=25, deadline=None)
+@given(seats=st.integers(1, 16), lat=st.floats(1e-4, 2.0), seed=st.integers(0, 1000))
+def test_a_closed_loop_hands_each_freed_seat_on_after_the_client_latency(seats, lat, seed):
+    """With a client latency, the k-th request to finish frees the seat request `seats + k` arrives on, `lat`
+    later; none arrives earlier, fewer run at once than without it, and a zero latency is the plain closed loop."""
+    reqs = S.closed_loop_requests(seats, 6 * seats, 256, 64, seed=seed)
+    plain = S.simulate_continuous(reqs, SC_8B, max_batch=seats, closed_loop=True)
+    zero = S.simulate_continuous(reqs, SC_8B, max_batch=seats, closed_loop=True, client_latency_s=0.0)
+    assert np.array_equal(zero.arrival_s, plain.arrival_s) and np.array_equal(zero.e2e_s, plain.e2e_s)
+    late = S.simulate_continuous(reqs, SC_8B, max_batch=seats, closed_loop=True, client_latency_s=lat)
+    send = np.asarray(late.arrival_s)           # closed loop: latencies count from the client's send,
+    admit = send + lat                          # `lat` before the engine's admission
+    ends = np.sort(send + np.asarray(late.e2e_s))
+    assert np.allclose(late.queue_s, lat) and np.all(np.asarray(late.ttft_s) >= lat)
+    later = admit[seats:]
+    # a seat is handed on only after the latency: request seats + k reaches the engine >= lat after the k-th end
+    assert np.all(later >= ends[:len(later)] + lat * (1 - 1e-12))
+    # ... and no later than the step in flight when it arrives
+    step_max = float(np.max(np.asarray(late.e2e_s)))
+    assert np.all(later <= ends[:len(later)] + lat + step_max)
+    assert float(ends[-1]) > float(np.max(np.asarray(plain.arrival_s) + np.asarray(plain.e2e_s)))
+    with pytest.raises(InputError):
+        S.simulate_continuous(reqs, SC_8B, max_batch=seats, closed_loop=True, client_latency_s=-1.0)
+
+
+def test_simulate_and_throughput_agree_on_a_closed_loop():
+    """`simulate --concurrency` and `throughput --concurrency` (fixed mode) answer the same closed loop: both hold
+    each seat the calibrated request latency outside the engine, so throughput and the decoding batch agree, and
+    both count TTFT on the client's clock."""
+    import chalk
+    from chalk.analyses.calibration import calibration
+    from chalk.analyses.serving import fixed_deployment
+
+    kw = dict(layout="tp=1", concurrency=64, input_len=1000, output_len=200)
+    s = chalk.simulate("llama-3.1-8b", "h100-sxm", requests=3000, **kw)
+    f = fixed_deployment("llama-3.1-8b", "h100-sxm", **kw)
+    assert s.output_tokens_per_s == pytest.approx(f["output_tokens_per_s_per_gpu"], rel=0.03)
+    assert s.mean_batch == pytest.approx(f["decoding_per_replica"], rel=0.03)
+    lat = calibration().request_latency_s
+    assert lat > 0 and s.ttft_p50_s > lat and f["ttft_s"] > lat
+    # without the latency the seats never idle: every one of the 64 decodes or prefills
+    bare = chalk.simulate("llama-3.1-8b", "h100-sxm", requests=3000, client_latency_s=0.0, **kw)
+    assert bare.mean_batch > s.mean_batch and bare.ttft_p50_s < s.ttft_p50_s
+
+
 def test_fixed_mode_latencies_come_from_the_simulator():
     from chalk.analyses.serving import fixed_deployment
 

@@ -64,10 +64,13 @@ def layout(model, hardware, gpus: int | None = None, **kwargs):
 
 def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, input_len=512, output_len=128,
              layout=None, concurrency: int | None = None, max_batch: int = 256, prefill_chunk: int | None = None,
-             precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0):
+             precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
+             client_latency_s: float | None = None):
     """Requests through continuous batching on one replica (`chalk.analyses.simulate`): Poisson arrivals at `rate`,
     or a closed loop of `concurrency` requests in flight; step times from the step model on `layout` (default: the
-    aggregate roofline of the hardware's chips)."""
+    aggregate roofline of the hardware's chips). `client_latency_s` (closed loop): time each request spends
+    outside the engine's steps, holding its seat (default: the calibrated `request_latency_s`, as `throughput
+    --concurrency` uses; 0 with `ideal`)."""
     import numpy as np
 
     from chalk.analyses import simulate as sim
@@ -98,4 +101,17 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, in
     else:
         reqs = sim.poisson_arrivals(rate, n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=prefill_chunk,
-                                   closed_loop=concurrency is not None)
+                                   closed_loop=concurrency is not None,
+                                   client_latency_s=closed_loop_client_latency(concurrency, client_latency_s, ideal))
+
+
+def closed_loop_client_latency(concurrency, client_latency_s: float | None, ideal: bool) -> float:
+    """The client latency a closed loop of `concurrency` seats replays with: the one given, else the calibrated
+    request latency outside the engine's steps (0 for the ideal roofline, and for open-loop arrivals)."""
+    if concurrency is None:
+        return 0.0
+    if client_latency_s is not None:
+        return float(positive("client latency (s)", client_latency_s, allow_zero=True, scalar=True))
+    from chalk.analyses.calibration import calibration
+
+    return calibration(ideal).request_latency_s

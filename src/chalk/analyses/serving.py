@@ -459,7 +459,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
     them, one token each per step; their prompts prefilled as whole chunks in some of the steps, `mixed_step_s`) or
     waiting for their prompt to be prefilled; B is capped by the scheduler and by KV memory; by Little's law
-    N = B + X * TTFT, with X = B / (O * TPOT) requests per second. Mean TTFT adds the wait of requests beyond the cap.
+    N = B + X * (TTFT + latency), with X = B / (O * TPOT) requests per second: `request_latency_s`, the calibrated
+    time a request spends outside the GPU steps (added to TTFT), holds its client's seat without decoding (the
+    replayed closed loop hands each freed seat on that much later). Mean TTFT adds the wait of requests beyond
+    the cap.
     `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
     simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
     it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
@@ -533,10 +536,13 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
             return tpot, float(P.pipeline_token_latency_s(one, pp)) + tpot * e, tpot
         return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
 
-    # Little's law: N = B + X * TTFT0 with X = B / (O * TPOT): solve for the decoding count B on a grid, then refine
+    # Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT): solve for the decoding count B on a grid.
+    # lat: the calibrated time a request spends outside the GPU steps (in TTFT): its client seat is held, nothing
+    # of it decodes
+    lat = cal.request_latency_s
     grid = np.unique(np.concatenate([np.geomspace(1.0, max(min(cap, Nr), 1.0), 48), [min(cap, Nr)]]))
     tp_g, tt_g, _ = times(grid)
-    held = grid * (1 + np.asarray(tt_g) / (O * np.asarray(tp_g)))  # requests in flight that B decoding implies
+    held = grid * (1 + (np.asarray(tt_g) + lat) / (O * np.asarray(tp_g)))  # requests in flight B decoding implies
     held = np.maximum.accumulate(held)
     B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
     x_pool = _prefill_pool_requests_per_s(costs, system, lay, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
@@ -547,7 +553,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
             B = min(B, float(np.interp(x_pool, x_g, grid)))
     tpot, ttft0, tpot_chunk = (float(np.asarray(v)) for v in times(B))
     X = B / (O * tpot)                               # requests completed per second per replica
-    waiting = max(Nr - B - X * ttft0, 0.0)           # requests held back by the cap or the prefill pool
+    waiting = max(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
     ttft = ttft0 + waiting / X
     out_gpu = X * O * R / gpus
     p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
@@ -558,8 +564,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     if simulate and not disagg and speculative is None:
         sim = closed_loop_latencies(m, system, lay, Nr, min(cap, Nr), B, L, costs, cal, ovh, chunk,
                                     di or I, do or O)
-        ttft = float(sim.mean_ttft_s) + waiting / X
-        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X, float(sim.tpot_p99_s)
+        # the replay counts on the client's clock: its TTFT holds the request latency already
+        ttft = float(sim.mean_ttft_s) + waiting / X - cal.request_latency_s
+        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X - cal.request_latency_s, float(sim.tpot_p99_s)
         latency_source = f"simulated closed loop ({sim.n_requests:,} requests)"
     ttft, ttft_p99 = ttft + cal.request_latency_s, ttft_p99 + cal.request_latency_s
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
@@ -579,7 +586,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
            "notes": _notes(system, cal) + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
-                                            f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])}
+                                            f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])
+           + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
+               "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
+               "without decoding"] if lat > 0 else [])}
     res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
                                                     out_gpu * np.exp(cal.residual_high)]}
     return ServingResult(res)
@@ -605,7 +615,8 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max(int(seats), 1), kv_capacity_tokens=math.inf,
                                    prefill_chunk_tokens=int(chunk) * lay.attn_dp if chunk else None,
-                                   closed_loop=True)  # each attention-DP rank has its own chunk budget
+                                   closed_loop=True,  # each attention-DP rank has its own chunk budget
+                                   client_latency_s=cal.request_latency_s)
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):

@@ -237,9 +237,10 @@ def _plain(v):
 
 def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, step_sum, peak_kv,
             step_cost: StepCost, max_batch, period_s=None, kv_cap=None, chunk=None,
-            closed_loop: bool = False) -> SimulationResult:
-    # a closed-loop client sends a request when one of its seats frees: latencies count from that send (admission)
-    a, out = (admit if closed_loop else req.arrival_s), req.output_len
+            closed_loop: bool = False, client_latency_s: float = 0.0) -> SimulationResult:
+    # a closed-loop client sends a request when one of its seats frees: latencies count from that send, the
+    # client latency before the engine's admission
+    a, out = (admit - client_latency_s if closed_loop else req.arrival_s), req.output_len
     queue, ttft, e2e = admit - a, first - a, finish - a
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
@@ -415,7 +416,8 @@ def _capacity(v) -> float:
 
 def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                         kv_capacity_tokens: float | None = None,
-                        prefill_chunk_tokens: int | None = None, closed_loop: bool = False) -> SimulationResult:
+                        prefill_chunk_tokens: int | None = None, closed_loop: bool = False,
+                        client_latency_s: float = 0.0) -> SimulationResult:
     """Continuous batching (Orca/vLLM) with optional chunked prefill (Sarathi-Serve).
 
     At each step start, waiting requests are admitted FCFS while fewer than `max_batch` run and
@@ -427,6 +429,10 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
     at the end of the step yielding its `output_len`-th token, freeing its slot and KV.
     `closed_loop`: the requests are a benchmark client's queue (all at t = 0, `max_batch` seats = its concurrency),
     so each request is sent when a seat frees and its TTFT and end-to-end time count from that send.
+    `client_latency_s` (closed loop only): time a seat spends outside the engine's steps between one request's
+    last token and the next one reaching the scheduler (HTTP, tokenisation, detokenisation, the client's own
+    turn-around): the seat is held but nothing decodes, so fewer than `max_batch` run. Latencies count on the
+    client's clock: TTFT and end-to-end time include it (as `fixed_deployment` adds `request_latency_s` to TTFT).
     """
     req = _check_requests(requests)
     B = positive("max_batch", max_batch, integer=True)
@@ -435,6 +441,11 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                                                                integer=True)
     n = len(req)
     arr, P, O = req.arrival_s.tolist(), req.input_len.tolist(), req.output_len.tolist()
+    lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
+    relay = closed_loop and lat > 0  # the k-th request to finish hands its seat to request B + k, `lat` later
+    if relay:
+        arr[B:] = [math.inf] * max(n - B, 0)
+    sent = min(B, n)
     need = (req.input_len + req.output_len).tolist()
     worst = max(need)
     if cap <= 0:
@@ -528,6 +539,9 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                 first[i] = t
                 if O[i] == 1:
                     finish[i] = t
+                    if relay and sent < n:
+                        arr[sent] = t + lat
+                        sent += 1
                     n_run -= 1
                     reserved -= need[i]
                     kv_used -= P[i]
@@ -546,6 +560,9 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
             heapq.heappop(fin_heap)
             for i in fin.pop(step):
                 finish[i] = t
+                if relay and sent < n:
+                    arr[sent] = t + lat
+                    sent += 1
                 c = need[i] - 1
                 n_dec -= 1
                 sum_ctx -= c
@@ -554,7 +571,7 @@ def simulate_continuous(requests: Requests, step_cost: StepCost, max_batch: int,
                 reserved -= need[i]
     return _result("continuous", req, np.array(admit), np.array(first), np.array(finish), n_steps=step,
                    busy=busy, step_sum=step_sum, peak_kv=peak_kv, step_cost=sc, max_batch=B,
-                   kv_cap=cap, chunk=chunk, closed_loop=closed_loop)
+                   kv_cap=cap, chunk=chunk, closed_loop=closed_loop, client_latency_s=lat if closed_loop else 0.0)
 
 
 #: Spread of a length given only as a mean in a closed-loop replay: uniform over [8/9, 10/9] of the mean, the spread

@@ -42,13 +42,17 @@ def register(app: typer.Typer) -> None:
                                              "model on that layout (default: the aggregate roofline)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
                                                   "flight (as serving benchmarks run); needs --layout."),
+        client_latency: Optional[float] = typer.Option(None, "--client-latency", metavar="<s>",
+                                                       help="Closed loop: seconds each request spends outside the "
+                                                       "engine's steps, holding its seat (default: the calibrated "
+                                                       "request latency, as throughput --concurrency uses)."),
         as_json: bool = typer.Option(False, "--json"),
         plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                             help="Draw the simulated run to this .png/.svg."),
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses import simulate as sim
-        from chalk.api import default_efficiency
+        from chalk.api import closed_loop_client_latency, default_efficiency
         from chalk.specs.catalog import as_model, as_system
 
         if concurrency is not None and layout is None:
@@ -72,11 +76,13 @@ def register(app: typer.Typer) -> None:
         else:
             reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len,
                                                                             seed)
+        lat = closed_loop_client_latency(concurrency, client_latency, ideal)
         if scheduler is Scheduler.train:
             r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
         else:
             r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                        prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None)
+                                        prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None,
+                                        client_latency_s=lat)
         over = sim.overload(r)
         if plot:
             from chalk.faces.plots_simulate import plot_simulation
@@ -96,6 +102,8 @@ def register(app: typer.Typer) -> None:
         t.add_row("output throughput", f"{num(s.get('output_tokens_per_s'))} tokens/s")
         t.add_row("input throughput", f"{num(s.get('input_tokens_per_s'))} tokens/s")
         t.add_row("mean batch", num(s.get("mean_batch")))
+        if concurrency is not None:
+            t.add_row("client latency per request", f"{seconds(lat)} (seat held outside the engine; in TTFT)")
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         console().print(t)
