@@ -128,15 +128,15 @@ def test_held_out_mlperf_rows_sourced_and_reported(report):
 
 @pytest.mark.slow
 def test_leave_one_source_out_cross_validation():
-    """issue 9: each source group predicted by a fit that never saw it (minutes). Recorded bounds: the shipped model
-    reaches a held-out median of 0.121 and p90 of 0.44 over 310 rows, dense 0.043 (the issue's target is
-    0.12 / 0.40)."""
+    """issue 9: each source group predicted by a fit that never saw it (minutes). The shipped model reaches a
+    held-out median of 0.118 and p90 of 0.414 over 310 rows, dense 0.051, MoE 0.161 (the issue's target is
+    0.12 / 0.40); the bounds leave a little room for another numpy's rounding to take the fit another way."""
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "validate", "--cv", "--json"], capture_output=True,
                        text=True, timeout=3000)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n"] >= 200 and {"dense", "moe"} <= set(d["groups"])
-    assert d["cv_median_abs_error"] <= 0.13 and d["cv_p90_abs_error"] <= 0.50
-    assert d["groups"]["dense"]["median_abs_error"] <= 0.08
+    assert d["cv_median_abs_error"] <= 0.125 and d["cv_p90_abs_error"] <= 0.45
+    assert d["groups"]["dense"]["median_abs_error"] <= 0.07
     held = [g for g in d["groups"] if g not in ("dense", "moe")]
     assert len(held) >= 10 and all("fit" in d["groups"][g] for g in held)
