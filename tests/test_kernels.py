@@ -393,3 +393,22 @@ def test_layer_shape_slices_match_the_whole_grid(cid):
         if whole is None:
             continue
         assert np.allclose([kp.allreduce_time_s(float(x), n) for x in msgs], whole, rtol=1e-12, atol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.floats(1, 65536), b=st.floats(1, 2048), L=st.floats(1, 131072))
+def test_a_fixed_shape_remembers_the_time_the_whole_grid_gives(m, b, L):
+    """A GEMM or attention shape asked one number twice answers from memory what the full interpolation (array
+    path, no memory) gives, and never keeps more than MEMO_SIZE sizes."""
+    from chalk.specs.kernels import MEMO_SIZE
+
+    kp = kernel_profile(load_chip("h100-sxm"))
+    g = kp.gemm_shape(1024.0, 8192.0, "bf16")
+    first, again = g(m), g(m)
+    assert first == again == pytest.approx(float(g(np.array([m]))[0]), rel=1e-9)
+    a = kp.attention_shape("decode", "mha", 8.0, 1.0, 128, "bf16")
+    first, again = a(b, 1.0, L), a(b, 1.0, L)
+    assert first == again == pytest.approx(float(a(np.array([b]), 1.0, np.array([L]))[0]), rel=1e-9)
+    assert len(g._memo) <= MEMO_SIZE and len(a._memo) <= MEMO_SIZE
+    with pytest.raises(InputError):
+        g(float("nan"))

@@ -219,14 +219,6 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     peak = chip.flops_per_s[cprec] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
     ops = r["ops"]
-    flops = sum(flt(o.flops) for o in ops.values()) * G
-    w_bytes = flt(r["weight_read_bytes"]) * G
-    kv_bytes = flt(r["kv_read_bytes"]) * G
-    other = sum(flt(o.bytes) for n, o in ops.items() if o.kind == "elementwise") * G
-    t_c = flops / (peak * tm_ec)
-    t_w = w_bytes / (bw * tm_em)
-    t_kv = kv_bytes / (bw * tm_em)
-    bound = where(t_c >= t_w + t_kv, "compute", "memory")
     w_chip = su.weights_on(lay)
     kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
     usable_chip = su.usable_chip
@@ -248,6 +240,13 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
 
     def later() -> dict:
         """The fields worked out on first read: from this step's ops and the configuration, no new step."""
+        flops = sum(flt(o.flops) for o in ops.values()) * G
+        w_bytes = flt(r["weight_read_bytes"]) * G
+        kv_bytes = flt(r["kv_read_bytes"]) * G
+        other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G
+        t_c = flops / (peak * tm_ec)
+        t_w = w_bytes / (bw * tm_em)
+        t_kv = kv_bytes / (bw * tm_em)
         slow, fast = su.spread
         spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
                   "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
@@ -263,7 +262,12 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
         kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
         return dict(range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
-                    critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict())
+                    critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(),
+                    compute_time_s=sc(t_c), weight_time_s=sc(t_w), kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv),
+                    bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
+                    mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
+                    flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other),
+                    comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp))
 
     return RF.RooflineResult.deferred(
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), precision=lec.prec,
@@ -271,14 +275,10 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
         critical_batch=lec.crit, balance_context=lec.bal, weight_bytes=lec.weight_bytes,
         kv_bytes_per_token=lec.kv_tok, total_params=lec.sz.total_params, active_params=lec.sz.active_params,
-        chips=G, efficiency=cal.label, step_time_s=sc(t), compute_time_s=sc(t_c), weight_time_s=sc(t_w),
-        kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv), bound=sc(bound),
-        mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
+        chips=G, efficiency=cal.label, step_time_s=sc(t),
         tokens_per_s=sc(tokens / t), user_tokens_per_s=sc(user_tokens / t), cost_per_mtok_usd=sc(cost),
         memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, fits=sc(fits),
-        flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other), notes=tuple(notes),
-        comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp),
-        view="layout")
+        notes=tuple(notes), view="layout")
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,

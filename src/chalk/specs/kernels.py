@@ -392,6 +392,10 @@ def _attention_kind(phase: str, kind: str) -> None:
         raise InputError(f"attention kind must be 'mha' or 'mla', got {kind!r}")
 
 
+#: Sizes a fixed-shape kernel remembers its time at (`GemmShape`, `AttentionShape`), forgotten all at once past it.
+MEMO_SIZE = 4096
+
+
 class _Shape:
     """A kernel of fixed layer shape on one GPU, timed for many sizes: where the fixed axes are numbers the grid
     is cut there once (`_Slice`) and one size (numbers) is a 1-D or 2-D lookup; otherwise (arrays) the whole grid
@@ -420,11 +424,18 @@ class GemmShape(_Shape):
         self.precision, self.elem_bytes = _precision(dtype, weight_precision)
         self._key = ("gemm", self.precision, self.elem_bytes, self.precision, None)
         self._cut = None
+        self._memo: dict = {}
 
     def __call__(self, m):
-        """Seconds for one GEMM of `m` rows (a number or an array)."""
+        """Seconds for one GEMM of `m` rows (a number or an array). One number is remembered (the shape is fixed,
+        the tables immutable): a notebook sweeping context at a batch looks each GEMM up once."""
         if isinstance(m, float) and isinstance(self.n, float):
-            return self.time(_check("m", m))
+            t = self._memo.get(m)
+            if t is None:
+                if len(self._memo) >= MEMO_SIZE:
+                    self._memo.clear()
+                t = self._memo[m] = self.time(_check("m", m))
+            return t
         return self.profile.gemm_time_s(m, self.n, self.k, self.dtype, self.weight_precision)
 
     def time(self, m):
@@ -447,11 +458,18 @@ class AttentionShape(_Shape):
         self._key = (self.family, self.table, self.eb, "bf16", None)
         self._cut = None
         self._eta_c = None
+        self._memo: dict = {}
 
     def __call__(self, batch, q, L):
-        """Seconds for one layer's attention (numbers or arrays)."""
+        """Seconds for one layer's attention (numbers or arrays; numbers remembered, as `GemmShape`'s)."""
         if _floats((batch, q, L, self.h)):
-            return self.time(_check("batch", batch), _check("q", q), _check("L", L))
+            key = (batch, q, L)
+            t = self._memo.get(key)
+            if t is None:
+                if len(self._memo) >= MEMO_SIZE:
+                    self._memo.clear()
+                t = self._memo[key] = self.time(_check("batch", batch), _check("q", q), _check("L", L))
+            return t
         return self.profile.attention_time_s(self.phase, self.kind, batch, q, L, self.h, self.kvh, self.hd,
                                              self.kv_precision)
 
