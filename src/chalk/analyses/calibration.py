@@ -235,10 +235,10 @@ def _apply_fitted(base: Calibration, d: dict) -> Calibration:
 
 def _fitted_file(base: Calibration) -> Calibration:
     """The last `chalk calibrate --write` result shipped as package data, if any."""
-    from importlib import resources
+    from chalk.specs.catalog import package_path
 
     try:
-        text = (resources.files("chalk") / "catalog" / "calibration.yaml").read_text()
+        text = package_path("catalog", "calibration.yaml").read_text()
     except (FileNotFoundError, OSError):
         return base
     import yaml

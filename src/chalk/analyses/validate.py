@@ -18,7 +18,6 @@ import csv
 import io
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.parallel import memory_per_chip, model_costs, resolve_kv_precision, stage_step
 from chalk.analyses.serving import fixed_deployment, throughput
 from chalk.errors import ChalkError, SpecError
-from chalk.specs.catalog import load_model, resolve_hardware
+from chalk.specs.catalog import load_model, package_path, resolve_hardware
 from chalk.specs.precision import canonical
 
 #: Recorded bound on the median |error| of the calibrated model over the validation set; a test fails if
@@ -83,7 +82,7 @@ def _num(s: str, cast=float):
 @lru_cache(maxsize=1)
 def load_rows() -> tuple[Row, ...]:
     """The validation set shipped with chalk (package data)."""
-    text = (resources.files("chalk") / "validation" / "validation.csv").read_text()
+    text = package_path("validation", "validation.csv").read_text()
     rows = []
     for i, d in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:

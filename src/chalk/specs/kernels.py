@@ -151,9 +151,9 @@ def beyond_grid(family: str, axes, f):
 
 # --------------------------------------------------------------------------- data
 def _data_dir():
-    from importlib import resources
+    from chalk.specs.catalog import package_path
 
-    return resources.files("chalk") / "catalog" / "kernels"
+    return package_path("catalog", "kernels")
 
 
 @lru_cache(maxsize=1)

@@ -96,9 +96,9 @@ def _config_dict(model, device: str = "cpu") -> tuple[dict, ModelSpec]:
     if p.exists():
         cfg = read_json(p / "config.json" if p.is_dir() else p)
     else:
-        from importlib import resources
+        from chalk.specs.catalog import package_path
 
-        cfg = read_json(resources.files("chalk") / "catalog" / "models" / spec.id / "config.json",
+        cfg = read_json(package_path("catalog", "models", spec.id, "config.json"),
                         f"catalog model {spec.id}/config.json")
     return cfg, spec
 
