@@ -109,6 +109,8 @@ def closed_loop_client_latency(concurrency, client_latency_s: float | None, idea
     """The client latency a closed loop of `concurrency` seats replays with: the one given, else the calibrated
     request latency outside the engine's steps (0 for the ideal roofline, and for open-loop arrivals)."""
     if concurrency is None:
+        if client_latency_s is not None:
+            raise InputError("a client latency applies to a closed loop: give a concurrency (--concurrency)")
         return 0.0
     if client_latency_s is not None:
         return float(positive("client latency (s)", client_latency_s, allow_zero=True, scalar=True))
