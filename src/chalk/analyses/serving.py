@@ -560,15 +560,16 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         else I
     ttft_p99 = ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
     tpot_p99 = max(tpot_chunk, tpot)
-    latency_source = "closed form"
     if simulate and not disagg and speculative is None:
         sim = closed_loop_latencies(m, system, lay, Nr, min(cap, Nr), B, L, costs, cal, ovh, chunk,
                                     di or I, do or O)
         # the replay counts on the client's clock: its TTFT holds the request latency already
-        ttft = float(sim.mean_ttft_s) + waiting / X - cal.request_latency_s
-        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X - cal.request_latency_s, float(sim.tpot_p99_s)
+        ttft = float(sim.mean_ttft_s) + waiting / X
+        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X, float(sim.tpot_p99_s)
         latency_source = f"simulated closed loop ({sim.n_requests:,} requests)"
-    ttft, ttft_p99 = ttft + cal.request_latency_s, ttft_p99 + cal.request_latency_s
+    else:  # the closed forms on the engine's clock, moved to the client's
+        ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
+        latency_source = "closed form"
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
            "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
            "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
