@@ -37,6 +37,22 @@ def test_estimate_and_session_agree():
     assert np.asarray(grid.step_time_s)[1] == pytest.approx(one.step_time_s, rel=1e-9)
 
 
+def test_a_session_keeps_its_latest_answers_only():
+    """issue 12: a Session that kept every answer made the garbage collector walk them all on each new question
+    (~10 us of a ~100 us estimate at a few thousand kept); it keeps the latest SESSION_MEMO."""
+    from chalk.analyses.estimate import SESSION_MEMO
+
+    s = chalk.Session("llama-3.1-8b", "h100-sxm")
+    first = s.estimate(1, 1000)
+    for i in range(SESSION_MEMO + 10):
+        s.estimate(1 + i % 64, 2000 + i)
+    assert len(s._memo) == SESSION_MEMO
+    last = s.estimate(64, 2000 + SESSION_MEMO + 9)
+    assert s.estimate(64, 2000 + SESSION_MEMO + 9) is last      # the latest are remembered
+    again = s.estimate(1, 1000)
+    assert again is not first and again.step_time_s == first.step_time_s  # the oldest was let go, then re-answered
+
+
 def test_throughput_and_layout_are_typed():
     t = chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200)
     assert type(t).__name__ == "ServingResult" and t.tpot_s == t["tpot_s"] > 0

@@ -320,6 +320,10 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
 
 
 _NUMBERS = (int, float)
+#: Answers a Session keeps (the latest ones). An answer holds its op table and deferred fields; keeping every
+#: answer made Python's cyclic garbage collector walk them all again and again: ~10 us of each new estimate at a
+#: few thousand kept (`benchmarks/bench_estimate.py`), more than a kept answer saves unless it is asked again soon.
+SESSION_MEMO = 512
 
 
 class Session:
@@ -356,7 +360,7 @@ class Session:
                 return hit
         r = estimate(self.model, self.system, batch, context, **opts)
         if key is not None:
-            if len(self._memo) > 100_000:
-                self._memo.clear()
+            if len(self._memo) >= SESSION_MEMO:  # the oldest answer goes
+                del self._memo[next(iter(self._memo))]
             self._memo[key] = r
         return r
