@@ -9,7 +9,9 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
 
 1. reads the table (figures only: latency in ms by shape), keeps the rows chalk's step model asks about
    (GEMM: bf16 / per-tensor fp8 / nvfp4; attention: full (no sliding window) heads <= 256 dims, 16-bit math;
-   MLA: DeepSeek geometry; MoE: balanced routing, gated experts, moe_tp_size 1, block fp8 where present, and
+   MLA: DeepSeek geometry; MoE: gated experts, moe_tp_size 1, block fp8 where present, twice: under power-law
+   routing (family `moe`, MOE_DISTRIBUTION) and balanced routing (family `moe_balanced`, what an expert-load
+   balancer approaches), and
    MXFP4 weights with 16-bit activations (w4a16) as their own key), takes
    the fastest kernel where a shape was measured with several, and holds out a random 20% of the rows
    (numpy default_rng(0) per table, rows in the table's sorted key order);
@@ -60,6 +62,15 @@ SYSTEMS = {"h100_sxm": ["h100-sxm", "h800"], "h200_sxm": ["h200"], "b200_sxm": [
 CURVE_SYSTEMS = ["h100_sxm", "h200_sxm", "b200_sxm", "gb200", "b300_sxm", "gb300"]
 FRAMEWORKS = ("trtllm", "sglang", "vllm")
 SEED, HOLDOUT, LAMBDA = 0, 0.2, 0.1
+#: Expert routing the MoE tables were measured under: served traffic is not balanced. aiconfigurator-core's own
+#: default for DeepSeek-family models (and most others) is power_law with alpha 1.01 (sdk/config.py
+#: workload_distribution "power_law"; sdk/models/deepseek.py _power_law_alpha); "balanced" times every expert
+#: with the same tokens, which served traffic never sees (h100_sxm trtllm, DeepSeek-V3's layer on EP 32, 4096
+#: tokens: 0.258 ms balanced, 0.532 ms power-law).
+MOE_DISTRIBUTION = "power_law_1.01"
+#: the same kernels with every expert given the same tokens: what an expert-load balancer (EPLB: redundant experts
+#: placed by measured load) approaches; distilled as its own family, `moe_balanced`
+MOE_BALANCED = "balanced"
 HUBER, IRLS_STEPS = 0.1, 4  # Huber threshold in ln t (10%) and reweighting rounds
 PASSES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 AXES = {  # log2 node positions per feature (FEATURES order); spacing chosen by held-out error vs size
@@ -70,9 +81,11 @@ AXES = {  # log2 node positions per feature (FEATURES order); spacing chosen by 
     "mla_prefill": [list(range(9)), list(np.arange(0, 16, 1.5)), list(range(8))],
     "moe": [list(np.arange(-9, 15, 1.5)), list(np.arange(0, 10, 1.5)), [11, 12, 13], list(range(9, 15))],
 }
+AXES["moe_balanced"] = AXES["moe"]
 SOURCE_DIRS = {"gemm": ("gemm", "gemm_perf"), "mha_decode": ("attention", "generation_attention_perf"),
                "mha_prefill": ("attention", "context_attention_perf"), "mla_decode": ("mla", "generation_mla_perf"),
-               "mla_prefill": ("mla", "context_mla_perf"), "moe": ("moe", "moe_perf")}
+               "mla_prefill": ("mla", "context_mla_perf"), "moe": ("moe", "moe_perf"),
+               "moe_balanced": ("moe", "moe_perf")}
 GEMM_DT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 MOE_DT = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
 #: element bytes of the stored weights per table key (w4a16: MXFP4 weights, 4 bits + an 8-bit scale per 32, run
@@ -90,9 +103,10 @@ FILTERS = {
                    "q = L = isl",
     "mla_decode": "generation_mla: mla_dtype bfloat16; num_heads = heads per GPU; L = isl + step",
     "mla_prefill": "context_mla: mla_dtype bfloat16; num_heads = heads per GPU; q = L = isl",
-    "moe": "moe_perf: distribution balanced, moe_tp_size 1, gated kernels (not *nongated); bfloat16 -> bf16, "
+    "moe": f"moe_perf: distribution {MOE_DISTRIBUTION}, moe_tp_size 1, gated kernels (not *nongated); bfloat16 -> bf16, "
            "fp8_block (else fp8) -> fp8, nvfp4 -> fp4, w4a16_mxfp4 -> w4a16; num_tokens = tokens entering the layer "
            "across the EP group",
+    "moe_balanced": f"as moe, distribution {MOE_BALANCED}",
 }
 
 
@@ -143,7 +157,8 @@ def standardise(family: str, d: pd.DataFrame) -> pd.DataFrame:
         d["q"] = d.isl if family == "mla_prefill" else 1
         d["L"] = d.isl + (d.step if family == "mla_decode" else 0)
         return d.groupby(["dtype", "batch", "q", "L", "heads"], as_index=False).t.min()
-    d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & ~d.kernel_source.str.contains("nongated")]
+    dist = MOE_BALANCED if family == "moe_balanced" else MOE_DISTRIBUTION
+    d = d[(d.distribution == dist) & (d.moe_tp_size == 1) & ~d.kernel_source.str.contains("nongated")]
     d = _one_dtype_per_key(d, "moe_dtype", MOE_DT, PREFER["moe"])
     d = d.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "moe_inter",
                           "topk": "top_k", "moe_ep_size": "ep"})
@@ -243,7 +258,7 @@ def distil_one(family, rows, ref, train):
     edge = np.log(KS.beyond_grid(family, ax, f))
     t = rows.t.to_numpy()
     best = None
-    for passes in PASSES if family == "moe" else (0.0,):
+    for passes in PASSES if family.startswith("moe") else (0.0,):
         extra = 0.0
         if passes:
             extra = passes * rows.tokens.to_numpy() * rows.top_k.to_numpy() * rows.hidden.to_numpy() * 2 / ref["hbm"]
@@ -268,10 +283,10 @@ def predict(kp, family, r: pd.DataFrame) -> np.ndarray:
         s = lambda n: c(n)[idx]  # noqa: E731
         if family == "gemm":
             out[idx] = kp.gemm_time_s(s("m"), s("n"), s("k"), dt)
-        elif family == "moe":
+        elif family.startswith("moe"):
             math_dt, w = ("bf16", "mxfp4") if dt == "w4a16" else (dt, None)
             out[idx] = kp.moe_time_s(s("tokens"), s("hidden"), s("moe_inter"), s("num_experts"), s("top_k"),
-                                     s("ep"), math_dt, weight_precision=w)
+                                     s("ep"), math_dt, weight_precision=w, balanced=family == "moe_balanced")
         else:
             kind, phase = family.split("_")
             heads = s("heads")
@@ -282,7 +297,8 @@ def predict(kp, family, r: pd.DataFrame) -> np.ndarray:
 
 
 REPORT_FAMILY = {"gemm": "gemm", "mha_decode": "attention decode", "mla_decode": "attention decode",
-                 "mha_prefill": "attention prefill", "mla_prefill": "attention prefill", "moe": "moe"}
+                 "mha_prefill": "attention prefill", "mla_prefill": "attention prefill", "moe": "moe",
+                 "moe_balanced": "moe balanced"}
 
 
 def stats(e) -> dict:
@@ -391,7 +407,7 @@ def main(argv=None) -> int:
                                   passes, " ".join(map(str, grid.ravel()))])
                     held.append(rows[test].assign(family=family, system=system, framework=fw, source=src))
                     print(f"  {system:9s} {fw:6s} {fver:10s} {family:11s} {dt:4s} {len(rows):6d} rows"
-                          + (f"  routing passes {passes:g}" if family == "moe" else ""), flush=True)
+                          + (f"  routing passes {passes:g}" if family.startswith("moe") else ""), flush=True)
         df = pd.DataFrame(lines, columns=["system", "framework", "version", "family", "dtype", "table", "device",
                                           "rows_fit", "rows_holdout", "routing_passes", "ln_eta_x100"])
         with open(OUT / f"{system}.csv", "w") as fh:

@@ -39,10 +39,10 @@ def _predict(r: dict) -> float:
     fam = r["family"]
     if fam == "gemm":
         return float(kp.gemm_time_s(f("m"), f("n"), f("k"), r["dtype"]))
-    if fam == "moe":  # w4a16: MXFP4 weights under 16-bit math (the mixed-input kernels' own table)
+    if fam.startswith("moe"):  # w4a16: MXFP4 weights under 16-bit math (the mixed-input kernels' own table)
         dt, w = ("bf16", "mxfp4") if r["dtype"] == "w4a16" else (r["dtype"], None)
         return float(kp.moe_time_s(f("tokens"), f("hidden"), f("moe_inter"), f("num_experts"), f("top_k"), f("ep"),
-                                   dt, weight_precision=w))
+                                   dt, weight_precision=w, balanced=fam == "moe_balanced"))
     kind, phase = fam.split("_")
     kvh = f("kv_heads") if kind == "mha" else f("heads")
     hd = f("head_dim") if kind == "mha" else 128.0
@@ -63,7 +63,7 @@ def test_holdout_median_error_per_family():
     errs: dict[str, list[float]] = {}
     for r in _rows():
         errs.setdefault(r["report"], []).append(_predict(r) / float(r["measured_s"]) - 1)
-    assert set(errs) == {"gemm", "attention decode", "attention prefill", "moe"}
+    assert set(errs) == {"gemm", "attention decode", "attention prefill", "moe", "moe balanced"}
     for fam, e in errs.items():
         med = float(np.median(np.abs(e)))
         assert med <= 0.10, f"{fam}: median |error| {med:.3f} on held-out rows"
@@ -412,3 +412,19 @@ def test_a_fixed_shape_remembers_the_time_the_whole_grid_gives(m, b, L):
     assert len(g._memo) <= MEMO_SIZE and len(a._memo) <= MEMO_SIZE
     with pytest.raises(InputError):
         g(float("nan"))
+
+
+def test_balanced_expert_loads_take_the_balanced_tables():
+    """aiconfigurator-core 0.12.0 h100_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, fp8_block, DeepSeek-V3's MoE layer
+    (hidden 7168, inter 2048, 256 experts, top-8) on EP 32, 4096 tokens: 0.532 ms under power-law 1.01 expert loads,
+    0.258 ms balanced. Each grid reproduces its own measurement; where one engine's tables were measured under
+    power-law loads only (A100 under TensorRT-LLM 1.0), asking for balanced loads keeps that engine's tables."""
+    kp = kernel_profile(load_chip("h100-sxm"), "trtllm")
+    args = (4096, 7168, 2048, 256, 8, 32, "fp8")
+    assert float(kp.moe_time_s(*args)) == pytest.approx(0.532e-3, rel=0.08)
+    assert float(kp.moe_time_s(*args, balanced=True)) == pytest.approx(0.258e-3, rel=0.08)
+    assert kp.moe_balanced_tables("fp8")
+    a100 = kernel_profile(load_chip("a100-sxm"), "trtllm")
+    args = (4096, 7168, 2048, 256, 8, 32, "bf16")
+    assert not a100.moe_balanced_tables("bf16")
+    assert float(a100.moe_time_s(*args, balanced=True)) == float(a100.moe_time_s(*args))

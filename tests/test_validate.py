@@ -129,14 +129,14 @@ def test_held_out_mlperf_rows_sourced_and_reported(report):
 @pytest.mark.slow
 def test_leave_one_source_out_cross_validation():
     """issue 9: each source group predicted by a fit that never saw it (minutes). The shipped model reaches a
-    held-out median of 0.118 and p90 of 0.414 over 310 rows, dense 0.051, MoE 0.161 (the issue's target is
-    0.12 / 0.40); the bounds leave a little room for another numpy's rounding to take the fit another way."""
+    held-out median of 0.108 and p90 of 0.329 over 310 rows, dense 0.050, MoE 0.137; the bounds are the issue's
+    targets (0.12 / 0.40), and dense and MoE keep a little room for another numpy's rounding."""
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "validate", "--cv", "--json"], capture_output=True,
                        text=True, timeout=3000)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n"] >= 200 and {"dense", "moe"} <= set(d["groups"])
-    assert d["cv_median_abs_error"] <= 0.125 and d["cv_p90_abs_error"] <= 0.45
-    assert d["groups"]["dense"]["median_abs_error"] <= 0.07
+    assert d["cv_median_abs_error"] <= 0.12 and d["cv_p90_abs_error"] <= 0.40
+    assert d["groups"]["dense"]["median_abs_error"] <= 0.07 and d["groups"]["moe"]["median_abs_error"] <= 0.16
     held = [g for g in d["groups"] if g not in ("dense", "moe")]
     assert len(held) >= 10 and all("fit" in d["groups"][g] for g in held)

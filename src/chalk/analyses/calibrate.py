@@ -38,6 +38,8 @@ FIT_GRID = {
     "amd_memory": (0.7, 0.8, 0.9, 1.0),
     "dp_prefill_alignment": (0.0, 0.25, 0.5, 0.75, 1.0),
     "overhead_per_seq_s": (0.0, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6),
+    # EP group size from which deployments balance expert load (EPLB); inf: never
+    "eplb_min_ep": (8.0, 16.0, 32.0, 64.0, 128.0, float("inf")),
 }
 
 #: Most coordinate-descent rounds one fit may take (each round visits every grid value once; two usually converge).

@@ -72,6 +72,13 @@ class Calibration:
     #: finds scheduling plus tensor pre- and post-processing growing with the batch, over half of vLLM's step time
     #: for small models. Fitted by `chalk calibrate` (grid 0-16 us); 0 keeps the fixed overhead only.
     overhead_per_seq_s: float = 0.0
+    #: Expert-parallel group size from which a deployment balances expert load (EPLB: redundant copies of the
+    #: busiest experts, placed by measured load), so its MoE kernels are timed with balanced expert loads (the
+    #: `moe_balanced` tables); smaller groups keep served traffic's power-law loads (the `moe` tables). Published
+    #: wide-EP deployments run a balancer (DeepSeek's EPLB, SGLang's large-EP recipes with --enable-eplb,
+    #: TensorRT-LLM's wide-EP load balancer); the engines' defaults do not. Fitted by `chalk calibrate` over
+    #: (8, 16, 32, 64, 128, never); inf: never.
+    eplb_min_ep: float = float("inf")
     label: str = "calibrated"
 
     #: AMD's software stack relative to the NVIDIA-dominated constants (compute, memory multipliers): started from
@@ -215,7 +222,7 @@ CALIBRATION = Calibration(
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
               "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory",
-              "dp_prefill_alignment", "overhead_per_seq_s")
+              "dp_prefill_alignment", "overhead_per_seq_s", "eplb_min_ep")
 
 
 def _apply_fitted(base: Calibration, d: dict) -> Calibration:

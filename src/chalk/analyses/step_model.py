@@ -182,6 +182,7 @@ class _Stage:
 
     def __init__(self, costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep):
         chip, m, sz = system.chip, costs.model, costs.sizes
+        self.model = m
         self.tp, self.a, self.pp, self.ep = tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
         self.ideal = cal.label == "ideal"
         self.tm = tm = _timer(system, costs, cal, kernels)
@@ -252,10 +253,33 @@ class _Stage:
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
             self.moe_weight_precision = costs.expert_precision if self.bw_e < bytes_per_element(tm.expert_dtype) \
                 else None
+            # expert loads the kernels see: balanced where the EP group is wide enough to run a load balancer
+            self.eplb = ep >= cal.eplb_min_ep
+            if kp is not None and not kp.moe_balanced_tables(tm.expert_dtype, self.moe_weight_precision):
+                self.eplb = False  # no balanced-load tables from the same engine: power-law loads throughout
+            if kp is not None:
+                n = f"{cal.eplb_min_ep:g}"
+                self.moe_source += ("; balanced expert loads (an expert-load balancer from EP " + n + ")"
+                                    if every(self.eplb) else "; power-law expert loads of served traffic"
+                                    + ("" if not some(self.eplb) else ", balanced from EP " + n))
         cross = tp * a * pp > domain
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
         self.overhead = cal.overhead_s(n_layers)
+
+
+    def moe_time(self, kp, tokens):
+        """One MoE layer's routed-expert kernel time on one GPU (`KernelProfile.moe_time_s`) at `tokens` entering
+        the stage's layer: balanced expert loads where the layout runs a load balancer (`eplb`), else power-law."""
+        m = self.model
+
+        def t(balanced):
+            return flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size, m.num_experts, m.experts_per_token,
+                                     self.ep, self.tm.expert_dtype, weight_precision=self.moe_weight_precision,
+                                     balanced=balanced))
+        if every(self.eplb) or not some(self.eplb):
+            return t(every(self.eplb))
+        return where(self.eplb, t(True), t(False))
 
 
 @by_identity(maxsize=256, objects=4)
@@ -369,8 +393,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / tm.hbm
         if kp is not None:
-            tk = flt(kp.moe_time_s(maximum(T_stage, 1.0), H, m.moe_intermediate_size, m.num_experts,
-                                   m.experts_per_token, ep, tm.expert_dtype, weight_precision=st.moe_weight_precision))
+            tk = st.moe_time(kp, maximum(T_stage, 1.0))
             tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
             t_c = f_exp / tm.expert_rate
             t, src = where(T_stage > 0, tk, 0.0), st.moe_source

@@ -151,7 +151,8 @@ def moe_local_copies(tokens, top_k, ep):
 
     Formula: c = T k / EP
     Ref: top-k routing; balanced load over the EP ranks.
-    Assumes: balanced routing (chalk adds the busiest-rank factor separately).
+    Assumes: balanced routing: the roofline floor; the uneven load of served traffic lives in the measured
+    efficiency over it (tables timed under power-law expert loads).
     """
     return _f(tokens) * _f(top_k) / maximum(_f(ep), 1.0)
 

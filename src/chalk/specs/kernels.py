@@ -53,6 +53,9 @@ FEATURES = {
     "mla_prefill": ("batch", "prompt", "heads"),
     "moe": ("tokens*top_k/experts", "experts/ep", "hidden", "moe_inter"),
 }
+#: the MoE kernels timed twice: under served traffic's power-law expert loads (`moe`) and with every expert given
+#: the same tokens (`moe_balanced`: what an expert-load balancer approaches); one grid layout for both
+FEATURES["moe_balanced"] = FEATURES["moe"]
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
@@ -65,6 +68,8 @@ VARYING = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decod
 #: is run as several grid-sized ones; causal prefill length enters squared; group size is intensive)
 EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2, 0, 1), "mla_decode": (1, 1, 1),
              "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
+for _d in (MONOTONE, VARYING, EXPONENTS):
+    _d["moe_balanced"] = _d["moe"]
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
 
@@ -101,7 +106,7 @@ def roof_features(family: str, f, peak: float, bw: float, elem_bytes: float):
     elif family == "mla_prefill":
         b, q, h = f
         fl, by = K.mla_prefill_flops(b, q, q, h), K.mla_prefill_bytes(b, q, q, h)
-    elif family == "moe":
+    elif family in ("moe", "moe_balanced"):
         me, el, h, i = f
         c = np.asarray(me, dtype=float) * el
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, elem_bytes)
@@ -523,6 +528,7 @@ class KernelProfile:
         self._slices: dict = {}
         self._shapes: dict = {}
         self._sources: dict = {}
+        self._balanced: dict = {}
         self._allreduce_rows: dict = {}
         self._rate_memo: dict = {}
 
@@ -557,6 +563,20 @@ class KernelProfile:
             if c is not None:
                 return c
         return None
+
+    def _balanced_moe(self, dtype: str) -> bool:
+        """Whether balanced-load MoE tables time this chip at table dtype `dtype` as the power-law ones do: from the
+        same framework (or both from the curve family). Elsewhere (A100 under TensorRT-LLM 1.0 or vLLM 0.14, which
+        were measured under power-law loads only) another framework's balanced kernels would swap the engine as
+        well as the load, so the power-law tables answer."""
+        if dtype not in self._balanced:
+            if "moe_balanced" not in index().get("families", {}):
+                self._balanced[dtype] = False
+            else:
+                a, b = self._lookup("moe", dtype), self._lookup("moe_balanced", dtype)
+                self._balanced[dtype] = a is not None and b is not None and \
+                    (a[2]["kind"], a[2].get("framework")) == (b[2]["kind"], b[2].get("framework"))
+        return self._balanced[dtype]
 
     def _grid(self, family: str, precision: str, elem_bytes: float, peak_precision: str, table_key=None):
         """ln of the node times on this chip, made non-decreasing along the family's size axes."""
@@ -657,11 +677,15 @@ class KernelProfile:
             hit = self._shapes[key] = AttentionShape(self, phase, kind, h, kvh, hd, kv_precision)
         return hit
 
-    def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None):
+    def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None,
+                   balanced: bool = False):
         """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
-        group, the experts are split over `ep` GPUs, routing is balanced (chalk applies the busiest-GPU factor
-        itself). `weight_precision` as in `gemm_time_s`; 4-bit weights under 16-bit math (MXFP4 on a chip
-        without an FP4 rate) take the measured mixed-input kernels' table (key w4a16) where there is one."""
+        group, the experts are split over `ep` GPUs. Routed as the tables were measured: by default under
+        power-law expert loads (alpha 1.01, the distiller's MOE_DISTRIBUTION: the uneven load of served traffic
+        is in the time); `balanced`: every expert given the same tokens (the `moe_balanced` tables), what an
+        expert-load balancer (EPLB) approaches. `weight_precision` as in `gemm_time_s`; 4-bit weights under
+        16-bit math (MXFP4 on a chip without an FP4 rate) take the measured mixed-input kernels' table (key
+        w4a16) where there is one."""
         T = _check("tokens", tokens)
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
@@ -673,10 +697,23 @@ class KernelProfile:
         c = K.moe_local_copies(T, k, ep)
         fl, by = K.moe_flops(c, h, i), K.moe_bytes(c, K.moe_experts_touched(c, el), h, i, eb)
         # tokens per local expert: an EP group wider than the expert count replicates experts (one per GPU)
-        mixed = weight_precision is not None and eb < 1 and dtype_key(p) == "bf16"
-        t, passes = self._time("moe", p, eb, (c / el, el, h, i), table_key="w4a16" if mixed else None)
+        key = self._moe_table_key(p, eb, weight_precision)
+        fam = "moe_balanced" if balanced and self._balanced_moe(key or dtype_key(p)) else "moe"
+        t, passes = self._time(fam, p, eb, (c / el, el, h, i), table_key=key)
         t = t + K.moe_routing_bytes(T, k, h, passes) / bw
         return self._floor(t, fl, by, p)
+
+    @staticmethod
+    def _moe_table_key(p: str, eb: float, weight_precision) -> str | None:
+        """'w4a16' where 4-bit weights run under 16-bit math (the mixed-input kernels' table), else None."""
+        return "w4a16" if weight_precision is not None and eb < 1 and dtype_key(p) == "bf16" else None
+
+    def moe_balanced_tables(self, dtype, weight_precision: str | None = None) -> bool:
+        """Whether `moe_time_s(..., balanced=True)` at `dtype` takes balanced-load tables (else the power-law
+        ones answer: see `_balanced_moe`)."""
+        p, eb = _precision(dtype, weight_precision)
+        key = self._moe_table_key(p, eb, weight_precision)
+        return self._balanced_moe(key or dtype_key(p))
 
     def _allreduce_table(self):
         """(GPU counts, ln t grid, provenance) of this system's measured all-reduce under the framework (else the
