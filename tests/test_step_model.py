@@ -405,3 +405,39 @@ def test_wide_expert_parallel_groups_balance_expert_load():
     for i in range(3):
         one = stage_step(costs, system, 1, int(a[i]), 1, int(a[i]), 64.0, 0.0, 4096.0, 1.0, cal)["stage_time_s"]
         assert float(one) == pytest.approx(float(whole[i]), rel=1e-12)
+
+
+def test_eplb_can_be_set_and_every_command_says_which_loads_it_timed():
+    """--eplb auto|on|off: the default follows the calibrated EP width; on/off override it for estimate (its experts
+    op) and throughput (its answer and its notes); a bad mode, or one given to the aggregate view, is one line and
+    exit 2."""
+    n = int(calibration().eplb_min_ep)
+    base = ["estimate", "-m", "deepseek-v3", "-H", "gb200-nvl72", "-b", "2048", "--layout", "tp=1,attn_dp=16",
+            "--json"]
+    got = {}
+    for mode in ("auto", "on", "off"):
+        rc, out, err = run(*base, "--eplb", mode)
+        assert rc == 0, err
+        d = json.loads(out)
+        ex = next(o for o in d["ops"] if o["name"] == "experts")
+        got[mode] = (d["step_time_s"], ex["time_s"], ex["detail"])
+    assert 16 < n and got["auto"] == got["off"]  # EP16 is below the calibrated width: power-law loads
+    assert "power-law" in got["off"][2] and "balanced expert loads" in got["on"][2]
+    assert got["on"][1] < got["off"][1] and got["on"][0] < got["off"][0]
+    py = chalk.estimate("deepseek-v3", "gb200-nvl72", 2048, 4096, layout="tp=1,attn_dp=16", eplb="on")
+    assert py.step_time_s == pytest.approx(got["on"][0], rel=1e-12)
+    # throughput: the answer's notes say which loads its experts were timed with
+    t_off = chalk.throughput("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, layout=f"tp=1,attn_dp={n}",
+                             eplb="off")
+    t_auto = chalk.throughput("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000,
+                              layout=f"tp=1,attn_dp={n}")
+    assert any("power-law" in x for x in t_off["notes"]) and any("balanced loads" in x for x in t_auto["notes"])
+    assert t_auto["output_tokens_per_s_per_gpu"] > t_off["output_tokens_per_s_per_gpu"]
+    dense = chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=2000, output_len=1000, eplb="on")
+    assert not any("expert" in x for x in dense["notes"])
+    for args in (["--eplb", "sometimes"], ["--aggregate", "--eplb", "on"]):
+        rc, out, err = run("estimate", "-m", "deepseek-v3", "-H", "gb200-nvl72", *args)
+        assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "eplb" in err, (args, err)
+    rc, _, err = run("throughput", "-m", "deepseek-v3", "-H", "h200", "--input-len", "100", "--output-len", "10",
+                     "--eplb", "2")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--eplb must be one of" in err

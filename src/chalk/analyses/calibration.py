@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from chalk.analyses.roofline import IDEAL, Efficiency
+from chalk.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -303,6 +304,32 @@ def default_efficiency(ideal: bool = False, layers: int | None = None, chip=None
         return Efficiency(compute=c, memory=m, overhead_s=o, memory_reserve=MEMORY_RESERVE,
                           label=f"measured ({chip.id})")
     return calibrated_efficiency(layers)
+
+
+#: `--eplb`: whether a layout's MoE layers run an expert-load balancer. auto: from the calibrated EP width
+#: (`Calibration.eplb_min_ep`); on: every expert-parallel group (EP >= 2); off: none (served traffic's power-law
+#: expert loads throughout).
+EPLB_MODES = ("auto", "on", "off")
+_EPLB_WIDTH = {"on": 2.0, "off": float("inf")}
+_WITH_EPLB: dict = {}
+
+
+def with_eplb(cal: Calibration, eplb: str | None) -> Calibration:
+    """`cal` with its expert-load-balancer rule set by `eplb` (one of `EPLB_MODES`; None is auto). The same
+    calibration object comes back for the same question, so the step model's plans kept per calibration stay
+    kept."""
+    mode = "auto" if eplb is None else str(eplb).strip().lower()
+    if mode not in EPLB_MODES:
+        raise InputError(f"--eplb must be one of {', '.join(EPLB_MODES)}, got {eplb!r}")
+    if mode == "auto" or cal.label == "ideal":  # the ideal roofline has no kernel tables to choose between
+        return cal
+    key = (id(cal), mode)
+    hit = _WITH_EPLB.get(key)
+    if hit is None or hit[0] is not cal:
+        if len(_WITH_EPLB) >= 64:
+            _WITH_EPLB.clear()
+        hit = _WITH_EPLB[key] = (cal, dataclasses.replace(cal, eplb_min_ep=_EPLB_WIDTH[mode]))
+    return hit[1]
 
 
 def calibration(ideal: bool = False, chip=None) -> Calibration:

@@ -284,7 +284,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
              chips: int | None = None, gpus: int | None = None, precision: str | None = None,
              kv_precision: str | None = "auto", ideal: bool = False, efficiency: RF.Efficiency | None = None,
-             refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False) -> RF.RooflineResult:
+             refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
+             eplb: str | None = None) -> RF.RooflineResult:
     """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout.
 
     model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
@@ -293,14 +294,21 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     scale-up domain that holds the weights and this batch's KV); `batch` counts sequences per replica.
     aggregate: the lecture's view instead: every chip (`chips`, default the system's) summed into one
     communication-free chip, an upper bound.
+    eplb: whether the MoE layers run an expert-load balancer ('auto' (default): from the calibrated EP width;
+    'on'; 'off'); the experts op's detail says which loads it was timed with.
     """
-    from chalk.analyses.calibration import default_efficiency
+    from chalk.analyses.calibration import calibration, default_efficiency, with_eplb
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model(model), as_system(hardware)
     n = gpus if gpus is not None else chips
     kvp = kv_precision
+    cal = with_eplb(calibration(ideal, system.chip), eplb)
     if aggregate or sparse_law is not None or not refined:
+        if eplb is not None and str(eplb).strip().lower() != "auto":
+            from chalk.errors import InputError
+
+            raise InputError("--eplb applies to a layout's expert-parallel group; the aggregate view has none")
         if kvp is None or str(kvp).lower() == "auto":
             from chalk.analyses.parallel import resolve_kv_precision
             from chalk.analyses.model_sizes import ModelSizes
@@ -316,7 +324,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
-                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit)
+                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit, cal=cal)
 
 
 _NUMBERS = (int, float)

@@ -253,7 +253,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
                ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
                concurrency: int | None = None, speculative: Speculation | None = None, engine=None,
-               cache_hit: float | None = None, prefill_gpus: int | None = None) -> dict:
+               cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
@@ -263,7 +263,13 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     engine: 'vllm' | 'sglang' | 'trtllm': that engine's scheduler cap, KV memory fraction and kernels.
     cache_hit: fraction of prompt tokens served from the prefix cache (no prefill compute; KV still read).
     `calibration_override` replaces the efficiency constants (used when fitting them).
+    eplb: whether the MoE layers run an expert-load balancer: 'auto' (default: from the calibrated EP width,
+    `Calibration.eplb_min_ep`), 'on' (every expert-parallel group) or 'off'.
     """
+    if eplb is not None:
+        from chalk.analyses.calibration import with_eplb
+
+        calibration_override = with_eplb(calibration_override or calibration(ideal, as_system(hardware).chip), eplb)
     if prefill_gpus is not None and not (disaggregated and concurrency is not None):
         raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
                          "--disaggregated, --layout and --concurrency")
@@ -413,7 +419,8 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal), engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
+               notes=_notes(system, cal, m, res["parallelism"]["ep"]),
+               engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
     res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
@@ -586,8 +593,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
                "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
-           "notes": _notes(system, cal) + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
-                                            f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])
+           "notes": _notes(system, cal, m, lay.ep)
+           + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
+               f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])
            + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
                "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
                "without decoding"] if lat > 0 else [])}
@@ -725,8 +733,19 @@ def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
     return rows
 
 
-def _notes(system: System, cal: Calibration) -> list[str]:
+def _notes(system: System, cal: Calibration, model=None, ep: float | None = None) -> list[str]:
+    """Assumptions an answer rests on: an assumed price, the ideal roofline, and for an MoE model on a layout
+    (`model`, its EP width `ep`) the expert loads its kernels were timed with."""
     n = []
+    if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:
+        if ep >= cal.eplb_min_ep:
+            n.append(f"experts timed with balanced loads: an expert-load balancer (redundant experts placed by load) "
+                     f"on the EP{ep:g} group, as wide-EP deployments run"
+                     + (f" from EP{cal.eplb_min_ep:g}" if cal.eplb_min_ep > 2 else "") + " (--eplb off: without)")
+        elif ep > 1:
+            n.append(f"experts timed with served traffic's uneven (power-law) loads on EP{ep:g}"
+                     + (f"; a balancer is assumed from EP{cal.eplb_min_ep:g}" if cal.eplb_min_ep < float("inf")
+                        else "") + " (--eplb on: with one)")
     if system.chip.price_is_assumption:
         n.append(f"{system.chip.id} price ${system.chip.price_usd_per_hour}/h is an assumption: "
                  f"{system.chip.price_note}")

@@ -10,8 +10,8 @@ import typer
 from typer.core import TyperGroup
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num, out_file,
-                                    pct, seconds, si, table, usd, whole, write_plot)
+from chalk.faces.cli_common import (EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num,
+                                    out_file, pct, seconds, si, table, usd, whole, write_plot)
 
 
 def _flag_type_hidden() -> None:
@@ -114,6 +114,7 @@ def estimate(
     show_ops: bool = typer.Option(False, "--ops", help="Print the step op by op: FLOPs, bytes, intensity, bound, "
                                   "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
+    eplb: str = EPLB_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS), help="Also write latency-vs-batch to this .png/.svg."),
 ):
@@ -124,7 +125,7 @@ def estimate(
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
     kw = dict(phase=phase.value, layout=layout, aggregate=aggregate, gpus=gpus, precision=precision,
               kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
-              strict_fit=strict_fit)
+              strict_fit=strict_fit, eplb=eplb)
     if "," in hardware:
         from chalk.analyses.compare import compare, hardware_list
 
@@ -153,7 +154,7 @@ def estimate(
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=gpus, precision=precision, kv_precision=r.kv_precision, ideal=ideal,
-                                    layout=r.layout, aggregate=r.view == "aggregate")
+                                    layout=r.layout, aggregate=r.view == "aggregate", eplb=eplb)
     write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=gpus,
                 precision=precision, kv_precision=r.kv_precision, ideal=ideal)
     if as_json:

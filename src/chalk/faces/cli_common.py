@@ -20,6 +20,9 @@ EXIT_BAD_INPUT = 2
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
+EPLB_OPT = typer.Option("auto", "--eplb", metavar="auto|on|off", help="MoE: an expert-load balancer (redundant "
+                        "experts placed by load) on the EP group. auto: from the calibrated EP width, as wide-EP "
+                        "deployments run one; off: served traffic's uneven expert loads.")
 
 
 class Phase(str, Enum):

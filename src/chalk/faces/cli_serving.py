@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si, table,
-                                    usd, write_plot)
+from chalk.faces.cli_common import (EPLB_OPT, PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si,
+                                    table, usd, write_plot)
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
@@ -124,6 +124,7 @@ def throughput(
                                     "cache: no prefill compute, KV still read."),
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
+    eplb: str = EPLB_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                       help="Also write the pareto frontier to this .png/.svg."),
@@ -136,7 +137,7 @@ def throughput(
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
-              speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus)
+              speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb)
     if "," in hardware:
         from chalk.analyses.compare import compare, hardware_list
 
