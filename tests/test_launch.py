@@ -27,6 +27,7 @@ DEPLOYMENTS = [
                speculative=Speculation("eagle", 2, draft_model="org/some-eagle-draft")),
     Deployment("deepseek-v3", tp=8, ep=8, speculative=Speculation("mtp", 1), cuda_graph_max_batch=64),
     Deployment("gpt-oss-120b", tp=2, attn_dp=2, ep=4, max_model_len=8192),
+    Deployment("deepseek-v3", tp=1, attn_dp=32, ep=32, eplb=True),
 ]
 
 
@@ -236,3 +237,17 @@ def test_local_checkpoint_is_served_from_its_folder(tmp_path):
     assert hf_repo(str(d)) == str(d)
     assert hf_repo(str(d / "config.json")) == str(d)
     assert render_launch("vllm", Deployment(str(d))).argv[2] == str(d)
+
+
+def test_an_expert_load_balancer_is_launched_where_the_sizing_assumed_one():
+    """A wide-EP deployment timed with balanced expert loads (`--eplb`) launches with the engine's balancer:
+    vLLM and SGLang `--enable-eplb` (both in their recorded flag lists); TensorRT-LLM sets it in its options file,
+    which chalk does not render, and says so. Without expert parallelism there is nothing to balance."""
+    wide = Deployment("deepseek-v3", tp=1, attn_dp=32, ep=32, eplb=True)
+    assert "--enable-eplb" in render_launch("vllm", wide).flags
+    assert "--enable-eplb" in render_launch("sglang", wide).flags
+    trt = render_launch("trtllm", wide)
+    assert "load_balancer" in " ".join(trt.notes) and "load_balancer" not in (trt.config_yaml or "")
+    for e in ENGINES:
+        assert "--enable-eplb" not in render_launch(e, Deployment("deepseek-v3", tp=8, eplb=True)).flags
+        assert "--enable-eplb" not in render_launch(e, Deployment("deepseek-v3", tp=1, attn_dp=32, ep=32)).flags

@@ -110,6 +110,24 @@ def test_deepseek_has_a_disaggregated_option(deepseek):
     assert "--enable-expert-parallel" in d["launch"]["vllm"]
 
 
+def test_plan_launches_the_expert_load_balancer_its_sizing_assumed(deepseek):
+    """The step model times EP groups from the calibrated width with balanced expert loads; a plan's launch
+    commands turn the balancer on exactly there (vLLM / SGLang --enable-eplb), and `eplb='off'` sizes and launches
+    without one, at no lower cost per token than the plan that may balance."""
+    from chalk.analyses.calibration import calibration
+
+    n = calibration().eplb_min_ep
+    for o in deepseek["options"]:
+        wide = o["parallelism"]["ep"] >= n or (o["prefill"] or {}).get("parallelism", {}).get("ep", 0) >= n
+        assert ("--enable-eplb" in o["launch"]["sglang"]) == wide, o["layout"]
+        assert ("--enable-eplb" in o["launch"]["vllm"]) == wide
+    assert any("--enable-eplb" in o["launch"]["sglang"] for o in deepseek["options"])
+    off = plan("deepseek-v3", "gb200-nvl72", users=20000, min_user_tps=30, input_len=2000, output_len=1000,
+               sim_requests=8000, eplb="off")
+    assert all("--enable-eplb" not in t for o in off["options"] for t in o["launch"].values())
+    assert off["options"][0]["usd_per_mtok_output"] >= deepseek["options"][0]["usd_per_mtok_output"] * 0.999
+
+
 def test_rate_demand_with_length_distributions():
     r = plan("llama-3.1-8b", "h100-sxm", rate=40, input_len="lognormal:mean=1000,p99=6000",
              output_len="lognormal:mean=300,p99=1500", tpot_p99_s=0.02, ttft_p99_s=2.0, sim_requests=5000,
@@ -185,6 +203,7 @@ BASE = ("-m", "llama-3.1-70b", "--input-len", "2000", "--output-len", "500", "-H
     (("--users", "100", "--price", "b200=3"), "not among the candidates"),
     (("--users", "100", "--tpot-p99", "fast"), "--tpot-p99 must be a duration"),
     (("--users", "100", "--mode", "both"), "--mode must be"),
+    (("--users", "100", "--eplb", "yes"), "--eplb must be one of"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
     (tmp_path / "bad.csv").write_text("1\n2\n")

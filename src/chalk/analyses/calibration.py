@@ -314,13 +314,19 @@ _EPLB_WIDTH = {"on": 2.0, "off": float("inf")}
 _WITH_EPLB: dict = {}
 
 
+def eplb_mode(eplb: str | None) -> str:
+    """`eplb` checked and normalised: one of `EPLB_MODES` (None is auto); InputError otherwise."""
+    mode = "auto" if eplb is None else str(eplb).strip().lower()
+    if mode not in EPLB_MODES:
+        raise InputError(f"--eplb must be one of {', '.join(EPLB_MODES)}, got {eplb!r}")
+    return mode
+
+
 def with_eplb(cal: Calibration, eplb: str | None) -> Calibration:
     """`cal` with its expert-load-balancer rule set by `eplb` (one of `EPLB_MODES`; None is auto). The same
     calibration object comes back for the same question, so the step model's plans kept per calibration stay
     kept."""
-    mode = "auto" if eplb is None else str(eplb).strip().lower()
-    if mode not in EPLB_MODES:
-        raise InputError(f"--eplb must be one of {', '.join(EPLB_MODES)}, got {eplb!r}")
+    mode = eplb_mode(eplb)
     if mode == "auto" or cal.label == "ideal":  # the ideal roofline has no kernel tables to choose between
         return cal
     key = (id(cal), mode)

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from chalk.analyses import sizing as S
+from chalk.analyses.calibration import calibration, eplb_mode, with_eplb
 from chalk.analyses.results import PlanResult
 from chalk.analyses.serving import Speculation, _length, throughput
 from chalk.equations import fleet as F
@@ -35,7 +36,7 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
          ttft_p99_s=None, tpot_p99_s=None, diurnal=None, prices=None, engine=None, precision=None,
          kv_precision="auto", speculative: Speculation | None = None, draft_model: str | None = None,
          modes=S.MODES, ideal: bool = False, sim_requests: int = DEFAULT_SIM_REQUESTS, seed: int = 0,
-         curves: bool = True) -> PlanResult:
+         curves: bool = True, eplb: str | None = None) -> PlanResult:
     """The cheapest deployment on each candidate that serves the demand within the latency targets.
 
     Demand: `users` concurrent users (requests in flight), or `rate` requests/s; `input_len` / `output_len`
@@ -45,8 +46,11 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
     multipliers of the demand (a CSV path or numbers): the fleet is sized for the peak hour and the day is
     costed with and without autoscaling. `precision`: one or several weight precisions to choose from (None:
     the checkpoint's); `speculative`: allow speculative decoding / MTP; `modes`: 'aggregated', 'disaggregated'.
+    `eplb`: whether MoE layouts run an expert-load balancer ('auto' (default): from the calibrated EP width; 'on';
+    'off'), for the search, the sizing and the replay alike.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
+    eplb = eplb_mode(eplb)  # checked before any work
     demand = Demand(users=users, rate=rate, min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s)
     curve = read_diurnal(diurnal) if diurnal is not None else None
     modes = _modes(modes)
@@ -69,7 +73,7 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
     ask = S.Ask(model=m, input_len=din if din is not None else I, output_len=dout if dout is not None else O,
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
-                sim_requests=sim_requests, seed=seed)
+                sim_requests=sim_requests, seed=seed, eplb=eplb)
     options, sized, unavailable = [], [], []
     for name, system in zip(names, systems):
         for mode in modes:
@@ -249,11 +253,14 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
             LaunchSpec("eagle", v["speculative"].draft_tokens, draft_model=draft_model)
     mml = _max_model_len(ask)
     kvp = v["op"]["kv_precision"]
+    # the expert-load balancer the sizing assumed (the step model's rule, `Calibration.eplb_min_ep`)
+    eplb_from = with_eplb(calibration(ask.ideal, system.chip), ask.eplb).eplb_min_ep if ask.model.is_moe \
+        else float("inf")
 
     def dep(par, seqs, role):  # a prefill pool drafts nothing: speculation is a decode-side setting
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,
                           max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
-                          speculative=None if role == "prefill" else spec)
+                          speculative=None if role == "prefill" else spec, eplb=par["ep"] >= eplb_from)
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
@@ -317,7 +324,7 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
         try:
             r = throughput(ask.model, system, input_len=ask.input_len, output_len=ask.output_len,
                            precision=o["precision"], kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                           disaggregated=o["mode"] == "disaggregated", engine=ask.engine)
+                           disaggregated=o["mode"] == "disaggregated", engine=ask.engine, eplb=ask.eplb)
         except ChalkError:
             continue
         front = sorted(r["frontier"], key=lambda f: f["user_tokens_per_s"])
@@ -356,7 +363,7 @@ def _unmet(ask, systems, options, unavailable) -> str:
             try:
                 r = throughput(ask.model, s, input_len=ask.input_len, output_len=ask.output_len, precision=p,
                                kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                               speculative=ask.speculative, engine=ask.engine)
+                               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
             except ChalkError:
                 continue
             fr = r["frontier"]

@@ -459,7 +459,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
-                     simulate: bool = True) -> dict:
+                     simulate: bool = True, eplb: str | None = None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -478,9 +478,14 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
     (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
     layout plus that wait; output per GPU counts all `gpus`.
+    `eplb`: as `throughput`'s.
     """
     from chalk.analyses.estimate import make_layout
 
+    if eplb is not None:
+        from chalk.analyses.calibration import with_eplb
+
+        calibration_override = with_eplb(calibration_override or calibration(ideal, as_system(hardware).chip), eplb)
     # a length given as a distribution or a file is read once: the closed-loop replay samples the same object
     di, do = _length("input_len", input_len)[1], _length("output_len", output_len)[1]
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 
 from chalk.analyses import fleet
+from chalk.analyses.calibration import calibration, with_eplb
 from chalk.analyses.serving import (Speculation, _serving_setup, deployment_sizes, fixed_deployment,
                                     prefill_piece, prefill_step_tokens, throughput)
 from chalk.analyses.simulate import MAX_REQUESTS, StepCost
@@ -54,6 +55,7 @@ class Ask:
     ideal: bool
     sim_requests: int
     seed: int
+    eplb: str | None = None  # the expert-load balancer of MoE layouts ('auto', 'on', 'off'; None: auto)
 
 
 def _layout_text(par: dict) -> str:
@@ -72,7 +74,7 @@ def shortlist(ask: Ask, system: System, mode: str, precision) -> tuple[list, str
     kw = dict(input_len=ask.input_len, output_len=ask.output_len, precision=precision,
               kv_precision=ask.kv_precision, min_user_tps=None if tpot is None else 1.0 / tpot,
               max_ttft_s=ask.demand.ttft_p99_s, disaggregated=mode == "disaggregated", ideal=ask.ideal,
-              speculative=ask.speculative, engine=ask.engine)
+              speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
     seen, out, why = set(), [], None
     for n in deployment_sizes(system):
         try:
@@ -103,7 +105,8 @@ def _fixed(ask: Ask, system: System, c: dict, n: int):
     kw = dict(gpus=G, decode_gpus=G) if c["mode"] == "disaggregated" else {}
     return fixed_deployment(ask.model, system, layout=c["layout_text"], concurrency=int(n), input_len=ask.input_len,
                             output_len=ask.output_len, precision=c["precision"], kv_precision=ask.kv_precision,
-                            ideal=ask.ideal, speculative=c["speculative"], engine=ask.engine, simulate=False, **kw)
+                            ideal=ask.ideal, speculative=c["speculative"], engine=ask.engine, simulate=False,
+                            eplb=ask.eplb, **kw)
 
 
 def _meets(ask: Ask, c: dict, res) -> bool:
@@ -265,8 +268,9 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
 # ----------------------------------------------------------------------------------------------- the replay
 def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     """The simulator's step cost for one replica of `s` at its operating point (the step model's tangent)."""
+    cal0 = with_eplb(calibration(ask.ideal, system.chip), ask.eplb)
     _, _, I, O, L, _, cal, eng, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
-                                                          s["precision"], ask.kv_precision, ask.ideal, None,
+                                                          s["precision"], ask.kv_precision, ask.ideal, cal0,
                                                           ask.engine, None)
     op = s["op"]
     B = max(float(op["decoding_per_replica"]), 1.0)

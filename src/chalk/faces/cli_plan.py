@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, table, usd, wrote
+from chalk.faces.cli_common import EPLB_OPT, PLOT_FORMATS, console, emit_json, num, out_file, pct, table, usd, wrote
 
 
 def register(app: typer.Typer) -> None:
@@ -71,6 +71,7 @@ def plan(
     sim_requests: int = typer.Option(12_000, "--sim-requests", help="Requests each option's replay simulates."),
     seed: int = typer.Option(0, "--seed", help="Seed of the replay's arrivals and lengths."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
+    eplb: str = EPLB_OPT,
     launch: bool = typer.Option(True, "--launch/--no-launch", help="Print the launch commands."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {\"options\": [...]}, cheapest first."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
@@ -90,7 +91,7 @@ def plan(
             min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
             engine=engine, precision=precision, kv_precision=kv_precision,
             speculative=Speculation(mtp, acceptance) if mtp is not None else None, draft_model=draft_model,
-            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot))
+            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb)
     if plot:
         from chalk.faces.plots_plan import plot_plan
 

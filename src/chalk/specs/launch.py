@@ -65,6 +65,7 @@ class Deployment:
     cuda_graph_max_batch: int | None = None
     speculative: Speculation | None = None
     trust_remote_code: bool | None = None      # None: on for catalog models whose HF code needs it
+    eplb: bool = False                         # an expert-load balancer on the EP group (ep > 1 only)
 
     def __post_init__(self):
         for name in ("tp", "pp", "ep", "attn_dp", "dp"):
@@ -194,6 +195,8 @@ def _vllm(prof, dep, repo, trust):
         argv.append(f["ep"])
         if dep.ep != dep.tp * ranks:
             notes.append(f"vLLM sets the expert-parallel size to TP x DP = {dep.tp * ranks}, not {dep.ep}")
+        if dep.eplb:
+            argv.append(f["eplb"])
     if dep.max_num_seqs is not None:
         argv += [f["max_num_seqs"], str(math.ceil(dep.max_num_seqs / ranks))]
         if ranks > 1:
@@ -234,6 +237,8 @@ def _sglang(prof, dep, repo, trust):
         notes.append(f"--dp-size {dep.dp} without DP attention runs {dep.dp} copies of a TP-{dep.tp} model")
     if dep.ep > 1:
         argv += [f["ep"], str(dep.ep)]
+        if dep.eplb:
+            argv.append(f["eplb"])
     if dep.max_num_seqs is not None:
         argv += [f["max_num_seqs"], str(dep.max_num_seqs)]
     if dep.max_model_len is not None:
@@ -266,6 +271,9 @@ def _trtllm(prof, dep, repo, trust):
         argv += [f["pp"], str(dep.pp)]
     if dep.ep > 1:
         argv += [f["ep"], str(dep.ep)]
+        if dep.eplb:
+            notes.append("expert-load balancing is configured in the options file's moe_config.load_balancer "
+                         "(slots for redundant experts): not rendered, set it as TensorRT-LLM's wide-EP guide shows")
     if dep.max_num_seqs is not None:
         ranks = dep.attn_dp * dep.dp
         argv += [f["max_num_seqs"], str(math.ceil(dep.max_num_seqs / ranks))]
