@@ -100,6 +100,12 @@ class Calibration:
         """Per-forward-pass overhead of a model with `layers` layers (launches, syncs, scheduling)."""
         return self.overhead_fixed_s + self.overhead_per_layer_s * layers
 
+    def balances_experts(self, ep, attn_dp):
+        """Whether a layout's routed experts run with balanced loads (an expert-load balancer): an expert-parallel
+        group, the experts spread over attention-DP ranks (`attn_dp` > 1; with one rank chalk shards each expert
+        over the TP group, and every GPU sees every token), at least `eplb_min_ep` wide. Numbers or arrays."""
+        return (ep >= self.eplb_min_ep) & (attn_dp > 1)
+
 
 #: Achieved fraction of dense matmul peak, end to end (GEMMs and attention plus the norms, activations, routing
 #: and quantisation kernels they drag along). Ceiling: DeepGEMM 1350 / 1979 = 68% FP8 on H800 and FlashMLA

@@ -253,14 +253,14 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
             LaunchSpec("eagle", v["speculative"].draft_tokens, draft_model=draft_model)
     mml = _max_model_len(ask)
     kvp = v["op"]["kv_precision"]
-    # the expert-load balancer the sizing assumed (the step model's rule, `Calibration.eplb_min_ep`)
-    eplb_from = with_eplb(calibration(ask.ideal, system.chip), ask.eplb).eplb_min_ep if ask.model.is_moe \
-        else float("inf")
+    # the expert-load balancer the sizing assumed (the step model's rule, `Calibration.balances_experts`)
+    cal = with_eplb(calibration(ask.ideal, system.chip), ask.eplb)
 
     def dep(par, seqs, role):  # a prefill pool drafts nothing: speculation is a decode-side setting
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,
                           max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
-                          speculative=None if role == "prefill" else spec, eplb=par["ep"] >= eplb_from)
+                          speculative=None if role == "prefill" else spec,
+                          eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])))
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:

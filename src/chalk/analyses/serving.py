@@ -419,7 +419,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal, m, res["parallelism"]["ep"]),
+               notes=_notes(system, cal, m, res["parallelism"]),
                engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
@@ -598,7 +598,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
                "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
-           "notes": _notes(system, cal, m, lay.ep)
+           "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
            + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
                f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])
            + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
@@ -738,12 +738,13 @@ def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
     return rows
 
 
-def _notes(system: System, cal: Calibration, model=None, ep: float | None = None) -> list[str]:
+def _notes(system: System, cal: Calibration, model=None, par: dict | None = None) -> list[str]:
     """Assumptions an answer rests on: an assumed price, the ideal roofline, and for an MoE model on a layout
-    (`model`, its EP width `ep`) the expert loads its kernels were timed with."""
+    (`model`, its parallelism `par`) the expert loads its kernels were timed with."""
     n = []
+    ep = float(par["ep"]) if par is not None and par["attn_dp"] > 1 else None  # experts over an EP group
     if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:
-        if ep >= cal.eplb_min_ep:
+        if cal.balances_experts(ep, par["attn_dp"]):
             n.append(f"experts timed with balanced loads: an expert-load balancer (redundant experts placed by load) "
                      f"on the EP{ep:g} group, as wide-EP deployments run"
                      + (f" from EP{cal.eplb_min_ep:g}" if cal.eplb_min_ep > 2 else "") + " (--eplb off: without)")

@@ -254,7 +254,7 @@ class _Stage:
             self.moe_weight_precision = costs.expert_precision if self.bw_e < bytes_per_element(tm.expert_dtype) \
                 else None
             # expert loads the kernels see: balanced where the EP group is wide enough to run a load balancer
-            self.eplb = ep >= cal.eplb_min_ep
+            self.eplb = cal.balances_experts(ep, a)
             if kp is not None and not kp.moe_balanced_tables(tm.expert_dtype, self.moe_weight_precision):
                 self.eplb = False  # no balanced-load tables from the same engine: power-law loads throughout
             if kp is not None:
