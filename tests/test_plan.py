@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chalk.analyses import sizing as S
+from chalk.analyses.calibration import calibration
 from chalk.analyses.plan import plan
 from chalk.analyses.serving import Speculation
 from chalk.errors import FitError, InputError, UnknownNameError
@@ -114,11 +115,10 @@ def test_plan_launches_the_expert_load_balancer_its_sizing_assumed(deepseek):
     """The step model times EP groups from the calibrated width with balanced expert loads; a plan's launch
     commands turn the balancer on exactly there (vLLM / SGLang --enable-eplb), and `eplb='off'` sizes and launches
     without one, at no lower cost per token than the plan that may balance."""
-    from chalk.analyses.calibration import calibration
-
-    n = calibration().eplb_min_ep
+    cal = calibration()
     for o in deepseek["options"]:
-        wide = o["parallelism"]["ep"] >= n or (o["prefill"] or {}).get("parallelism", {}).get("ep", 0) >= n
+        pools = [o["parallelism"]] + ([o["prefill"]["parallelism"]] if o["prefill"] else [])
+        wide = any(cal.balances_experts(p["ep"], p["attn_dp"]) for p in pools)
         assert ("--enable-eplb" in o["launch"]["sglang"]) == wide, o["layout"]
         assert ("--enable-eplb" in o["launch"]["vllm"]) == wide
     assert any("--enable-eplb" in o["launch"]["sglang"] for o in deepseek["options"])
@@ -319,3 +319,60 @@ def test_web_plan_tab_runs_on_submit():
     next(b for b in at.button if b.label == "Plan").click().run()
     assert not at.exception and not at.error
     assert [m for m in at.metric if m.label == "Cheapest"] and any("serve" in c.value for c in at.code)
+
+
+def test_web_explorer_takes_the_expert_load_balancer_everywhere(monkeypatch):
+    """The explorer's sidebar sets `--eplb` for every layout view as the CLI does: the headline step and the
+    roofline charts (`chalk.estimate`), the Serving tab (`throughput`) and the Plan tab get the chosen mode, and
+    every mode draws without an error (the lecture's aggregate views, the sqrt-law chart and the Lecture tab, have
+    no EP group and take none)."""
+    pytest.importorskip("streamlit")
+    pytest.importorskip("plotly")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import chalk.analyses.estimate as E
+    import chalk.analyses.serving as SV
+    import chalk.faces.web_app as web_app
+
+    seen = {"estimate": [], "throughput": []}
+    est, thr = E.estimate, SV.throughput
+
+    def estimate(*a, **kw):
+        seen["estimate"].append((kw.get("eplb"), kw.get("sparse_law") is not None or bool(kw.get("aggregate"))))
+        return est(*a, **kw)
+
+    def throughput(*a, **kw):
+        seen["throughput"].append(kw.get("eplb"))
+        return thr(*a, **kw)
+
+    monkeypatch.setattr(E, "estimate", estimate)
+    monkeypatch.setattr(SV, "throughput", throughput)
+    at = AppTest.from_file(str(Path(web_app.__file__)), default_timeout=180).run()
+    next(s for s in at.sidebar.selectbox if s.label == "model").set_value("deepseek-v3")
+    next(s for s in at.sidebar.selectbox if s.label == "chip or system").set_value("gb200-nvl72")
+    box = next(s for s in at.sidebar.selectbox if s.label == "expert-load balancer (MoE)")
+    assert list(box.options) == ["auto", "on", "off"]
+    for mode in ("on", "off"):
+        seen["estimate"].clear()
+        seen["throughput"].clear()
+        next(s for s in at.sidebar.selectbox if s.label == "expert-load balancer (MoE)").set_value(mode)
+        at.run()
+        assert not at.exception and not at.error, mode
+        assert seen["throughput"] == [mode]
+        layout_views = [e for e, aggregate in seen["estimate"] if not aggregate]
+        assert len(layout_views) >= 3 and set(layout_views) == {mode}
+        assert {e for e, aggregate in seen["estimate"] if aggregate} == {None}  # the lecture's views: no EP group
+    # the Plan tab, on submit (the plan itself is stubbed: what matters here is the option it is given)
+    import chalk.analyses.plan as P
+
+    asked = []
+
+    def stub_plan(*a, **kw):
+        asked.append(kw.get("eplb"))
+        raise FitError("stub plan: not run here")
+
+    monkeypatch.setattr(P, "plan", stub_plan)
+    next(b for b in at.button if b.label == "Plan").click().run()
+    assert asked == ["off"] and any("stub plan" in e.value for e in at.error)

@@ -23,11 +23,13 @@ STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fo
 
 # ------------------------------------------------------------------ shared data (also used by web and report)
 def roofline_over_batch(model, hardware, context=4096, *, batches=None, chips=None, precision=None,
-                        kv_precision="bf16", ideal=False, sparse_law=None):
-    """The roofline (a RooflineResult of arrays) over a log-spaced batch range reaching past the critical batch."""
+                        kv_precision="bf16", ideal=False, sparse_law=None, eplb=None):
+    """The roofline (a RooflineResult of arrays) over a log-spaced batch range reaching past the critical batch.
+    `eplb`: as `chalk.estimate`'s (a layout's expert-load balancer)."""
     from chalk import api
 
-    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law)
+    kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law,
+              eplb=eplb)
     if batches is None:
         r1 = api.estimate(model, hardware, 1, context, **kw)
         batches = batch_range(r1)
@@ -42,13 +44,13 @@ def batch_range(r, points: int = 160) -> np.ndarray:
 
 
 def roofline_over_context(model, hardware, batch, *, contexts=None, chips=None, precision=None,
-                          kv_precision="bf16", ideal=False, sparse_law=None):
+                          kv_precision="bf16", ideal=False, sparse_law=None, eplb=None):
     """The roofline over a log-spaced context range (256 tokens .. 2M) at a fixed batch."""
     from chalk import api
 
     contexts = np.geomspace(256, 2 ** 21, 120) if contexts is None else np.asarray(contexts, dtype=float)
     return api.estimate(model, hardware, batch, contexts, chips=chips, precision=precision,
-                        kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law)
+                        kv_precision=kv_precision, ideal=ideal, sparse_law=sparse_law, eplb=eplb)
 
 
 def default_batch(r) -> int:

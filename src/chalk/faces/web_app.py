@@ -20,6 +20,7 @@ try:  # a source checkout without PYTHONPATH=src
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from chalk.analyses.calibration import EPLB_MODES
 from chalk.errors import ChalkError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
@@ -247,10 +248,14 @@ def sidebar(st):
     precision = st.sidebar.selectbox("weights precision", precisions)
     kv = st.sidebar.selectbox("KV precision", KV_PRECISIONS)
     ideal = st.sidebar.checkbox("ideal roofline (datasheet peaks)", value=False)
+    eplb = st.sidebar.selectbox("expert-load balancer (MoE)", EPLB_MODES,
+                                help="Whether a layout's MoE layers run an expert-load balancer (redundant experts "
+                                     "placed by load). auto: from the calibrated EP width, as wide-EP deployments "
+                                     "run one; off: served traffic's uneven expert loads.")
     batch = st.sidebar.select_slider("batch (sequences)", options=BATCHES, value=64, key="batch")
     context = st.sidebar.select_slider("context (tokens)", options=CONTEXTS, value=4096, key="context")
     return dict(model=model, hardware=hardware, precision=None if precision == "checkpoint default" else precision,
-                kv_precision=kv, ideal=ideal), batch, context
+                kv_precision=kv, ideal=ideal, eplb=eplb), batch, context
 
 
 def _guard(st, fn, *args):
@@ -269,12 +274,12 @@ def tab_roofline(st, common, batch, context, r):
     from chalk.faces.plots import batch_range, roofline_over_batch, roofline_over_context
 
     B = np.unique(np.concatenate([batch_range(r), [batch]]))
-    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=B, **_opts(common))
+    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=B, **_layout_opts(common))
     c1, c2 = st.columns(2)
     c1.plotly_chart(latency_figure(rb, batch, float(r.step_time_s)), width="stretch")
     c2.plotly_chart(cost_figure(rb, common["hardware"], batch, float(r.cost_per_mtok_usd)),
                     width="stretch")
-    dense = roofline_over_context(common["model"], common["hardware"], batch, **_opts(common))
+    dense = roofline_over_context(common["model"], common["hardware"], batch, **_layout_opts(common))
     sparse = roofline_over_context(common["model"], common["hardware"], batch, sparse_law="sqrt", **_opts(common))
     st.plotly_chart(context_figure(dense, sparse, context), width="stretch")
     st.caption(f"efficiency: {r.efficiency}; weights read: {r.weights_read}. Pink marks the sidebar's batch and "
@@ -288,7 +293,8 @@ def tab_serving(st, common, batch, context, r):
 
     out_len = st.select_slider("output tokens per request", options=[64, 128, 256, 512, 1024, 2048, 4096, 8192],
                                value=1024, key="output_len")
-    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=batch_range(r), **_opts(common))
+    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=batch_range(r),
+                             **_layout_opts(common))
     fig = frontier_figure(rb, r.chips, batch)
     try:
         from chalk.analyses.serving import throughput
@@ -299,7 +305,7 @@ def tab_serving(st, common, batch, context, r):
         return
     res = throughput(common["model"], common["hardware"], input_len=float(context), output_len=float(out_len),
                      precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
-                     pareto=True)
+                     pareto=True, eplb=common["eplb"])
     front = sorted(res["frontier"], key=lambda f: f["user_tokens_per_s"])
     fig.add_trace(go.Scatter(x=[f["user_tokens_per_s"] for f in front],
                              y=[f["output_tokens_per_s_per_gpu"] for f in front], mode="lines+markers",
@@ -434,7 +440,13 @@ def _show(v) -> str:
 
 
 def _opts(common):
+    """The sidebar's options every view takes (the lecture's aggregate views too)."""
     return {k: common[k] for k in ("precision", "kv_precision", "ideal")}
+
+
+def _layout_opts(common):
+    """`_opts` and the expert-load balancer: the options of a view on a real layout."""
+    return {**_opts(common), "eplb": common["eplb"]}
 
 
 def main():
@@ -445,7 +457,7 @@ def main():
     st.set_page_config(page_title="chalk explorer", layout="wide")
     common, batch, context = sidebar(st)
     try:
-        r = api.estimate(common["model"], common["hardware"], batch, context, **_opts(common))
+        r = api.estimate(common["model"], common["hardware"], batch, context, **_layout_opts(common))
     except ChalkError as e:
         st.error(str(e))
         st.stop()

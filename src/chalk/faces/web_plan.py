@@ -55,7 +55,7 @@ def tab_plan(st, common, batch, context, r):
         st.session_state["plan_result"] = plan(
             common["model"], hw or None, users=int(users), min_user_tps=float(speed),
             ttft_p99_s=float(ttft) or None, input_len=float(context), output_len=float(out_len),
-            precision=common["precision"], ideal=common["ideal"])
+            precision=common["precision"], ideal=common["ideal"], eplb=common["eplb"])
     res = st.session_state["plan_result"]
     best = res["options"][0]
     m = st.columns(4)
