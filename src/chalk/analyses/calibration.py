@@ -344,15 +344,16 @@ def with_eplb(cal: Calibration, eplb: str | None) -> Calibration:
     return hit[1]
 
 
-def calibration(ideal: bool = False, chip=None) -> Calibration:
+def calibration(ideal: bool = False, chip=None, eplb: str | None = None) -> Calibration:
     """The serving model's constants: calibrated (default) or ideal. A chip whose YAML carries a `chalk measure`
     fit (`efficiency_for`) uses its own compute and memory fractions and overhead instead of the global ones and
-    of the kernel tables."""
+    of the kernel tables. `eplb`: the expert-load balancer rule (`with_eplb`; None: the calibrated width)."""
     if ideal:
-        return IDEAL_CALIBRATION
+        return with_eplb(IDEAL_CALIBRATION, eplb)
     fitted = efficiency_for(chip) if chip is not None else None
     if fitted is None:
-        return CALIBRATION
+        return with_eplb(CALIBRATION, eplb)
     c, m, o = fitted
-    return dataclasses.replace(CALIBRATION, compute=c, memory=m, overhead_fixed_s=o, overhead_per_layer_s=0.0,
-                               overhead_per_seq_s=0.0, use_kernel_tables=False, label=f"measured ({chip.id})")
+    return with_eplb(dataclasses.replace(CALIBRATION, compute=c, memory=m, overhead_fixed_s=o,
+                                         overhead_per_layer_s=0.0, overhead_per_seq_s=0.0, use_kernel_tables=False,
+                                         label=f"measured ({chip.id})"), eplb)

@@ -297,15 +297,14 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     eplb: whether the MoE layers run an expert-load balancer ('auto' (default): from the calibrated EP width;
     'on'; 'off'); the experts op's detail says which loads it was timed with.
     """
-    from chalk.analyses.calibration import calibration, default_efficiency, with_eplb
+    from chalk.analyses.calibration import calibration, default_efficiency, eplb_mode
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model(model), as_system(hardware)
     n = gpus if gpus is not None else chips
     kvp = kv_precision
-    cal = with_eplb(calibration(ideal, system.chip), eplb)
     if aggregate or sparse_law is not None or not refined:
-        if eplb is not None and str(eplb).strip().lower() != "auto":
+        if eplb_mode(eplb) != "auto":
             from chalk.errors import InputError
 
             raise InputError("--eplb applies to a layout's expert-parallel group; the aggregate view has none")
@@ -324,7 +323,8 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
-                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit, cal=cal)
+                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit,
+                           cal=calibration(ideal, system.chip, eplb))
 
 
 _NUMBERS = (int, float)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from chalk.analyses import sizing as S
-from chalk.analyses.calibration import calibration, eplb_mode, with_eplb
+from chalk.analyses.calibration import calibration, eplb_mode
 from chalk.analyses.results import PlanResult
 from chalk.analyses.serving import Speculation, _length, throughput
 from chalk.equations import fleet as F
@@ -254,7 +254,7 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
     mml = _max_model_len(ask)
     kvp = v["op"]["kv_precision"]
     # the expert-load balancer the sizing assumed (the step model's rule, `Calibration.balances_experts`)
-    cal = with_eplb(calibration(ask.ideal, system.chip), ask.eplb)
+    cal = calibration(ask.ideal, system.chip, ask.eplb)
 
     def dep(par, seqs, role):  # a prefill pool drafts nothing: speculation is a decode-side setting
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,

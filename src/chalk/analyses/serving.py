@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalk.analyses.calibration import Calibration, calibration
+from chalk.analyses.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.parallel import (Layout, check_reach, default_kernels, enumerate_layouts, layout_arrays,
@@ -221,14 +221,14 @@ def _engine(engine):
 
 
 def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
-                   engine, cache_hit):
+                   engine, cache_hit, eplb=None):
     m, system = as_model(model), as_system(hardware)
     I, di = _length("input_len", input_len)
     O, do = _length("output_len", output_len)
     F = 0.0 if cache_hit is None else float(cache_hit)
     if not (np.isfinite(F) and 0 <= F < 1):
         raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
-    cal = calibration_override or calibration(ideal, system.chip)
+    cal = with_eplb(calibration_override or calibration(ideal, system.chip), eplb)
     eng = _engine(engine)
     if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
         eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
@@ -266,10 +266,6 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     eplb: whether the MoE layers run an expert-load balancer: 'auto' (default: from the calibrated EP width,
     `Calibration.eplb_min_ep`), 'on' (every expert-parallel group) or 'off'.
     """
-    if eplb is not None:
-        from chalk.analyses.calibration import with_eplb
-
-        calibration_override = with_eplb(calibration_override or calibration(ideal, as_system(hardware).chip), eplb)
     if prefill_gpus is not None and not (disaggregated and concurrency is not None):
         raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
                          "--disaggregated, --layout and --concurrency")
@@ -289,11 +285,11 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, calibration_override=calibration_override, speculative=speculative,
-                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus)
+                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb)
     found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
                     kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
-                    layout=layout, speculative=speculative, engine=engine, cache_hit=cache_hit)
+                    layout=layout, speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb)
     return _select(found, min_user_tps, pareto)
 
 
@@ -325,12 +321,12 @@ class _Search:
 
 def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
             max_ttft_s=None, disaggregated=False, ideal=False, calibration_override=None, layout=None,
-            speculative=None, engine=None, cache_hit=None) -> _Search:
+            speculative=None, engine=None, cache_hit=None, eplb=None) -> _Search:
     """The layouts x batch grid of `throughput` and its metrics, with and without `speculative`; `speeds`: the
     min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
                                                                   kv_precision, ideal, calibration_override,
-                                                                  engine, cache_hit)
+                                                                  engine, cache_hit, eplb)
     for v in speeds:
         if v is not None:
             positive("min_user_tps", v, scalar=True)
@@ -482,15 +478,11 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     """
     from chalk.analyses.estimate import make_layout
 
-    if eplb is not None:
-        from chalk.analyses.calibration import with_eplb
-
-        calibration_override = with_eplb(calibration_override or calibration(ideal, as_system(hardware).chip), eplb)
     # a length given as a distribution or a file is read once: the closed-loop replay samples the same object
     di, do = _length("input_len", input_len)[1], _length("output_len", output_len)[1]
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,
                                                                   precision, kv_precision, ideal,
-                                                                  calibration_override, engine, cache_hit)
+                                                                  calibration_override, engine, cache_hit, eplb)
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
             not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
         raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")

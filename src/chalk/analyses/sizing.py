@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 
 from chalk.analyses import fleet
-from chalk.analyses.calibration import calibration, with_eplb
 from chalk.analyses.serving import (Speculation, _serving_setup, deployment_sizes, fixed_deployment,
                                     prefill_piece, prefill_step_tokens, throughput)
 from chalk.analyses.simulate import MAX_REQUESTS, StepCost
@@ -268,10 +267,9 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
 # ----------------------------------------------------------------------------------------------- the replay
 def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     """The simulator's step cost for one replica of `s` at its operating point (the step model's tangent)."""
-    cal0 = with_eplb(calibration(ask.ideal, system.chip), ask.eplb)
     _, _, I, O, L, _, cal, eng, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
-                                                          s["precision"], ask.kv_precision, ask.ideal, cal0,
-                                                          ask.engine, None)
+                                                          s["precision"], ask.kv_precision, ask.ideal, None,
+                                                          ask.engine, None, ask.eplb)
     op = s["op"]
     B = max(float(op["decoding_per_replica"]), 1.0)
     e = s["speculative"].tokens_per_step if s["speculative"] is not None else 1.0

@@ -95,7 +95,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     (a real layout, or the lecture's aggregate) is kept. `draft_layers` is the cost of one draft in main-model layers.
     `eplb`: as `chalk.estimate`'s (the expert-load balancer of a layout's MoE layers).
     """
-    from chalk.analyses.calibration import calibration, with_eplb
+    from chalk.analyses.calibration import calibration
     from chalk.analyses.estimate import layout_estimate
     from chalk.analyses.roofline import step
     from chalk.specs.catalog import as_system
@@ -113,7 +113,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     if not aggregate:  # the one step model: K + 1 query tokens per sequence, its KV read once
         v = layout_estimate(spec, system, B, L, phase="decode", layout=layout or result.layout, gpus=chips,
                             precision=precision, kv_precision=result.kv_precision, ideal=ideal,
-                            query_tokens=k + 1, cal=with_eplb(calibration(ideal, system.chip), eplb))
+                            query_tokens=k + 1, cal=calibration(ideal, system.chip, eplb))
         t_c = np.asarray(v.compute_time_s, dtype=float)
         t_w = np.asarray(v.weight_time_s, dtype=float)
         t_kv = np.asarray(v.kv_time_s, dtype=float)

@@ -570,12 +570,9 @@ class KernelProfile:
         were measured under power-law loads only) another framework's balanced kernels would swap the engine as
         well as the load, so the power-law tables answer."""
         if dtype not in self._balanced:
-            if "moe_balanced" not in index().get("families", {}):
-                self._balanced[dtype] = False
-            else:
-                a, b = self._lookup("moe", dtype), self._lookup("moe_balanced", dtype)
-                self._balanced[dtype] = a is not None and b is not None and \
-                    (a[2]["kind"], a[2].get("framework")) == (b[2]["kind"], b[2].get("framework"))
+            a, b = self._lookup("moe", dtype), self._lookup("moe_balanced", dtype)
+            self._balanced[dtype] = a is not None and b is not None and \
+                (a[2]["kind"], a[2].get("framework")) == (b[2]["kind"], b[2].get("framework"))
         return self._balanced[dtype]
 
     def _grid(self, family: str, precision: str, elem_bytes: float, peak_precision: str, table_key=None):
