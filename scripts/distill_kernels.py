@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from chalk.specs import kernels as KS  # noqa: E402
-from chalk.specs.catalog import load_chip  # noqa: E402
+from chalk.specs.catalog import load_chip, write_compiled_catalog  # noqa: E402
 
 PKG = "aiconfigurator-core"
 OUT = ROOT / "src" / "chalk" / "catalog" / "kernels"
@@ -383,7 +383,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=["allreduce"], help="redo only this part")
     a = ap.parse_args(argv)
     if a.only == "allreduce":
-        return distil_allreduce(a.systems)
+        code = distil_allreduce(a.systems)
+        print(f"wrote {write_compiled_catalog().relative_to(ROOT)} (index.yaml changed)")
+        return code
     ver = pkg_version(PKG)
     OUT.mkdir(parents=True, exist_ok=True)
     held: list[pd.DataFrame] = []
@@ -483,6 +485,7 @@ def main(argv=None) -> int:
     S.to_csv(SAMPLE, index=False)
     size = sum(p.stat().st_size for p in OUT.iterdir())
     print(f"\nwrote {OUT.relative_to(ROOT)} ({size / 1e6:.2f} MB) and {SAMPLE.relative_to(ROOT)} ({len(S)} rows)")
+    print(f"wrote {write_compiled_catalog().relative_to(ROOT)} (index.yaml changed)")
     return 0
 
 

@@ -31,25 +31,27 @@ def test_estimate_json_keys_and_values():
 
 def test_estimate_starts_light():
     """issue 12 (start-up): `chalk estimate` imports no other command module, no pydantic, pandas or matplotlib,
-    and reads only the catalog files it needs (a chip, its system, the model's meta.yaml)."""
-    code = ("import sys, runpy, yaml\n"
+    no PyYAML (its catalog files come from the compiled catalog), and reads only the catalog files it needs (a
+    chip, its system, the model's meta.yaml and config.json, the calibration, the kernel index)."""
+    code = ("import sys, runpy\n"
+            "import chalk.specs.catalog as cat\n"
             "read = []\n"
-            "load = yaml.load\n"
-            "yaml.load = lambda text, Loader: read.append(1) or load(text, Loader=Loader)\n"
+            "load = cat._read_bytes\n"
+            "cat._read_bytes = lambda path, where: read.append(str(path)) or load(path, where)\n"
             "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-70b', '-H', 'h100-sxm', '-b', '64']\n"
             "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print(len(read), ' '.join(sorted(sys.modules)))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    n_yaml, *loaded = p.stdout.splitlines()[-1].split()
+    n_read, *loaded = p.stdout.splitlines()[-1].split()
     assert [m for m in loaded if m.startswith("chalk.faces.cli_") and m != "chalk.faces.cli_common"] == []
-    heavy = {"pandas", "matplotlib", "scipy", "chalk.specs.prices"}
+    heavy = {"pandas", "matplotlib", "scipy", "chalk.specs.prices", "yaml"}
     import typer
 
     if not hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.29 (outside the pin) imports pydantic
         heavy.add("pydantic")
     assert heavy & set(loaded) == set()
-    assert int(n_yaml) <= 6, n_yaml  # chip, system, model meta, calibration, kernel index: not all 49 files
+    assert int(n_read) <= 6, n_read  # not all 71 catalog files
 
 
 def test_estimate_ops_add_up_to_the_step():

@@ -249,17 +249,12 @@ def _apply_fitted(base: Calibration, d: dict) -> Calibration:
 
 def _fitted_file(base: Calibration) -> Calibration:
     """The last `chalk calibrate --write` result shipped as package data, if any."""
-    from chalk.specs.catalog import package_path
+    from chalk.specs.catalog import package_path, read_yaml
 
-    try:
-        text = package_path("catalog", "calibration.yaml").read_text()
-    except (FileNotFoundError, OSError):
+    f = package_path("catalog", "calibration.yaml")
+    if not f.is_file():
         return base
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser where installed, as the catalog
-    d = yaml.load(text, Loader=loader) or {}  # noqa: S506 - a safe loader
-    return _apply_fitted(base, d.get("fitted", {}))
+    return _apply_fitted(base, read_yaml(f, "catalog calibration.yaml").get("fitted", {}))
 
 
 CALIBRATION = _fitted_file(CALIBRATION)

@@ -243,6 +243,10 @@ def calibrate(
     if write:
         with open(write, "w") as f:
             yaml.safe_dump(out, f, sort_keys=False)
+        from chalk.specs.catalog import in_catalog, write_compiled_catalog
+
+        if in_catalog(write):  # the package's own calibration.yaml: its compiled entry follows it
+            write_compiled_catalog()
     if as_json:
         emit_json(out)
         return

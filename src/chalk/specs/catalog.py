@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+import zlib
 from functools import lru_cache
 from pathlib import Path
-
-import yaml
 
 from chalk.errors import SpecError, UnknownNameError
 from chalk.memo import by_identity
@@ -15,14 +14,16 @@ from chalk.specs.model import ModelSpec, model_from_config
 from chalk.specs.validate import spec_int, spec_str, spec_str_list, spec_str_map
 from chalk.specs.workload import MAX_GPUS
 
-# libyaml's C loader when PyYAML was built with it: it parses the catalog ~10x faster than the pure-Python one,
-# and the catalog is read on every CLI start.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 #: The installed package's own folder: its data files sit beside the modules (a plain path, not
 #: importlib.resources, whose import costs ~7 ms of every CLI start; chalk is never installed zipped)
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+#: The catalog's YAML files parsed ahead of time (`compile_catalog`, written by `scripts/compile_catalog.py`):
+#: {"files": {path under catalog/: [CRC-32, size in bytes, the parsed mapping as JSON text]}}. A file whose bytes
+#: still match its entry is read from here without importing PyYAML, whose import (with its resolver's regular
+#: expressions) is ~9 ms of every CLI start (issue 12); any other file, an edited one included, is parsed from its
+#: YAML as before. Derived data: tests/test_catalog_compiled.py fails when it no longer matches the YAML.
+COMPILED_FILE = "compiled.json"
 
 
 def package_path(*parts: str) -> Path:
@@ -35,31 +36,120 @@ def _catalog_dir(kind: str = ""):
     return d / kind if kind else d
 
 
-def _read_text(path, where: str) -> str:
-    """A file's text (a Path, str or importlib resource), every failure as one SpecError line."""
+def _read_bytes(path, where: str) -> bytes:
+    """A file's bytes (a Path, str or importlib resource), every failure as one SpecError line."""
     try:
-        return Path(path).read_text() if not hasattr(path, "read_text") else path.read_text()
+        return Path(path).read_bytes() if not hasattr(path, "read_bytes") else path.read_bytes()
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
 
 
-def read_yaml(path, where: str | None = None) -> dict:
-    """Parse a YAML mapping, turning every failure into one SpecError line."""
-    where = where or str(path)
-    text = _read_text(path, where)
+def _read_text(path, where: str) -> str:
+    """A file's text, every failure as one SpecError line."""
     try:
-        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
+        return _read_bytes(path, where).decode()
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{where}: cannot read ({e.__class__.__name__})") from None
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> dict:
+    """The compiled catalog's entries ({} when the file is missing or unreadable: every file parses as YAML)."""
+    try:
+        d = json.loads((PACKAGE_DIR / "catalog" / COMPILED_FILE).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    files = d.get("files") if isinstance(d, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def _catalog_key(path) -> str | None:
+    """`path` relative to the catalog folder (posix), or None for a file outside it."""
+    try:
+        return Path(path).resolve().relative_to(PACKAGE_DIR / "catalog").as_posix()
+    except (TypeError, ValueError, OSError):
+        return None
+
+
+def in_catalog(path) -> bool:
+    """Whether `path` is a file of the package's catalog (whose edit makes its compiled entry stale)."""
+    return _catalog_key(path) is not None
+
+
+def _precompiled(path, raw: bytes):
+    """The mapping compiled for catalog file `path` if its bytes `raw` are those it was compiled from, else None.
+    A new object on every call, as a fresh parse would give."""
+    entries = _compiled()
+    if not entries:
+        return None
+    e = entries.get(_catalog_key(path))
+    if not isinstance(e, list) or len(e) != 3 or e[1] != len(raw) or e[0] != zlib.crc32(raw):
+        return None
+    try:
+        return json.loads(e[2])
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_yaml(raw: bytes, where: str):
+    """PyYAML's safe parse of a file's bytes (libyaml's C loader where PyYAML was built with it: ~10x faster than
+    the pure-Python one), every failure as one SpecError line. PyYAML is imported here, on first need."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(raw, Loader=loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(f"{where}: malformed YAML{at}") from None
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply") from None
+
+
+def read_yaml(path, where: str | None = None) -> dict:
+    """Parse a YAML mapping (a catalog file from the compiled catalog when it is unchanged), turning every failure
+    into one SpecError line."""
+    where = where or str(path)
+    raw = _read_bytes(path, where)
+    data = _precompiled(path, raw)
+    if data is None:
+        data = _parse_yaml(raw, where)
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a YAML mapping at the top level")
     return data
+
+
+def compile_catalog(root: Path | None = None) -> dict:
+    """The compiled catalog (see COMPILED_FILE) of every YAML file under `root` (default: the package's catalog),
+    in path order. A file whose parse would not come back the same through JSON (a date, a non-text key, a NaN) is
+    left out: it keeps being parsed from its YAML."""
+    root = Path(root) if root is not None else _catalog_dir()
+    files = {}
+    for f in sorted(root.rglob("*.yaml")):
+        raw = f.read_bytes()
+        data = _parse_yaml(raw, str(f))
+        try:
+            text = json.dumps(data, sort_keys=False, separators=(",", ":"))  # .inf as Infinity, read back as such
+        except (TypeError, ValueError):
+            continue
+        if json.loads(text) != data:  # a NaN (never equal to itself) ends here too
+            continue
+        files[f.relative_to(root).as_posix()] = [zlib.crc32(raw), len(raw), text]
+    return {"about": "chalk's catalog YAML parsed ahead of time (scripts/compile_catalog.py); each entry: "
+                     "[CRC-32, size in bytes, the parse as JSON] of the file it was compiled from",
+            "files": files}
+
+
+def write_compiled_catalog(root: Path | None = None) -> Path:
+    """Write `compile_catalog(root)` to `root`/COMPILED_FILE and forget the loaded one. Returns the path."""
+    root = Path(root) if root is not None else _catalog_dir()
+    out = root / COMPILED_FILE
+    out.write_text(json.dumps(compile_catalog(root), indent=0, sort_keys=False) + "\n")
+    _compiled.cache_clear()
+    return out
 
 
 def read_json(path, where: str | None = None) -> dict:

@@ -164,13 +164,10 @@ def _data_dir():
 @lru_cache(maxsize=1)
 def index() -> dict:
     """The distillation's index: provenance, grid axes, reference peaks, chips of each measured system."""
-    import yaml
+    from chalk.specs.catalog import read_yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser where installed: 10x faster
-    try:
-        return yaml.load((_data_dir() / "index.yaml").read_text(), Loader=loader) or {}  # noqa: S506 - safe loader
-    except (FileNotFoundError, OSError):
-        return {}
+    f = _data_dir() / "index.yaml"
+    return read_yaml(f, "catalog kernels/index.yaml") if f.is_file() else {}
 
 
 @lru_cache(maxsize=None)
