@@ -7,20 +7,23 @@ The lecture's summed-chip view (every chip of a system as one communication-free
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 
 import numpy as np
 
 from chalk.analyses import roofline as RF
-from chalk.analyses.calibration import Calibration, calibration
+from chalk.analyses.calibration import Calibration, calibration, default_efficiency, eplb_mode
 from chalk.analyses.model_sizes import sizes
-from chalk.analyses.parallel import (Layout, kv_per_chip, model_costs, resolve_kv_precision, stage_step, valid_tp,
-                                     weights_per_chip)
+from chalk.analyses.parallel import (Layout, default_kernels, kv_per_chip, model_costs, resolve_kv_precision,
+                                     stage_step, valid_tp, weights_per_chip)
 from chalk.analyses.step_model import ops_table
 from chalk.equations import parallel as P
+from chalk.equations.parallel import kv_shard_fraction
 from chalk.equations import roofline as R
 from chalk.equations.num import every, flt, maximum, ones_like, where
 from chalk.errors import FitError, InputError
 from chalk.memo import by_identity
+from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import canonical
@@ -125,6 +128,10 @@ class _Setup:
         lecture_eff, self.spread = _by_calibration(cal)
         self.eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
         self.candidates = _tp_candidates(model, costs)
+        #: each candidate's fraction of a sequence's KV one GPU holds (its TP group shards the KV heads)
+        self.kv_shards = [kv_shard_fraction(model.num_kv_heads, t, costs.head_shardable) for t, _, _ in
+                          self.candidates]
+        self.kernels = default_kernels(system.chip, cal)  # the step model's kernel profile (False: none)
         self.weights: dict = {}
 
     def weights_on(self, lay: Layout):
@@ -151,8 +158,19 @@ def default_layout(model: ModelSpec, system: System, costs, batch: float, contex
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     every_tp = setup.candidates if setup is not None and setup.costs is costs else _tp_candidates(model, costs)
     limit = min(gpus, system.chips)
-    cands = [c for c in every_tp if c[0] <= limit] or every_tp[:1]  # tp=1 is always a candidate
     kv_seq = costs.kv_bytes(context)
+    if setup is not None and setup.costs is costs and isinstance(batch, float) and isinstance(kv_seq, float):
+        # one question: kv_per_chip(costs, t, 1, 1, batch, kv_seq) = batch x kv_seq x the candidate's KV shard
+        per_seq = flt(batch) * kv_seq
+        last = every_tp[0][1]
+        for (t, lay, w), shard in zip(every_tp, setup.kv_shards):
+            if t > limit and t > 1:  # tp=1 is always a candidate
+                break
+            if w + per_seq * shard <= usable:
+                return lay, True
+            last = lay
+        return last, False
+    cands = [c for c in every_tp if c[0] <= limit] or every_tp[:1]  # tp=1 is always a candidate
     for t, lay, w in cands:
         kv = kv_per_chip(costs, t, 1, 1, batch, kv_seq)
         if (w + kv if isinstance(kv, float) else _largest(w + kv)) <= usable:
@@ -200,6 +218,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one replica "
                      "inside it; use `chalk throughput` for a deployment of replicas")
 
+    if kernels is None:
+        kernels = su.kernels
     if phase == "decode":
         r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, 0.0, L, 1.0, cal, kernels=kernels,
                        overhead_s=overhead_s, query_tokens=query_tokens)
@@ -297,9 +317,6 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     eplb: whether the MoE layers run an expert-load balancer ('auto' (default): from the calibrated EP width;
     'on'; 'off'); the experts op's detail says which loads it was timed with.
     """
-    from chalk.analyses.calibration import calibration, default_efficiency, eplb_mode
-    from chalk.specs.catalog import as_model, as_system
-
     m, system = as_model(model), as_system(hardware)
     n = gpus if gpus is not None else chips
     kvp = kv_precision
@@ -348,12 +365,10 @@ class Session:
     """
 
     def __init__(self, model, hardware, **options):
-        from chalk.specs.catalog import as_model, as_system
-
         self.model = as_model(model)
         self.system = as_system(hardware)
         self.options = dict(options)
-        self._memo: dict = {}
+        self._memo: OrderedDict = OrderedDict()  # popitem(last=False) drops the oldest in O(1)
 
     def estimate(self, batch=1, context=4096, **overrides) -> RF.RooflineResult:
         opts = {**self.options, **overrides}
@@ -369,6 +384,6 @@ class Session:
         r = estimate(self.model, self.system, batch, context, **opts)
         if key is not None:
             if len(self._memo) >= SESSION_MEMO:  # the oldest answer goes
-                del self._memo[next(iter(self._memo))]
+                self._memo.popitem(last=False)
             self._memo[key] = r
         return r

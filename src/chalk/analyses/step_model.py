@@ -371,10 +371,14 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
     add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
 
-    f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
-    kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
-    t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
-    t, src = maximum(t_c, t_m), tm.roofline_source
+    if isinstance(c_rank, float) and c_rank == 0.0:  # one decode-only step: no prompt FLOPs or KV writes
+        f_ap = kv_write = t_c = t_m = t = zeros_like(c_rank)
+        src = tm.roofline_source if kp is None else st.attn_source
+    else:
+        f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
+        kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
+        t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
+        t, src = maximum(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
         t, src = 0.0, st.attn_source
     elif kp is not None:

@@ -527,6 +527,7 @@ class KernelProfile:
         self._sources: dict = {}
         self._balanced: dict = {}
         self._allreduce_rows: dict = {}
+        self._allreduce_memo: dict = {}
         self._rate_memo: dict = {}
 
     # ---- rates
@@ -736,6 +737,11 @@ class KernelProfile:
         if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
             if n <= 1:
                 return 0.0
+            hit = self._allreduce_memo.get((M, n))  # remembered, as a GemmShape remembers its row counts
+            if hit is not None:
+                return hit
+            if len(self._allreduce_memo) >= MEMO_SIZE:
+                self._allreduce_memo.clear()
             row = self._allreduce_rows.get(n)
             if row is None:
                 e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
@@ -747,7 +753,8 @@ class KernelProfile:
             x = min(max(math.log2(max(M, 1.0)), es[0]), es[-1])
             i = min(max(bisect_right(es, x) - 1, 0), len(es) - 2)
             ln_t = ys[i] + (x - es[i]) / (es[i + 1] - es[i]) * (ys[i + 1] - ys[i])
-            return math.exp(ln_t) * max(M / 2.0 ** es[-1], 1.0) * grow
+            t = self._allreduce_memo[(M, n)] = math.exp(ln_t) * max(M / 2.0 ** es[-1], 1.0) * grow
+            return t
         e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
         x = np.clip(np.log2(np.maximum(M, 1.0)), e[0], e[-1])
         ln_n = np.log2(ns)
