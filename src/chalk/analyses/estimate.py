@@ -200,23 +200,14 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     B = flt(w.batch)
     L = flt(w.context)
     n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True, scalar=True))
-    notes = []
+    fits_any = None
     if layout is None:
         lay, fits_any = default_layout(model, system, costs, _largest(B) if phase == "decode" else 0.0,
                                        _largest(L), n_avail, cal, su)
-        notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights and "
-                     "this batch's KV" if fits_any else
-                     f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs holds "
-                     "the weights and this batch's KV")
     else:
         lay = layout if isinstance(layout, Layout) else make_layout(model, layout)
     G = lay.replica_gpus
-    if G > system.chips:
-        notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
-                     "traffic between domains crosses the scale-out network")
-    if gpus is not None and gpus > system.chips and layout is None:
-        notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one replica "
-                     "inside it; use `chalk throughput` for a deployment of replicas")
+    n = count("chips", G, MAX_GPUS)
 
     if kernels is None:
         kernels = su.kernels
@@ -233,33 +224,46 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     stage = flt(r["stage_time_s"])
     t = P.pipeline_token_latency_s(stage, lay.pp)
     chip = system.chip
-    cprec = chip.compute_precision(prec)
-    tm_ec = 1.0 if cal.label == "ideal" else cal.compute
-    tm_em = 1.0 if cal.label == "ideal" else cal.memory
-    peak = chip.flops_per_s[cprec] * G
-    bw = chip.hbm_bandwidth_bytes_per_s * G
-    ops = r["ops"]
-    w_chip = su.weights_on(lay)
-    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
     usable_chip = su.usable_chip
-    fits = (w_chip + kv_chip) <= usable_chip
-    if strict_fit and not every(fits):
-        raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
-                       f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
-    if not every(fits):
-        notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
-                     f"{usable_chip / 1e9:.1f} GB usable")
-    # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
-    n = count("chips", G, MAX_GPUS)
-    lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
-    price = chip.price_usd_per_s
-    cost = R.cost_per_token_usd(t, price, G, tokens) * 1e6
+    if strict_fit:
+        w_chip = su.weights_on(lay)
+        kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
+        if not every((w_chip + kv_chip) <= usable_chip):
+            raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
+                           f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     sc = RF._scalar
-    # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
-    notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
 
     def later() -> dict:
         """The fields worked out on first read: from this step's ops and the configuration, no new step."""
+        notes = []
+        if fits_any is not None:
+            notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights "
+                         "and this batch's KV" if fits_any else
+                         f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs "
+                         "holds the weights and this batch's KV")
+        if G > system.chips:
+            notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
+                         "traffic between domains crosses the scale-out network")
+        if gpus is not None and gpus > system.chips and layout is None:
+            notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
+                         "replica inside it; use `chalk throughput` for a deployment of replicas")
+        w_chip = su.weights_on(lay)
+        kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
+        fits = (w_chip + kv_chip) <= usable_chip
+        if not every(fits):
+            notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
+                         f"{usable_chip / 1e9:.1f} GB usable")
+        # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
+        lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
+        cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
+        # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
+        notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
+        cprec = chip.compute_precision(prec)
+        tm_ec = 1.0 if cal.label == "ideal" else cal.compute
+        tm_em = 1.0 if cal.label == "ideal" else cal.memory
+        peak = chip.flops_per_s[cprec] * G
+        bw = chip.hbm_bandwidth_bytes_per_s * G
+        ops = r["ops"]
         flops = sum(flt(o.flops) for o in ops.values()) * G
         w_bytes = flt(r["weight_read_bytes"]) * G
         kv_bytes = flt(r["kv_read_bytes"]) * G
@@ -281,7 +285,12 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
         t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
         kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
-        return dict(range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
+        return dict(precision=lec.prec, compute_precision=lec.cprec, critical_batch=lec.crit,
+                    balance_context=lec.bal, weight_bytes=lec.weight_bytes, kv_bytes_per_token=lec.kv_tok,
+                    total_params=lec.sz.total_params, active_params=lec.sz.active_params,
+                    cost_per_mtok_usd=sc(cost), memory_needed_bytes=sc((w_chip + kv_chip) * G),
+                    hbm_bytes=chip.hbm_bytes * G, fits=sc(fits), notes=tuple(notes),
+                    range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
                     critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(),
                     compute_time_s=sc(t_c), weight_time_s=sc(t_w), kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv),
                     bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
@@ -290,15 +299,10 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                     comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp))
 
     return RF.RooflineResult.deferred(
-        later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), precision=lec.prec,
-        compute_precision=lec.cprec, kv_precision=kvp,
+        later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
-        critical_batch=lec.crit, balance_context=lec.bal, weight_bytes=lec.weight_bytes,
-        kv_bytes_per_token=lec.kv_tok, total_params=lec.sz.total_params, active_params=lec.sz.active_params,
-        chips=G, efficiency=cal.label, step_time_s=sc(t),
-        tokens_per_s=sc(tokens / t), user_tokens_per_s=sc(user_tokens / t), cost_per_mtok_usd=sc(cost),
-        memory_needed_bytes=sc((w_chip + kv_chip) * G), hbm_bytes=chip.hbm_bytes * G, fits=sc(fits),
-        notes=tuple(notes), view="layout")
+        chips=G, efficiency=cal.label, step_time_s=sc(t), tokens_per_s=sc(tokens / t),
+        user_tokens_per_s=sc(user_tokens / t), view="layout")
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
