@@ -355,6 +355,29 @@ def test_kept_stage_plans_answer_as_a_cold_start():
         cold = _cold(dict(model="deepseek-v3", hardware="h100-sxm", batch=17 + i, context=3000 + 5 * i, **kw))
         assert warm == cold, kw
 
+def test_kept_token_ops_answer_as_a_cold_start():
+    """Every op but decode attention is kept per plan and token count (`step_model._token_ops_kept`): a Session
+    asked a new context at a batch it has seen answers exactly what a cold start answers, under two-micro-batch
+    overlap and for a prompt too; arrays are never kept, and the store stays bounded."""
+    from chalk.analyses import step_model as SM
+
+    cases = [("llama-3.1-70b", "h100-sxm", {}), ("deepseek-v3", "gb200-nvl72", dict(layout="tp=1,ep=8,pp=1,attn_dp=8")),
+             ("qwen3-235b-a22b", "h200", dict(layout="tp=4,pp=2")), ("llama-3.1-8b", "b200", dict(phase="prefill"))]
+    for model, hw, kw in cases:
+        s = chalk.Session(model, hw, **kw)
+        s.estimate(48, 1000)  # keeps the token ops of batch 48
+        warm = json.loads(json.dumps(s.estimate(48, 7777, **kw).to_dict()))
+        cold = _cold(dict(model=model, hardware=hw, batch=48, context=7777, **kw))
+        assert warm == cold, (model, kw)
+    n = len(SM._TOKEN_OPS)
+    chalk.Session("llama-3.1-70b", "h100-sxm").estimate(np.arange(1.0, 300.0), 2048.0)
+    assert len(SM._TOKEN_OPS) == n  # a grid is evaluated whole, not kept point by point
+    s = chalk.Session("llama-3.1-8b", "h100-sxm")
+    for b in range(SM.TOKEN_OPS_MEMO + 50):
+        s.estimate(1 + b, 512.0)
+    assert len(SM._TOKEN_OPS) <= SM.TOKEN_OPS_MEMO
+
+
 def test_a_layout_array_and_its_layouts_one_by_one_agree():
     """A plan over an array of layouts (worked out afresh) and the kept plans of each layout give the same step."""
     from chalk.analyses.calibration import calibration

@@ -144,10 +144,13 @@ class RooflineResult:
         re-run the step model."""
         r = cls.__new__(cls)
         put = object.__setattr__
-        for name, v in fields.items():
-            if name not in cls._NAMES:
-                raise TypeError(f"RooflineResult() got an unexpected field {name!r}")
-            put(r, name, v)
+        try:
+            for name, v in fields.items():
+                put(r, name, v)  # a name that is no field has no slot: AttributeError
+        except AttributeError:
+            raise TypeError(f"RooflineResult() got an unexpected field {name!r}") from None
+        if "_later" in fields:
+            raise TypeError("RooflineResult() got an unexpected field '_later'")
         put(r, "_later", later)
         return r
 

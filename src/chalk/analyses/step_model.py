@@ -23,6 +23,7 @@ times add up to the stage step time exactly.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -266,6 +267,9 @@ class _Stage:
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
         self.overhead = cal.overhead_s(n_layers)
+        self.sync_detail = (f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, "
+                            "stage syncs)")
+        self.kept = False  # `_stage_on` keeps it: its ops per token count are kept too (`_token_ops_kept`)
 
 
     def moe_time(self, kp, tokens):
@@ -286,10 +290,13 @@ class _Stage:
 def _stage_on(costs, system, cal: Calibration, kernels, tp: float, attn_dp: float, pp: float, ep: float) -> _Stage:
     """`_Stage` of one layout given as numbers, kept for the last few configurations and layouts (all four
     objects are immutable, or, for the kernel profile, answer the same whenever asked)."""
-    return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+    st = _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+    st.kept = True
+    return st
 
 
 _NUMBER = (int, float, np.integer, np.floating)
+_F64 = np.float64
 
 
 def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _Stage:
@@ -300,53 +307,33 @@ def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _St
     return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
 
 
-def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
-              cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0,
-              prefill_rank_tokens=None):
-    """The ops of one pipeline-stage step of a replica, on its busiest GPU, and their total.
+def _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None) -> Op:
+    """One op; a compute op (no `bound` given) is bound by the larger of its compute and memory times (numpy float64
+    numbers or arrays)."""
+    if bound is None:
+        bound = where(c_s >= m_s, "compute", "memory")
+    return Op(name, kind, flops, bytes_, t, bound, source or _short(detail), detail)
 
-    tp, attn_dp, pp, ep: the layout (arrays broadcast together with the rest). decode_seqs: sequences decoding in
-    the replica (all micro-batches); prefill_tokens: prompt tokens the replica's step carries (chunked prefill);
-    context: the decode sequences' context; prompt_len: prompt length of the prefill tokens. A stage step carries
-    decode_seqs / pp sequences and prefill_tokens / pp prompt tokens (one micro-batch per stage).
-    `overhead_s` replaces the calibrated per-step overhead (an engine profile's). `query_tokens`: tokens each
-    decode sequence runs through the model this step (K + 1 when verifying K speculative drafts: K + 1 times the
-    GEMM and attention work, one read of the sequence's KV). `prefill_rank_tokens`: prompt tokens on the busiest
-    attention-DP rank when the caller knows them (each rank's own prefill chunk, `serving.prefill_step_tokens`);
-    by default the rank holding a whole prompt sets the pace. Returns a dict with `ops`
-    (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
-    What the configuration and layout fix comes from their plan (`_Stage`, kept per layout).
-    """
-    st = _stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+
+def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, overhead_s) -> tuple:
+    """The ops of a stage step that depend on the tokens it carries and not on the decode context: (weight GEMMs,
+    prompt attention, experts, elementwise, sampling, communication and overhead as a name -> Op dict, their sums
+    (`_add_up`), prompt-attention FLOPs, KV bytes written). See `stage_ops`."""
     m = costs.model
     tp, a, pp, ep = st.tp, st.a, st.pp, st.ep
-    B = flt(decode_seqs)
-    c = flt(prefill_tokens)
-    I = maximum(flt(prompt_len), 1.0)
-    L = flt(context)
     ideal = st.ideal
     tm = st.tm
     H = st.H
     kp = tm.kernels
-
-    # tokens: a stage step carries one micro-batch; attention-DP ranks meet at every MoE layer, so the rank holding
-    # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
-    q = flt(query_tokens)
-    B_rank = B / (pp * a)
-    if prefill_rank_tokens is None:
-        c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
-    else:
-        c_rank = minimum(flt(prefill_rank_tokens), c) / pp
     T_rank = B_rank * q + c_rank                   # tokens through this GPU's attention and dense GEMMs
     T_stage = (B * q + c) / pp                     # tokens through the stage's MoE layers (all ranks)
     rows = B_rank * q + c_rank / I                 # logit rows: every decode query token, one per prompt
     n_layers, n_moe = st.n_layers, st.n_moe
+
     ops: dict[str, Op] = {}
 
     def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None):
-        if bound is None:  # a compute op: its compute and memory times are numpy float64 numbers or arrays
-            bound = where(c_s >= m_s, "compute", "memory")
-        ops[name] = Op(name, kind, flops, bytes_, t, bound, source or _short(detail), detail)
+        ops[name] = _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound, source)
 
     # ---- GEMMs of the dense part, the router and the LM head
     for name, n, layers, per_token, rate, bpe, shape in st.gemms:
@@ -356,21 +343,8 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         t, c_s, m_s, src = tm.gemm(rows_, shape, f, by, rate, count=layers, source=st.gemm_source)
         add(name, "gemm", f, by, t, c_s, m_s, src)
 
-    # ---- attention (per rank; KV heads shard over TP unless MLA)
+    # ---- prompt attention (decode attention, the one op that depends on the context, is `stage_ops`' own)
     shard = st.shard
-    f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
-    kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
-    kv_read = B_rank * kv_seq_read * shard / pp
-    t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
-    t, src = maximum(t_c, t_m), tm.roofline_source
-    if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
-        t, src = 0.0, st.attn_source
-    elif kp is not None:
-        L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
-        tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
-        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
-    add("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
-
     if isinstance(c_rank, float) and c_rank == 0.0:  # one decode-only step: no prompt FLOPs or KV writes
         f_ap = kv_write = t_c = t_m = t = zeros_like(c_rank)
         src = tm.roofline_source if kp is None else st.attn_source
@@ -468,9 +442,125 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
         + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq else ""),
         bound="latency")
+    return ops, _add_up(ops.items()), f_ap, kv_write
+
+
+def _add_up(ops, acc: tuple | None = None) -> tuple:
+    """The step and its legacy parts over (name, Op) pairs, added in their order to `acc` (a previous answer;
+    default nothing): (step time, {part: time}, communication time, weight-GEMM bytes, weight-GEMM FLOPs)."""
+    if acc is None:
+        base = flt(0.0)
+        parts = dict.fromkeys(_PARTS, base)
+        comm = w_bytes = f_gemm = base
+    else:
+        base, parts, comm, w_bytes, f_gemm = acc
+        parts = dict(parts)  # `acc` may be kept (`_token_ops_kept`): never changed
+    for n, o in ops:
+        t = o.time_s
+        base = base + t
+        part = _PART[n]
+        parts[part] = parts[part] + t
+        if o.kind == "comm":
+            comm = comm + t
+        elif n in _WEIGHT_GEMMS:
+            w_bytes = w_bytes + o.bytes
+            f_gemm = f_gemm + o.flops
+    return base, parts, comm, w_bytes, f_gemm
+
+
+#: Token-count answers `_token_ops_kept` keeps (the latest ones, over every kept plan).
+TOKEN_OPS_MEMO = 4096
+_TOKEN_OPS: OrderedDict = OrderedDict()
+
+
+def _token_ops_kept(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, overhead_s,
+                    prefill_rank_tokens) -> tuple:
+    """`_token_ops` of one question (numbers) on a kept plan, remembered per plan and token counts: the same plan
+    (`_stage_on`: one configuration and layout) and the same tokens always give the same ops (immutable named
+    tuples of numbers), whatever the context."""
+    key = (st, B, c, I, q, overhead_s, prefill_rank_tokens)
+    hit = _TOKEN_OPS.get(key)
+    if hit is None:
+        hit = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s)
+        while len(_TOKEN_OPS) >= TOKEN_OPS_MEMO:  # the oldest go
+            try:
+                _TOKEN_OPS.popitem(last=False)
+            except KeyError:  # emptied by another thread meanwhile
+                break
+        _TOKEN_OPS[key] = hit
+    return hit
+
+
+def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
+              cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0,
+              prefill_rank_tokens=None):
+    """The ops of one pipeline-stage step of a replica, on its busiest GPU, and their total.
+
+    tp, attn_dp, pp, ep: the layout (arrays broadcast together with the rest). decode_seqs: sequences decoding in
+    the replica (all micro-batches); prefill_tokens: prompt tokens the replica's step carries (chunked prefill);
+    context: the decode sequences' context; prompt_len: prompt length of the prefill tokens. A stage step carries
+    decode_seqs / pp sequences and prefill_tokens / pp prompt tokens (one micro-batch per stage).
+    `overhead_s` replaces the calibrated per-step overhead (an engine profile's). `query_tokens`: tokens each
+    decode sequence runs through the model this step (K + 1 when verifying K speculative drafts: K + 1 times the
+    GEMM and attention work, one read of the sequence's KV). `prefill_rank_tokens`: prompt tokens on the busiest
+    attention-DP rank when the caller knows them (each rank's own prefill chunk, `serving.prefill_step_tokens`);
+    by default the rank holding a whole prompt sets the pace. Returns a dict with `ops`
+    (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
+    What the configuration and layout fix comes from their plan (`_Stage`, kept per layout).
+    """
+    st = _stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+    m = costs.model
+    tp, a, pp, ep = st.tp, st.a, st.pp, st.ep
+    B = flt(decode_seqs)
+    c = flt(prefill_tokens)
+    I = maximum(flt(prompt_len), 1.0)
+    L = flt(context)
+    ideal = st.ideal
+    tm = st.tm
+    kp = tm.kernels
+
+    # tokens: a stage step carries one micro-batch; attention-DP ranks meet at every MoE layer, so the rank holding
+    # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
+    q = flt(query_tokens)
+    B_rank = B / (pp * a)
+    if prefill_rank_tokens is None:
+        c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
+    else:
+        c_rank = minimum(flt(prefill_rank_tokens), c) / pp
+    n_layers = st.n_layers
+
+    # every op but decode attention depends on the tokens the step carries, not on the decode context: one
+    # question's are kept per plan and token counts (`_token_ops_kept`), so a sweep over context (or a Session
+    # asked new contexts at batches it has seen) works them out once
+    if st.kept and type(B) is _F64 and type(c) is _F64 and type(I) is _F64 and type(q) is _F64 \
+            and (overhead_s is None or type(overhead_s) is float) \
+            and (prefill_rank_tokens is None or type(prefill_rank_tokens) is float):
+        token_ops, acc, f_ap, kv_write = _token_ops_kept(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s,
+                                                         prefill_rank_tokens)
+    else:
+        token_ops, acc, f_ap, kv_write = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s)
+    ops: dict[str, Op] = dict(token_ops)  # decode attention joins them last: the step adds it to their sums
+
+    # ---- attention (per rank; KV heads shard over TP unless MLA)
+    shard = st.shard
+    f_ad = B_rank * q * costs.attention_flops(L) / (pp * tp)
+    kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
+    kv_read = B_rank * kv_seq_read * shard / pp
+    t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
+    t, src = maximum(t_c, t_m), tm.roofline_source
+    if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
+        t, src = 0.0, st.attn_source
+    elif kp is not None:
+        L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
+        tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
+        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
+    att = ops["attention_decode"] = _op("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
-    mode = np.full(np.shape(B * L * tp), "none", dtype=object)
+    if type(B) is _F64 and type(L) is _F64 and isinstance(tp, float):  # one point: a 0-d array, made cheaply
+        mode = np.array("none", dtype=object)
+    else:
+        mode = np.full(np.shape(B * L * tp), "none", dtype=object)
     two = not ideal and m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0)
     if ideal or two:
         compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
@@ -512,24 +602,16 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
                         o.source, o.detail + ("; exposed part under two-micro-batch overlap" if some(use) else ""))
         mode = where(use, "two-microbatch", mode)
 
-    # the step and its legacy parts, in one pass over the ops (each part adds its ops in the order they were made)
-    base = flt(0.0)
-    parts = dict.fromkeys(_PARTS, base)
-    comm = w_bytes = f_gemm = base
-    for n, o in ops.items():
-        t = o.time_s
-        base = base + t
-        part = _PART[n]
-        parts[part] = parts[part] + t
-        if o.kind == "comm":
-            comm = comm + t
-        elif n in _WEIGHT_GEMMS:
-            w_bytes = w_bytes + o.bytes
-            f_gemm = f_gemm + o.flops
+    # the step and its legacy parts, each adding its ops in the order they were made: the token ops' sums plus
+    # decode attention, or, where the ideal roofline or the overlap changed the ops, all of them again
+    if ideal or two:
+        acc = _add_up(ops.items())
+    else:
+        acc = _add_up((("attention_decode", att),), acc)
+    base, parts, comm, w_bytes, f_gemm = acc
     sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
-    add("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
-        f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, stage syncs)",
-        bound="latency")
+    ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
+                               st.sync_detail, bound="latency")
     stage = base + sync
     parts["overhead_s"] = parts["overhead_s"] + sync
     if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step

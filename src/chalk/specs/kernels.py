@@ -488,10 +488,13 @@ class AttentionShape(_Shape):
                 f = (b, L, h)
                 by = K.mla_decode_bytes(b, L, eb)
                 fq = K.mla_decode_flops(b, q, L, h)
-            t = self._lookup(f, self._key)
             # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
             if self._eta_c is None:
                 self._eta_c = prof._grid(f"{self.kind}_prefill", self.table, eb, "bf16")[3]
+            if self._cut is not None and type(f[0]) is float and type(f[1]) is float:
+                t = self._cut._one(f[:2])  # one question, the grid already cut at this shape (`_lookup`)
+            else:
+                t = self._lookup(f, self._key)
             t = maximum(t, fq / (peak * max(self._eta_c, 1e-3)))
             return prof._floor(t, fq, by, "bf16")
         bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
