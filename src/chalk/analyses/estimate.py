@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from functools import partial
 
 import numpy as np
 
@@ -178,6 +179,78 @@ def default_layout(model: ModelSpec, system: System, costs, batch: float, contex
     return cands[-1][1], False
 
 
+def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration, lay: Layout, fits_any, n_avail: int,
+                  gpus, layout, B, L, t, tokens, r: dict, phase: str, n: int) -> dict:
+    """The fields of a `layout_estimate` answer worked out on its first read: from its step's ops (`r`) and the
+    configuration, no new step. (A function of its arguments, bound with `partial`: a closure would make every
+    local of `layout_estimate` a cell, allocated on each question.)"""
+    sc = RF._scalar
+    costs, kvp, prec, chip, usable_chip = su.costs, su.kvp, su.prec, system.chip, su.usable_chip
+    G = lay.replica_gpus
+    notes = []
+    if fits_any is not None:
+        notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights "
+                     "and this batch's KV" if fits_any else
+                     f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs "
+                     "holds the weights and this batch's KV")
+    if G > system.chips:
+        notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
+                     "traffic between domains crosses the scale-out network")
+    if gpus is not None and gpus > system.chips and layout is None:
+        notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
+                     "replica inside it; use `chalk throughput` for a deployment of replicas")
+    w_chip = su.weights_on(lay)
+    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
+    fits = (w_chip + kv_chip) <= usable_chip
+    if not every(fits):
+        notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
+                     f"{usable_chip / 1e9:.1f} GB usable")
+    # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
+    lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
+    cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
+    # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
+    notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
+    cprec = chip.compute_precision(prec)
+    tm_ec = 1.0 if cal.label == "ideal" else cal.compute
+    tm_em = 1.0 if cal.label == "ideal" else cal.memory
+    peak = chip.flops_per_s[cprec] * G
+    bw = chip.hbm_bandwidth_bytes_per_s * G
+    ops = r["ops"]
+    flops = sum(flt(o.flops) for o in ops.values()) * G
+    w_bytes = flt(r["weight_read_bytes"]) * G
+    kv_bytes = flt(r["kv_read_bytes"]) * G
+    other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G
+    t_c = flops / (peak * tm_ec)
+    t_w = w_bytes / (bw * tm_em)
+    t_kv = kv_bytes / (bw * tm_em)
+    slow, fast = su.spread
+    spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
+              "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
+              "cost_per_mtok_usd": [sc(cost * fast), sc(cost * slow)]}
+    ops_rows = ()
+    if np.ndim(t) == 0:
+        ops_rows = tuple(ops_table(ops))
+        if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
+            for d in ops_rows:
+                d["time_s"] *= lay.pp
+    kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
+    max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
+    t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
+    kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
+    return dict(precision=lec.prec, compute_precision=lec.cprec, critical_batch=lec.crit,
+                balance_context=lec.bal, weight_bytes=lec.weight_bytes, kv_bytes_per_token=lec.kv_tok,
+                total_params=lec.sz.total_params, active_params=lec.sz.active_params,
+                cost_per_mtok_usd=sc(cost), memory_needed_bytes=sc((w_chip + kv_chip) * G),
+                hbm_bytes=chip.hbm_bytes * G, fits=sc(fits), notes=tuple(notes),
+                range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
+                critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(),
+                compute_time_s=sc(t_c), weight_time_s=sc(t_w), kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv),
+                bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
+                mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
+                flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other),
+                comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp))
+
+
 def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",
                     layout=None, gpus: int | None = None, precision: str | None = None,
                     kv_precision: str | None = "auto", ideal: bool = False, cal: Calibration | None = None,
@@ -193,7 +266,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     """
     cal = cal or calibration(ideal, system.chip)
     su = _setup(model, system, cal, precision, kv_precision, efficiency)
-    prec, kvp, costs = su.prec, su.kvp, su.costs
+    kvp, costs = su.kvp, su.costs
     w = Workload(batch, context, phase, precision or None, kvp)
     if sparse_law is not None:
         raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
@@ -232,72 +305,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
             raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
                            f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     sc = RF._scalar
-
-    def later() -> dict:
-        """The fields worked out on first read: from this step's ops and the configuration, no new step."""
-        notes = []
-        if fits_any is not None:
-            notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights "
-                         "and this batch's KV" if fits_any else
-                         f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs "
-                         "holds the weights and this batch's KV")
-        if G > system.chips:
-            notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
-                         "traffic between domains crosses the scale-out network")
-        if gpus is not None and gpus > system.chips and layout is None:
-            notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
-                         "replica inside it; use `chalk throughput` for a deployment of replicas")
-        w_chip = su.weights_on(lay)
-        kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
-        fits = (w_chip + kv_chip) <= usable_chip
-        if not every(fits):
-            notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
-                         f"{usable_chip / 1e9:.1f} GB usable")
-        # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
-        lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
-        cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
-        # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
-        notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
-        cprec = chip.compute_precision(prec)
-        tm_ec = 1.0 if cal.label == "ideal" else cal.compute
-        tm_em = 1.0 if cal.label == "ideal" else cal.memory
-        peak = chip.flops_per_s[cprec] * G
-        bw = chip.hbm_bandwidth_bytes_per_s * G
-        ops = r["ops"]
-        flops = sum(flt(o.flops) for o in ops.values()) * G
-        w_bytes = flt(r["weight_read_bytes"]) * G
-        kv_bytes = flt(r["kv_read_bytes"]) * G
-        other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G
-        t_c = flops / (peak * tm_ec)
-        t_w = w_bytes / (bw * tm_em)
-        t_kv = kv_bytes / (bw * tm_em)
-        slow, fast = su.spread
-        spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
-                  "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
-                  "cost_per_mtok_usd": [sc(cost * fast), sc(cost * slow)]}
-        ops_rows = ()
-        if np.ndim(t) == 0:
-            ops_rows = tuple(ops_table(ops))
-            if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
-                for d in ops_rows:
-                    d["time_s"] *= lay.pp
-        kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
-        max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
-        t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
-        kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
-        return dict(precision=lec.prec, compute_precision=lec.cprec, critical_batch=lec.crit,
-                    balance_context=lec.bal, weight_bytes=lec.weight_bytes, kv_bytes_per_token=lec.kv_tok,
-                    total_params=lec.sz.total_params, active_params=lec.sz.active_params,
-                    cost_per_mtok_usd=sc(cost), memory_needed_bytes=sc((w_chip + kv_chip) * G),
-                    hbm_bytes=chip.hbm_bytes * G, fits=sc(fits), notes=tuple(notes),
-                    range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
-                    critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(),
-                    compute_time_s=sc(t_c), weight_time_s=sc(t_w), kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv),
-                    bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
-                    mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
-                    flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other),
-                    comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp))
-
+    later = partial(_layout_later, model, system, su, cal, lay, fits_any, n_avail, gpus, layout, B, L, t, tokens, r,
+                    phase, n)
     return RF.RooflineResult.deferred(
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",

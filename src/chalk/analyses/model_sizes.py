@@ -204,9 +204,10 @@ class ModelSizes:
         L = flt(context)
         per_layer, indexer = self._kv_bytes(kv_precision)
         n_full, n_sliding, n_layers = self._layer_counts
-        full = n_full * per_layer * L
-        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + n_layers * indexer * L
+        out = n_full * per_layer * L
+        if n_sliding:  # (terms that are zero are not added: a finite context makes them exactly 0)
+            out = out + n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return out + n_layers * indexer * L if indexer else out
 
     def kv_read_bytes_per_sequence(self, context, kv_precision: str = "bf16", sparse_law: str | None = None):
         """KV bytes one decode step reads for one sequence at `context`.
@@ -220,10 +221,11 @@ class ModelSizes:
         per_layer, indexer = self._kv_bytes(kv_precision)
         n_full, n_sliding, n_layers = self._layer_counts
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
-            attn.effective_context(L, topk=m.index_topk or None)
-        full = n_full * per_layer * read_full
-        window = n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
-        return full + window + n_layers * indexer * L
+            attn.effective_context(L, topk=m.index_topk or None) if m.index_topk else L
+        out = n_full * per_layer * read_full
+        if n_sliding:
+            out = out + n_sliding * per_layer * attn.effective_context(L, window=m.sliding_window)
+        return out + n_layers * indexer * L if indexer else out
 
     # ------------------------------------------------------------------ FLOPs
     def _attn_dims(self, phase: str) -> tuple[float, float]:
@@ -240,11 +242,12 @@ class ModelSizes:
         L = flt(context)
         qk, v = self._attn_dims("decode")
         read_full = attn.sqrt_law_tokens_read(L) if sparse_law == "sqrt" else \
-            attn.effective_context(L, topk=m.index_topk or None)
+            attn.effective_context(L, topk=m.index_topk or None) if m.index_topk else L
         n_full, n_sliding, _ = self._layer_counts
         f = n_full * attn.attention_flops_per_query_token(read_full, m.num_heads, qk, v)
-        f = f + n_sliding * attn.attention_flops_per_query_token(
-            attn.effective_context(L, window=m.sliding_window), m.num_heads, qk, v)
+        if n_sliding:  # (a zero term is not added: a finite context makes it exactly 0)
+            f = f + n_sliding * attn.attention_flops_per_query_token(
+                attn.effective_context(L, window=m.sliding_window), m.num_heads, qk, v)
         if m.is_dsa:  # the indexer scores every cached token with every indexer head
             f = f + m.num_layers * 2 * m.index_n_heads * m.index_head_dim * L
         return f

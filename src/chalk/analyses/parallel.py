@@ -17,6 +17,7 @@ import numpy as np
 
 from chalk.analyses.calibration import Calibration, calibration
 from chalk.analyses.model_sizes import ModelSizes, sizes
+from chalk.analyses.step_model import stage_ops
 from chalk.equations import parallel as P
 from chalk.equations.num import flt, maximum
 from chalk.errors import FitError, InputError
@@ -223,8 +224,6 @@ def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_se
 
     The one step model (`chalk.analyses.step_model.stage_ops`); see there. `kernels` defaults to the chip's
     measured kernel profile when chalk has one (`default_kernels`)."""
-    from chalk.analyses.step_model import stage_ops
-
     if kernels is None:
         kernels = default_kernels(system.chip, cal)
     return stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len, cal,

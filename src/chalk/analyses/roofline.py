@@ -217,11 +217,17 @@ def _jsonable(v):
     return v
 
 
+_F64 = np.float64
+
+
 def _scalar(x):
+    t = type(x)
+    if t is _F64:
+        return x.item()
+    if t is float or t is int or t is str or t is bool:
+        return x
     if isinstance(x, np.generic):
         return x.item()
-    if type(x) in (float, int, str, bool):
-        return x
     a = np.asarray(x)
     return a.item() if a.ndim == 0 else a
 

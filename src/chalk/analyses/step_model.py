@@ -270,6 +270,7 @@ class _Stage:
         self.sync_detail = (f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, "
                             "stage syncs)")
         self.kept = False  # `_stage_on` keeps it: its ops per token count are kept too (`_token_ops_kept`)
+        self.no_sync = None  # the pipeline_sync op of a step with nothing to sync (made on first need)
 
 
     def moe_time(self, kp, tokens):
@@ -296,14 +297,28 @@ def _stage_on(costs, system, cal: Calibration, kernels, tp: float, attn_dp: floa
 
 
 _NUMBER = (int, float, np.integer, np.floating)
+_PLAIN = (int, float, np.float64)  # numbers compared with == (never an array)
 _F64 = np.float64
 
 
+_LAST: tuple = ()  # (costs, system, cal, kernels, tp, attn_dp, pp, ep, plan) of the last kept plan asked for
+
+
 def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _Stage:
-    """The stage plan of a layout: kept when the layout is numbers, worked out afresh for arrays of layouts."""
+    """The stage plan of a layout: kept when the layout is numbers, worked out afresh for arrays of layouts. The
+    plan asked for last is found first (a Session asks for the same one question after question)."""
+    global _LAST
+    last = _LAST
+    if last and type(tp) in _PLAIN and type(attn_dp) in _PLAIN and type(pp) in _PLAIN and type(ep) in _PLAIN \
+            and last[0] is costs and last[1] is system and last[2] is cal and last[3] is kernels \
+            and last[4] == tp and last[5] == attn_dp and last[6] == pp and last[7] == ep:
+        return last[8]
     if isinstance(tp, _NUMBER) and isinstance(attn_dp, _NUMBER) and isinstance(pp, _NUMBER) \
             and isinstance(ep, _NUMBER):
-        return _stage_on(costs, system, cal, kernels, float(tp), float(attn_dp), float(pp), float(ep))
+        tp, attn_dp, pp, ep = float(tp), float(attn_dp), float(pp), float(ep)
+        st = _stage_on(costs, system, cal, kernels, tp, attn_dp, pp, ep)
+        _LAST = (costs, system, cal, kernels, tp, attn_dp, pp, ep, st)
+        return st
     return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
 
 
@@ -523,7 +538,9 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     # a whole prompt chunk sets the pace: its prefill tokens are min(c, max(c / DP_attn, prompt)) per stage step
     q = flt(query_tokens)
     B_rank = B / (pp * a)
-    if prefill_rank_tokens is None:
+    if prefill_rank_tokens is None and type(c) is _F64 and c == 0.0 and isinstance(a, float):
+        c_rank = c  # a decode-only step: no prompt tokens on any rank (what the line below gives, without numpy)
+    elif prefill_rank_tokens is None:
         c_rank = where(a > 1, minimum(c / pp, maximum(c / (pp * a), I)), c / (pp * a))
     else:
         c_rank = minimum(flt(prefill_rank_tokens), c) / pp
@@ -610,8 +627,14 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         acc = _add_up((("attention_decode", att),), acc)
     base, parts, comm, w_bytes, f_gemm = acc
     sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
-    ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
-                               st.sync_detail, bound="latency")
+    if type(sync) is _F64 and sync == 0.0:  # one stage (or the ideal roofline): the plan's zero op serves
+        if st.no_sync is None:
+            st.no_sync = _op("pipeline_sync", "overhead", _F64(0.0), _F64(0.0), _F64(0.0), 0.0, 0.0, st.sync_detail,
+                             bound="latency")
+        ops["pipeline_sync"] = st.no_sync
+    else:
+        ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
+                                   st.sync_detail, bound="latency")
     stage = base + sync
     parts["overhead_s"] = parts["overhead_s"] + sync
     if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step

@@ -328,6 +328,8 @@ class _Slice:
                                    for j, v in zip(rest, fixed) if EXPONENTS[family][j]]))
         self.exps = tuple(EXPONENTS[family][j] for j in var)
         self.tops = tuple(2.0 ** float(a[-1]) for a in self.axes)
+        #: (axis, exponent, top node) of the varying axes whose time grows past the grid's edge
+        self.grows = tuple((j, p, top) for j, (p, top) in enumerate(zip(self.exps, self.tops)) if p)
         self.lists = tuple([float(v) for v in a] for a in self.axes)
         self.values = self.ln_t.reshape([len(a) for a in self.axes]).tolist()
 
@@ -354,8 +356,9 @@ class _Slice:
             ln = (lo[j] * ((1.0 - u) * (1.0 - w)) + lo[j + 1] * ((1.0 - u) * w)
                   + hi[j] * (u * (1.0 - w)) + hi[j + 1] * (u * w))
         t = math.exp(ln) * self.edge
-        for x, p, top in zip(f, self.exps, self.tops):
-            if p and x > top:
+        for j, p, top in self.grows:
+            x = f[j]
+            if x > top:
                 t *= (x / top) ** p
         return t
 
@@ -370,6 +373,10 @@ def _cell(a: list, x: float) -> tuple[int, float]:
         return len(a) - 2, 1.0
     i = bisect_right(a, y) - 1
     return i, (y - a[i]) / (a[i + 1] - a[i])
+
+
+#: One number's types (a numpy float64 is a float): a memo key of them equals the checked float's.
+_SCALAR = (float, int, np.float64)
 
 
 def _numbers(xs) -> bool:
@@ -460,6 +467,7 @@ class AttentionShape(_Shape):
         self._key = (self.family, self.table, self.eb, "bf16", None)
         self._cut = None
         self._eta_c = None
+        self._peak = None  # the tables' bf16 peak (`KernelProfile._rates`), read on first use
         self._memo: dict = {}
 
     def __call__(self, batch, q, L):
@@ -478,7 +486,9 @@ class AttentionShape(_Shape):
     def time(self, b, q, L):
         """Seconds at checked `b`, `q`, `L` (broadcast with the heads)."""
         h, kvh, hd, eb, prof = self.h, self.kvh, self.hd, self.eb, self.profile
-        peak, _ = prof._rates("bf16")
+        peak = self._peak
+        if peak is None:
+            peak = self._peak = prof._rates("bf16")[0]
         if self.phase == "decode":
             if self.kind == "mha":
                 f = (b * kvh, L, h / kvh, hd)
@@ -729,6 +739,10 @@ class KernelProfile:
         (log time interpolated linearly in log message size and log GPU count; past the largest message the time
         grows with the bytes; past the largest measured group by the ring's bytes per link, 2 (n - 1) / n); 0 for
         n <= 1. None when the system has no all-reduce table (the caller uses the alpha-beta model)."""
+        if type(message_bytes) in _SCALAR and type(n) in _SCALAR:  # one message, asked before: remembered
+            hit = self._allreduce_memo.get((message_bytes, n))
+            if hit is not None:
+                return hit
         tab = self._allreduce_table()
         if tab is None:
             return None
@@ -740,10 +754,7 @@ class KernelProfile:
         if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
             if n <= 1:
                 return 0.0
-            hit = self._allreduce_memo.get((M, n))  # remembered, as a GemmShape remembers its row counts
-            if hit is not None:
-                return hit
-            if len(self._allreduce_memo) >= MEMO_SIZE:
+            if len(self._allreduce_memo) >= MEMO_SIZE:  # remembered, as a GemmShape remembers its row counts
                 self._allreduce_memo.clear()
             row = self._allreduce_rows.get(n)
             if row is None:
