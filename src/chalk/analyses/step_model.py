@@ -483,8 +483,8 @@ def _add_up(ops, acc: tuple | None = None) -> tuple:
     return base, parts, comm, w_bytes, f_gemm
 
 
-#: Token-count answers `_token_ops_kept` keeps (the latest ones, over every kept plan).
-TOKEN_OPS_MEMO = 4096
+#: Token-count answers `_token_ops_kept` keeps (the latest ones, over every kept plan): ~4 kB each, so at most ~4 MB.
+TOKEN_OPS_MEMO = 1024
 _TOKEN_OPS: OrderedDict = OrderedDict()
 
 
