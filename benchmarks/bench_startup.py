@@ -3,9 +3,11 @@ the wall time of `python -c "import numpy"` on the same machine. Printed, not as
 
 Run: PYTHONPATH=$PWD/src python benchmarks/bench_startup.py [--repeats 9]
 It also lists the heavy modules a plain `chalk estimate` imports (typer and rich are expected; pandas, pydantic,
-matplotlib and scipy are not), and whether chalk's modules ran from __pycache__. An install writes that cache
-(pip for a regular one; setup.py's build_py for `pip install -e .`). Without it, and with PYTHONDONTWRITEBYTECODE
-set, every run compiles the ~6,000 lines `chalk estimate` imports again: ~40 ms, a third of what chalk adds.
+matplotlib, scipy and PyYAML, whose catalog files come from catalog/compiled.json, are not), and whether chalk's
+modules ran from __pycache__. An install writes that cache (pip for a regular one; setup.py's build_py for
+`pip install -e .`). Without it, and with PYTHONDONTWRITEBYTECODE set, every run compiles the ~6,000 lines
+`chalk estimate` imports again: ~40 ms, a third of what chalk adds. (After editing a module in such a checkout,
+`python -m compileall -q src/chalk` writes it again.)
 """
 
 from __future__ import annotations
