@@ -18,7 +18,9 @@ import subprocess
 import sys
 import time
 
-ESTIMATE = ["-m", "chalk.faces.cli", "estimate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "-b", "64", "-c", "4096"]
+#: `python -m chalk` runs what the `chalk` console script runs (`chalk.__main__.main`), without the shell or pyenv
+#: shim a bare `chalk` may go through first
+ESTIMATE = ["-m", "chalk", "estimate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "-b", "64", "-c", "4096"]
 HEAVY = ("pandas", "pydantic", "matplotlib", "scipy", "plotly", "streamlit", "yaml", "rich", "typer")
 
 
@@ -43,7 +45,7 @@ def paired_s(repeats: int) -> tuple[float, float, float]:
 def heavy_imports() -> list[str]:
     """Top-level heavy packages loaded by one `chalk estimate` run."""
     code = ("import sys, runpy; sys.argv = ['chalk'] + %r\n"
-            "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "try:\n    runpy.run_module('chalk', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))" % (ESTIMATE[2:],))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split("\n")[-2].split())

@@ -39,7 +39,7 @@ def test_estimate_starts_light():
             "load = cat._read_bytes\n"
             "cat._read_bytes = lambda path, where: read.append(str(path)) or load(path, where)\n"
             "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-70b', '-H', 'h100-sxm', '-b', '64']\n"
-            "try:\n    runpy.run_module('chalk.faces.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "try:\n    runpy.run_module('chalk', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print(len(read), ' '.join(sorted(sys.modules)))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -52,6 +52,35 @@ def test_estimate_starts_light():
         heavy.add("pydantic")
     assert heavy & set(loaded) == set()
     assert int(n_read) <= 6, n_read  # not all 71 catalog files
+
+
+def test_the_chalk_command_runs_the_cli_with_its_start_up_frozen():
+    """issue 12 (start-up): the `chalk` console script and `python -m chalk` run `chalk.__main__.main`: the CLI with
+    the cyclic garbage collector off while typer, numpy and the command line import, their objects frozen, and the
+    collector on again for the command. Same answers, same one-line errors."""
+    import tomllib
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["chalk"] == "chalk.__main__:main"
+    args = ["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-b", "8", "--json"]
+    entry = subprocess.run([sys.executable, "-m", "chalk", *args], capture_output=True, text=True, timeout=120)
+    assert entry.returncode == 0, entry.stderr
+    assert json.loads(entry.stdout) == json.loads(run(*args)[1])
+    bad = subprocess.run([sys.executable, "-m", "chalk", "estimate", "-m", "nope", "-H", "h100-sxm"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    code = ("import gc, sys, chalk.__main__ as m\n"
+            "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-8b', '-H', 'h100-sxm', '--json']\n"
+            "import chalk.faces.cli as cli\n"
+            "seen = []\n"
+            "real = cli.main\n"
+            "cli.main = lambda: seen.append((gc.isenabled(), gc.get_freeze_count() > 0)) or real()\n"
+            "try:\n    m.main()\nexcept SystemExit:\n    pass\n"
+            "print(seen)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[(True, True)]"  # the command runs collected; start-up frozen
 
 
 def test_estimate_ops_add_up_to_the_step():
