@@ -19,7 +19,7 @@ def cli_wall_s(args: list[str], repeats: int = 7) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, check=True)
+        subprocess.run([sys.executable, "-m", "chalk", *args], capture_output=True, check=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

@@ -28,7 +28,7 @@ def cli_wall(args) -> float:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in ("src", env.get("PYTHONPATH", "")) if p)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "plan", *args, "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "chalk", "plan", *args, "--json"], capture_output=True,
                          text=True, env=env)
     wall = time.perf_counter() - t0
     if out.returncode != 0:

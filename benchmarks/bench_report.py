@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-ARGS = ["-m", "chalk.faces.cli", "report", "-m", "llama-3.1-70b", "-H", "h100-sxm", "-o"]
+ARGS = ["-m", "chalk", "report", "-m", "llama-3.1-70b", "-H", "h100-sxm", "-o"]
 
 
 def main() -> None:

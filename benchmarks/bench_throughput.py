@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 TARGET_S = 1.0
-CMD = ["-m", "chalk.faces.cli", "throughput", "--model", "deepseek-v3", "--hardware", "gb200-nvl72",
+CMD = ["-m", "chalk", "throughput", "--model", "deepseek-v3", "--hardware", "gb200-nvl72",
        "--input-len", "2000", "--output-len", "1000", "--pareto", "--json"]
 
 
