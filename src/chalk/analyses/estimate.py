@@ -272,7 +272,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
     B = flt(w.batch)
     L = flt(w.context)
-    n_avail = int(positive("gpus", gpus if gpus is not None else system.chips, integer=True, scalar=True))
+    n_avail = int(system.chips) if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
     fits_any = None
     if layout is None:
         lay, fits_any = default_layout(model, system, costs, _largest(B) if phase == "decode" else 0.0,
@@ -382,6 +382,7 @@ class Session:
         self.system = as_system(hardware)
         self.options = dict(options)
         self._memo: OrderedDict = OrderedDict()  # popitem(last=False) drops the oldest in O(1)
+        self._cal = None  # the calibration a question without options takes (`estimate`'s default), found once
 
     def estimate(self, batch=1, context=4096, **overrides) -> RF.RooflineResult:
         opts = {**self.options, **overrides}
@@ -394,7 +395,12 @@ class Session:
                 key, hit = None, None
             if hit is not None:
                 return hit
-        r = estimate(self.model, self.system, batch, context, **opts)
+        if opts:
+            r = estimate(self.model, self.system, batch, context, **opts)
+        else:  # no options: `estimate`'s layout view at its defaults, with the calibration it would resolve
+            if self._cal is None:
+                self._cal = calibration(False, self.system.chip, None)
+            r = layout_estimate(self.model, self.system, batch, context, cal=self._cal)
         if key is not None:
             if len(self._memo) >= SESSION_MEMO:  # the oldest answer goes
                 self._memo.popitem(last=False)
