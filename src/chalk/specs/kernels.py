@@ -472,7 +472,7 @@ class AttentionShape(_Shape):
 
     def __call__(self, batch, q, L):
         """Seconds for one layer's attention (numbers or arrays; numbers remembered, as `GemmShape`'s)."""
-        if _floats((batch, q, L, self.h)):
+        if isinstance(batch, float) and isinstance(q, float) and isinstance(L, float) and isinstance(self.h, float):
             key = (batch, q, L)
             t = self._memo.get(key)
             if t is None:
