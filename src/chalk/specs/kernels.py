@@ -375,6 +375,8 @@ def _cell(a: list, x: float) -> tuple[int, float]:
     return i, (y - a[i]) / (a[i + 1] - a[i])
 
 
+_INF = math.inf
+
 #: One number's types (a numpy float64 is a float): a memo key of them equals the checked float's.
 _SCALAR = (float, int, np.float64)
 
@@ -478,7 +480,10 @@ class AttentionShape(_Shape):
             if t is None:
                 if len(self._memo) >= MEMO_SIZE:
                     self._memo.clear()
-                t = self._memo[key] = self.time(_check("batch", batch), _check("q", q), _check("L", L))
+                b, qq, LL = float(batch), float(q), float(L)
+                if not (0.0 <= b < _INF and 0.0 <= qq < _INF and 0.0 <= LL < _INF):  # `_check`'s test, inline
+                    b, qq, LL = _check("batch", batch), _check("q", q), _check("L", L)  # its one-line error
+                t = self._memo[key] = self.time(b, qq, LL)
             return t
         return self.profile.attention_time_s(self.phase, self.kind, batch, q, L, self.h, self.kvh, self.hd,
                                              self.kv_precision)
