@@ -297,28 +297,16 @@ def _stage_on(costs, system, cal: Calibration, kernels, tp: float, attn_dp: floa
 
 
 _NUMBER = (int, float, np.integer, np.floating)
-_PLAIN = (int, float, np.float64)  # numbers compared with == (never an array)
 _F64 = np.float64
-
-
-_LAST: tuple = ()  # (costs, system, cal, kernels, tp, attn_dp, pp, ep, plan) of the last kept plan asked for
 
 
 def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _Stage:
     """The stage plan of a layout: kept when the layout is numbers, worked out afresh for arrays of layouts. The
-    plan asked for last is found first (a Session asks for the same one question after question)."""
-    global _LAST
-    last = _LAST
-    if last and type(tp) in _PLAIN and type(attn_dp) in _PLAIN and type(pp) in _PLAIN and type(ep) in _PLAIN \
-            and last[0] is costs and last[1] is system and last[2] is cal and last[3] is kernels \
-            and last[4] == tp and last[5] == attn_dp and last[6] == pp and last[7] == ep:
-        return last[8]
+    numbers go to the memo as given (4 and 4.0 are one key), so a layout asked again with the very same objects is
+    the memo's last answer (`by_identity`)."""
     if isinstance(tp, _NUMBER) and isinstance(attn_dp, _NUMBER) and isinstance(pp, _NUMBER) \
             and isinstance(ep, _NUMBER):
-        tp, attn_dp, pp, ep = float(tp), float(attn_dp), float(pp), float(ep)
-        st = _stage_on(costs, system, cal, kernels, tp, attn_dp, pp, ep)
-        _LAST = (costs, system, cal, kernels, tp, attn_dp, pp, ep, st)
-        return st
+        return _stage_on(costs, system, cal, kernels, tp, attn_dp, pp, ep)
     return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
 
 
