@@ -415,13 +415,19 @@ class _Shape:
     family = ""
 
     def _lookup(self, f, key):
-        """Log-interpolated grid time at linear features `f` (all numbers or all arrays, `FEATURES` order)."""
+        """Log-interpolated grid time at linear features `f` (all numbers or all arrays, `FEATURES` order). The
+        fixed features are the shape's own, so once the grid is cut at them only the varying ones need checking."""
         nv = len(VARYING[self.family])
+        cut = self._cut
+        if cut is not None:
+            head = f[:nv]
+            if _floats(head):
+                return cut._one(head)
         if not _floats(f):
             return self.profile._time(*key[:3], f, *key[3:])[0]
-        if self._cut is None:
-            self._cut = self.profile._slice(key, tuple(f[nv:]))[0]
-        return self._cut._one(f[:nv])
+        if cut is None:
+            cut = self._cut = self.profile._slice(key, tuple(f[nv:]))[0]
+        return cut._one(f[:nv])
 
 
 class GemmShape(_Shape):
@@ -506,10 +512,7 @@ class AttentionShape(_Shape):
             # q > 1 (speculative verification): one KV read, q times the math at the prefill kernel's best rate
             if self._eta_c is None:
                 self._eta_c = prof._grid(f"{self.kind}_prefill", self.table, eb, "bf16")[3]
-            if self._cut is not None and type(f[0]) is float and type(f[1]) is float:
-                t = self._cut._one(f[:2])  # one question, the grid already cut at this shape (`_lookup`)
-            else:
-                t = self._lookup(f, self._key)
+            t = self._lookup(f, self._key)
             t = maximum(t, fq / (peak * max(self._eta_c, 1e-3)))
             return prof._floor(t, fq, by, "bf16")
         bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
