@@ -135,6 +135,11 @@ class _Setup:
         self.kernels = default_kernels(system.chip, cal)  # the step model's kernel profile (False: none)
         self.weights: dict = {}
 
+    def memory_on(self, lay: Layout, batch, context) -> tuple:
+        """(weight bytes, KV bytes) per GPU of a layout holding `batch` sequences of `context` tokens."""
+        costs = self.costs
+        return self.weights_on(lay), kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, batch, costs.kv_bytes(context))
+
     def weights_on(self, lay: Layout):
         """Weight bytes per GPU of a layout, kept per layout."""
         key = (lay.tp, lay.pp, lay.ep)
@@ -199,8 +204,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     if gpus is not None and gpus > system.chips and layout is None:
         notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
                      "replica inside it; use `chalk throughput` for a deployment of replicas")
-    w_chip = su.weights_on(lay)
-    kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
+    w_chip, kv_chip = su.memory_on(lay, B, L)
     fits = (w_chip + kv_chip) <= usable_chip
     if not every(fits):
         notes.append(f"does not fit: {_largest(w_chip + kv_chip) / 1e9:.1f} GB needed per GPU, "
@@ -299,8 +303,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     chip = system.chip
     usable_chip = su.usable_chip
     if strict_fit:
-        w_chip = su.weights_on(lay)
-        kv_chip = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, B, costs.kv_bytes(L))
+        w_chip, kv_chip = su.memory_on(lay, B, L)
         if not every((w_chip + kv_chip) <= usable_chip):
             raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
                            f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
@@ -335,8 +338,6 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     kvp = kv_precision
     if aggregate or sparse_law is not None or not refined:
         if eplb_mode(eplb) != "auto":
-            from chalk.errors import InputError
-
             raise InputError("--eplb applies to a layout's expert-parallel group; the aggregate view has none")
         if kvp is None or str(kvp).lower() == "auto":
             from chalk.analyses.parallel import resolve_kv_precision
@@ -346,8 +347,6 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
             kvp = resolve_kv_precision(kvp, canonical(precision) if precision else ModelSizes(m).default_precision(),
                                        system)
         if layout is not None:
-            from chalk.errors import InputError
-
             raise InputError("--layout and --aggregate exclude each other: the aggregate view has no layout")
         eff = efficiency or default_efficiency(ideal, m.num_layers, system.chip)
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
