@@ -11,9 +11,16 @@ import pytest
 from chalk.faces.cli import ESTIMATE_KEYS
 
 
-def run(*args):
-    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=120)
+def run(*args, module="chalk.faces.cli"):
+    p = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout, p.stderr
+
+
+def last_line(code: str) -> str:
+    """The last line `code` prints in a fresh interpreter (which must exit 0)."""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()[-1]
 
 
 def test_estimate_json_keys_and_values():
@@ -41,9 +48,7 @@ def test_estimate_starts_light():
             "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-70b', '-H', 'h100-sxm', '-b', '64']\n"
             "try:\n    runpy.run_module('chalk', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print(len(read), ' '.join(sorted(sys.modules)))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    n_read, *loaded = p.stdout.splitlines()[-1].split()
+    n_read, *loaded = last_line(code).split()
     assert [m for m in loaded if m.startswith("chalk.faces.cli_") and m != "chalk.faces.cli_common"] == []
     heavy = {"pandas", "matplotlib", "scipy", "chalk.specs.prices", "yaml"}
     import typer
@@ -64,12 +69,11 @@ def test_the_chalk_command_runs_the_cli_with_its_start_up_frozen():
     scripts = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["chalk"] == "chalk.__main__:main"
     args = ["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-b", "8", "--json"]
-    entry = subprocess.run([sys.executable, "-m", "chalk", *args], capture_output=True, text=True, timeout=120)
-    assert entry.returncode == 0, entry.stderr
-    assert json.loads(entry.stdout) == json.loads(run(*args)[1])
-    bad = subprocess.run([sys.executable, "-m", "chalk", "estimate", "-m", "nope", "-H", "h100-sxm"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    rc, out, err = run(*args, module="chalk")
+    assert rc == 0, err
+    assert json.loads(out) == json.loads(run(*args)[1])
+    rc, _, err = run("estimate", "-m", "nope", "-H", "h100-sxm", module="chalk")
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
     code = ("import gc, sys, chalk.__main__ as m\n"
             "sys.argv = ['chalk', 'estimate', '-m', 'llama-3.1-8b', '-H', 'h100-sxm', '--json']\n"
             "import chalk.faces.cli as cli\n"
@@ -78,9 +82,7 @@ def test_the_chalk_command_runs_the_cli_with_its_start_up_frozen():
             "cli.main = lambda: seen.append((gc.isenabled(), gc.get_freeze_count() > 0)) or real()\n"
             "try:\n    m.main()\nexcept SystemExit:\n    pass\n"
             "print(seen)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "[(True, True)]"  # the command runs collected; start-up frozen
+    assert last_line(code) == "[(True, True)]"  # the command runs collected; start-up frozen
 
 
 def test_estimate_ops_add_up_to_the_step():
