@@ -38,7 +38,7 @@ import numpy as np
 
 from chalk.equations import kernels as K
 from chalk.equations import parallel as P
-from chalk.equations.num import maximum, where
+from chalk.equations.num import maximum, minimum, where
 from chalk.errors import InputError
 from chalk.specs.precision import bytes_per_element, canonical
 
@@ -442,6 +442,11 @@ class GemmShape(_Shape):
         self._key = ("gemm", self.precision, self.elem_bytes, self.precision, None)
         self._cut = None
         self._memo: dict = {}
+        # the same GEMM at the next wider math the chip runs no faster (fp8 -> bf16, fp4 -> fp8): its time bounds
+        # this one's (`KernelProfile.wider_math`)
+        w = profile.wider_math(self.precision)
+        self._wider = None if w is None else (profile.gemm_shape(n, k, w) if _numbers((n, k))
+                                               else GemmShape(profile, n, k, w))
 
     def __call__(self, m):
         """Seconds for one GEMM of `m` rows (a number or an array). One number is remembered (the shape is fixed,
@@ -459,7 +464,8 @@ class GemmShape(_Shape):
         """Seconds at `m` rows, checked (and broadcast with n and k)."""
         n, k, p = self.n, self.k, self.precision
         t = self._lookup((m, n, k), self._key)
-        return self.profile._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, self.elem_bytes), p)
+        t = self.profile._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, self.elem_bytes), p)
+        return t if self._wider is None else minimum(t, self._wider.time(m))
 
 
 class AttentionShape(_Shape):
@@ -550,6 +556,7 @@ class KernelProfile:
         self._allreduce_rows: dict = {}
         self._allreduce_memo: dict = {}
         self._rate_memo: dict = {}
+        self._wider_memo: dict = {}
 
     # ---- rates
     def _rates(self, precision: str, own: bool = False):
@@ -564,6 +571,28 @@ class KernelProfile:
             peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
             return float(peak), float(self._ref["hbm"])
         return self.chip.peak_flops_per_s(precision), self.chip.hbm_bandwidth_bytes_per_s
+
+    def wider_math(self, precision: str) -> str | None:
+        """The next wider math precision (fp4 -> fp8 -> bf16) whose kernel bounds the time of a `precision` GEMM
+        or MoE layer of the same shape on this chip, or None (16-bit math, or a chip that runs the wider math
+        faster).
+
+        A narrow kernel reads fewer bytes; where the chip's own peak at `precision` is at least its peak at the
+        wider math, it is never slower than the wider kernel of the same shape (an engine holding narrow weights
+        can run them through the wider datapath, weights up-cast on chip: W8A16 / W4A8 mixed-input kernels).
+        The tables and the curve can say otherwise: the curve's FP8 efficiencies were measured at twice the
+        16-bit rate (every curve system has that ratio), so on a chip whose FP8 peak equals its BF16 peak (TPU
+        v5p, v6e) they made compute-bound FP8 GEMMs slower than BF16 ones; and a few small measured FP8 shapes
+        carry a fixed overhead. The wider time caps them (issue 24)."""
+        hit = self._wider_memo.get(precision, 0)
+        if hit != 0:
+            return hit
+        key = dtype_key(precision)
+        w = {"fp4": "fp8", "fp8": "bf16"}.get(key)
+        if w is not None and self.chip.peak_flops_per_s(precision) < self.chip.peak_flops_per_s(w):
+            w = None
+        self._wider_memo[precision] = w
+        return w
 
     # ---- which table
     def _lookup(self, family: str, dtype: str):
@@ -717,7 +746,9 @@ class KernelProfile:
         fam = "moe_balanced" if balanced and self._balanced_moe(key or dtype_key(p)) else "moe"
         t, passes = self._time(fam, p, eb, (c / el, el, h, i), table_key=key)
         t = t + K.moe_routing_bytes(T, k, h, passes) / bw
-        return self._floor(t, fl, by, p)
+        t = self._floor(t, fl, by, p)
+        w = self.wider_math(p)  # never slower than the wider math's experts (`wider_math`)
+        return t if w is None else minimum(t, self.moe_time_s(T, h, i, E, k, ep, w, balanced=balanced))
 
     @staticmethod
     def _moe_table_key(p: str, eb: float, weight_precision) -> str | None:
