@@ -18,7 +18,7 @@ import numpy as np
 from chalk.analyses import sizing as S
 from chalk.analyses.calibration import calibration, eplb_mode
 from chalk.analyses.results import PlanResult
-from chalk.analyses.serving import Speculation, _length, throughput
+from chalk.analyses.serving import Speculation, _length, resolve_speculation, throughput
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
 from chalk.specs.catalog import as_model, as_system
@@ -34,7 +34,7 @@ ENGINES_BY_VENDOR = {"nvidia": ("vllm", "sglang", "trtllm"), "amd": ("vllm", "sg
 
 def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, min_user_tps=None,
          ttft_p99_s=None, tpot_p99_s=None, diurnal=None, prices=None, engine=None, precision=None,
-         kv_precision="auto", speculative: Speculation | None = None, draft_model: str | None = None,
+         kv_precision="auto", speculative: Speculation | str | None = "auto", draft_model: str | None = None,
          modes=S.MODES, ideal: bool = False, sim_requests: int = DEFAULT_SIM_REQUESTS, seed: int = 0,
          curves: bool = True, eplb: str | None = None) -> PlanResult:
     """The cheapest deployment on each candidate that serves the demand within the latency targets.
@@ -45,7 +45,8 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
     with a price); `prices`: {'h100-sxm': 2.5} or 'h100-sxm=2.5' overrides in $/GPU-hour. `diurnal`: 24 hourly
     multipliers of the demand (a CSV path or numbers): the fleet is sized for the peak hour and the day is
     costed with and without autoscaling. `precision`: one or several weight precisions to choose from (None:
-    the checkpoint's); `speculative`: allow speculative decoding / MTP; `modes`: 'aggregated', 'disaggregated'.
+    the checkpoint's); `speculative`: allow speculative decoding / MTP ('auto', the default: the model's own MTP
+    draft layers where its config ships them; None: none); `modes`: 'aggregated', 'disaggregated'.
     `eplb`: whether MoE layouts run an expert-load balancer ('auto' (default): from the calibrated EP width; 'on';
     'off'), for the search, the sizing and the replay alike.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
@@ -57,13 +58,14 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
     precisions = _precisions(precision)
     sim_requests = count("sim_requests", sim_requests, maximum=1_000_000)
     seed = int(positive("seed", seed, integer=True, allow_zero=True, maximum=2**32))
-    if speculative is not None and not isinstance(speculative, Speculation):
+    if speculative is not None and not isinstance(speculative, (Speculation, str)):
         raise InputError(f"speculative must be a Speculation(draft_tokens, acceptance), got {speculative!r}")
     if engine is not None:
         from chalk.specs.engine import load_engine
 
         engine = load_engine(engine).id
     m = as_model(model)
+    speculative = resolve_speculation(speculative, m)
     I, din = _length("input_len", input_len)
     O, dout = _length("output_len", output_len)
     names = candidate_list(hardware)
@@ -248,7 +250,7 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:
-        mtp = ask.model.model_type.startswith("deepseek")
+        mtp = ask.model.mtp_layers > 0  # the checkpoint ships draft layers
         spec = LaunchSpec("mtp", v["speculative"].draft_tokens) if mtp or not draft_model else \
             LaunchSpec("eagle", v["speculative"].draft_tokens, draft_model=draft_model)
     mml = _max_model_len(ask)

@@ -67,6 +67,8 @@ class Speculation:
     draft_tokens: int
     acceptance: float
     draft_layers: float = 1.0
+    #: where the acceptance comes from ('' where the caller gave it)
+    source: str = ""
 
     def __post_init__(self):
         k, a = self.draft_tokens, self.acceptance
@@ -78,6 +80,29 @@ class Speculation:
     @property
     def tokens_per_step(self) -> float:
         return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
+
+
+def model_speculation(model) -> Speculation | None:
+    """The model's own multi-token-prediction draft layers as a `Speculation`: one draft token per layer the
+    checkpoint ships (`ModelSpec.mtp_layers`, from config.json), each accepted at the catalog's sourced rate
+    (`ModelSpec.mtp_acceptance`); None for a model without draft layers. What `throughput` and `plan` search
+    with when not told otherwise (speculative='auto')."""
+    m = as_model(model)
+    if m.mtp_layers <= 0 or m.mtp_acceptance is None:
+        return None
+    return Speculation(int(min(m.mtp_layers, 64)), float(m.mtp_acceptance), draft_layers=1.0,
+                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: "
+                              f"{m.mtp_acceptance_source}")
+
+
+def resolve_speculation(speculative, model) -> Speculation | None:
+    """`speculative` as given (a Speculation, or None: none), or with 'auto' the model's own draft layers
+    (`model_speculation`)."""
+    if isinstance(speculative, str):
+        if speculative != "auto":
+            raise InputError(f"speculative must be a Speculation, None or 'auto', got {speculative!r}")
+        return model_speculation(model)
+    return speculative
 
 
 def prefill_piece(prompt_tokens: float, chunk=None) -> float:
@@ -252,14 +277,16 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                precision: str | None = None, kv_precision: str | None = "auto", min_user_tps: float | None = None,
                max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
                ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
-               concurrency: int | None = None, speculative: Speculation | None = None, engine=None,
+               concurrency: int | None = None, speculative: Speculation | str | None = "auto", engine=None,
                cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
 
     input_len / output_len: means, or distributions ('lognormal:mean=3790,p99=15000', a lengths file).
-    speculative: also search with speculative decoding / MTP, and keep it where it serves more per GPU.
+    speculative: also search with speculative decoding / MTP, and keep it where it serves more per GPU; 'auto'
+    (default): the model's own MTP draft layers where its config ships them (`model_speculation`), none
+    otherwise; None: none. A fixed deployment (`concurrency`) speculates only when given a Speculation.
     engine: 'vllm' | 'sglang' | 'trtllm': that engine's scheduler cap, KV memory fraction and kernels.
     cache_hit: fraction of prompt tokens served from the prefix cache (no prefill compute; KV still read).
     `calibration_override` replaces the efficiency constants (used when fitting them).
@@ -284,12 +311,13 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
             gpus = decode_gpus + count("prefill_gpus", prefill_gpus, MAX_GPUS)
         return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
-                                ideal=ideal, calibration_override=calibration_override, speculative=speculative,
+                                ideal=ideal, calibration_override=calibration_override,
+                                speculative=None if isinstance(speculative, str) else speculative,
                                 engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb)
     found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
                     kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
-                    layout=layout, speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb)
+                    layout=layout, speculative=resolve_speculation(speculative, model), engine=engine, cache_hit=cache_hit, eplb=eplb)
     return _select(found, min_user_tps, pareto)
 
 
@@ -432,7 +460,7 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
     plain = ok & ~ev["speculative"]
     best_plain = float(np.max(np.where(plain, per_gpu, -np.inf))) if np.any(plain) else None
     return {"used": used, "draft_tokens": spec.draft_tokens, "acceptance": spec.acceptance,
-            "tokens_per_step": spec.tokens_per_step,
+            "tokens_per_step": spec.tokens_per_step, "source": spec.source or "given",
             "best_plain_output_tokens_per_s_per_gpu": best_plain,
             "gain_vs_plain": (float(per_gpu[i]) / best_plain) if best_plain else None}
 
@@ -755,9 +783,10 @@ def _notes(system: System, cal: Calibration, model=None, par: dict | None = None
 # --------------------------------------------------------------------------- lecture claim
 def claims() -> list[Claim]:
     """`fast_mode_price_for_2_5x_speed`: DeepSeek-V3 on a GB200 NVL72 rack."""
-    # DeepSeek-V3 serves with its own MTP module: one draft token, accepted 85-90% of the time (DeepSeek-V3
-    # technical report, arXiv 2412.19437, section 5.4.3); without it the rack's latency floor sits below 2.5x 40 tok/s
-    mtp = Speculation(1, 0.85)
+    # DeepSeek-V3 serves with its own MTP module (its config's one draft layer, accepted at the catalog's rate:
+    # 85-90% in the DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3); without it the rack's
+    # latency floor sits below 2.5x 40 tok/s
+    mtp = model_speculation("deepseek-v3")
 
     # one search of the rack's layouts x batch, read at two base speeds (what `throughput` answers for each)
     found = _search("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, speculative=mtp,

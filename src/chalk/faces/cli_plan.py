@@ -90,7 +90,7 @@ def plan(
     r = run(model, hardware, users=users, rate=rate, input_len=_len_arg(input_len), output_len=_len_arg(output_len),
             min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
             engine=engine, precision=precision, kv_precision=kv_precision,
-            speculative=Speculation(mtp, acceptance) if mtp is not None else None, draft_model=draft_model,
+            speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
             modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb)
     if plot:
         from chalk.faces.plots_plan import plot_plan

@@ -188,6 +188,15 @@ def throughput(
             ("cost, split by phase", f"{usd(r['cost_per_mtok_output_decode_share_usd'])} per M output tokens "
                                      f"(decode share) + {usd(r['cost_per_mtok_input_prefill_share_usd'])} per M "
                                      "input tokens (prefill share)")]
+    sp = r.get("speculative")
+    if sp:
+        gain = f", {sp['gain_vs_plain']:.2f}x the best plain point" if sp["used"] and sp.get("gain_vs_plain") else ""
+        rows.append(("speculative decoding", (f"used: {sp['draft_tokens']} draft token(s) at acceptance "
+                                              f"{sp['acceptance']:g} ({sp['tokens_per_step']:.2f} tokens per step"
+                                              f"{gain})" if sp["used"] else
+                                              f"considered ({sp['draft_tokens']} draft token(s) at acceptance "
+                                              f"{sp['acceptance']:g}), not used: no gain at this point")
+                     + f"; {sp['source'].split(';')[0]}"))
     if "prefill" in r:
         p = r["prefill"]
         rows.append(("prefill pool", f"{p['layout']}: {num(p['input_tokens_per_s_per_gpu'])} input tokens/s per "
@@ -280,7 +289,7 @@ def _speculation(mtp, acceptance, speculative):
             raise InputError(f"draft tokens must be a whole number, got {parts[1]!r}")
         return Speculation(int(k), a, draft_layers=1.0)
     if mtp is None:
-        return None
+        return "auto"  # the model's own MTP draft layers where its config ships them
     return Speculation(mtp, acceptance)
 
 

@@ -150,6 +150,14 @@ def _whole(name: str, v) -> int:
     return v
 
 
+def _mtp_layers(model: str) -> int:
+    """The draft (multi-token-prediction) layers the model's config ships; 0 where unknown."""
+    try:
+        return load_model(model).mtp_layers
+    except Exception:
+        return 0
+
+
 def _model_type(model: str) -> str:
     try:
         return load_model(model).model_type
@@ -166,10 +174,9 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     trust = _needs_remote_code(dep.model) if dep.trust_remote_code is None else dep.trust_remote_code
     render = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[prof.id]
     argv, cfg, notes = render(prof, dep, repo, trust)
-    if dep.speculative is not None and dep.speculative.method == "mtp" and \
-            not _model_type(dep.model).startswith("deepseek"):
-        notes.append("MTP needs next-token heads in the checkpoint; chalk knows them only for DeepSeek-V3-family "
-                     "models")
+    if dep.speculative is not None and dep.speculative.method == "mtp" and not _mtp_layers(dep.model):
+        notes.append("MTP needs next-token heads (draft layers) in the checkpoint; this model's config.json declares "
+                     "none (num_nextn_predict_layers / mtp_num_hidden_layers)")
     return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes))
 
 

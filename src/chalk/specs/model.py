@@ -21,7 +21,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3
 _SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
 _COUNTS = ("intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
            "index_n_heads", "index_head_dim", "index_topk", "num_experts", "experts_per_token",
-           "moe_intermediate_size", "num_shared_experts")
+           "moe_intermediate_size", "num_shared_experts", "mtp_layers")
+#: config.json keys that count the multi-token-prediction (draft) layers a checkpoint ships beyond its decoder
+#: layers: DeepSeek-V3/R1/V3.2, GLM-4.5 and MiMo write num_nextn_predict_layers, Qwen3-Next and Qwen3.5
+#: mtp_num_hidden_layers
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +79,11 @@ class ModelSpec:
     card_total_params: float | None = None
     card_active_params: float | None = None
     notes: str = ""
+    # multi-token-prediction (draft) layers shipped beyond num_layers (`MTP_KEYS`), and the per-token acceptance
+    # of their drafts with its source (meta.yaml mtp_acceptance, else the catalog's speculation.yaml default)
+    mtp_layers: int = 0
+    mtp_acceptance: float | None = None
+    mtp_acceptance_source: str = ""
 
     def __post_init__(self) -> None:
         for name in _SIZES:
@@ -85,6 +94,7 @@ class ModelSpec:
             field_number(self, name, gt=0, whole=True, optional=True)
         for name in ("card_total_params", "card_active_params"):
             field_number(self, name, ge=0, optional=True)
+        field_number(self, "mtp_acceptance", gt=0, lt=1, optional=True)
         for name in ("aliases", "sliding_layers", "moe_layers"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         field_choice(self, "attention", ("gqa", "mla"))
@@ -166,6 +176,28 @@ def _precision_name(name: str, where: str) -> str:
         return canonical(name)
     except UnknownNameError as e:
         raise SpecError(f"{where}: weights precision: {e}") from None
+
+
+def _mtp(cfg: dict, meta: dict, where: str) -> dict:
+    """The draft layers a config ships (`MTP_KEYS`) and their acceptance: meta.yaml's `mtp_acceptance` (with
+    `mtp_acceptance_source`), else the catalog default (speculation.yaml); nothing for a config without them."""
+    n = _int(cfg, *MTP_KEYS, default=0, required=False, where=where)
+    if n == 0:
+        return {}
+    if meta.get("mtp_acceptance") is not None:
+        a = spec_number(meta["mtp_acceptance"], f"{where}: meta mtp_acceptance", maximum=1.0)
+        src = spec_str(meta.get("mtp_acceptance_source"), f"{where}: meta mtp_acceptance_source")
+        if not src:
+            raise SpecError(f"{where}: meta mtp_acceptance needs mtp_acceptance_source (where the rate comes from)")
+    else:
+        from chalk.specs.catalog import package_path, read_yaml
+
+        dflt = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
+        a = spec_number(dflt["default_mtp_acceptance"], "catalog speculation.yaml: default_mtp_acceptance",
+                        maximum=1.0)
+        src = "chalk default for draft layers without a stated rate: " + spec_str(dflt["source"],
+                                                                                   "speculation.yaml: source")
+    return {"mtp_layers": n, "mtp_acceptance": a, "mtp_acceptance_source": src}
 
 
 def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: str = "",
@@ -283,6 +315,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         d["native_precision"], d["expert_precision"] = "bf16", "mxfp4"
     else:
         d["native_precision"] = prec
+    d.update(_mtp(cfg, meta, where))
     for key, field in (("card_total_params_b", "card_total_params"), ("card_active_params_b", "card_active_params")):
         if meta.get(key) is not None:
             d[field] = spec_number(meta[key], f"{where}: meta {key}", maximum=1e6) * 1e9

@@ -1,0 +1,108 @@
+"""MTP from the config (issue 24 item 6): any model whose config.json ships draft layers gets its own MTP
+considered in the search, at a sourced acceptance rate, whatever its name; a model without them does not.
+
+Fixtures (tests/data/mtp): foo-mtp is Llama-3.1-8B's config with num_nextn_predict_layers 1 added (a model type
+chalk never gave MTP before); bar-mtp is Qwen3-30B-A3B's with mtp_num_hidden_layers 1 (Qwen3-Next's key);
+ds-no-mtp is DeepSeek-V3's with num_nextn_predict_layers set to 0 (a DeepSeek name, no draft layers).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chalk.analyses import plan as plan_mod
+from chalk.analyses import serving
+from chalk.analyses.serving import Speculation, model_speculation, throughput
+from chalk.specs import launch
+from chalk.specs.catalog import load_model, read_yaml, package_path
+
+DATA = Path(__file__).parent / "data" / "mtp"
+FOO, BAR, NO = (str(DATA / n / "config.json") for n in ("foo-mtp", "bar-mtp", "ds-no-mtp"))
+DEFAULT = read_yaml(package_path("catalog", "speculation.yaml"))
+
+
+def test_draft_layers_read_from_either_key():
+    assert load_model(FOO).mtp_layers == 1 and load_model(FOO).model_type == "llama"
+    assert load_model(BAR).mtp_layers == 1 and load_model(BAR).model_type == "qwen3_moe"
+    assert load_model(NO).mtp_layers == 0 and load_model(NO).mtp_acceptance is None
+    assert load_model("llama-3.1-8b").mtp_layers == 0
+    assert load_model("kimi-k2").mtp_layers == 0  # its config says num_nextn_predict_layers 0
+
+
+def test_acceptance_is_sourced():
+    # DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3: second token accepted 85-90% of the time
+    for mid in ("deepseek-v3", "deepseek-r1", "deepseek-v3.2"):
+        m = load_model(mid)
+        assert m.mtp_layers == 1 and m.mtp_acceptance == pytest.approx(0.85)
+        assert "2412.19437" in m.mtp_acceptance_source
+    # a config without a catalog rate takes the stated default, and says so
+    m = load_model(FOO)
+    assert m.mtp_acceptance == DEFAULT["default_mtp_acceptance"] == 0.85
+    assert m.mtp_acceptance_source.startswith("chalk default") and "2412.19437" in m.mtp_acceptance_source
+    s = model_speculation(FOO)
+    assert s == Speculation(1, 0.85, 1.0, s.source) and "1 in its config" in s.source
+    assert model_speculation(NO) is None and model_speculation("llama-3.1-70b") is None
+
+
+def test_search_considers_mtp_from_the_config_whatever_the_name():
+    kw = dict(input_len=1000, output_len=500)
+    r = throughput(FOO, "h100-sxm", **kw)  # default: 'auto'
+    sp = r["speculative"]
+    assert sp is not None and sp["draft_tokens"] == 1 and sp["acceptance"] == 0.85
+    assert sp["source"].startswith("the model's own MTP layers")
+    # it is kept only where it serves more per GPU than the plain point
+    plain = throughput(FOO, "h100-sxm", speculative=None, **kw)
+    assert plain["speculative"] is None
+    assert r["output_tokens_per_s_per_gpu"] >= plain["output_tokens_per_s_per_gpu"] * (1 - 1e-12)
+    if sp["used"]:
+        assert r["output_tokens_per_s_per_gpu"] > plain["output_tokens_per_s_per_gpu"]
+
+
+def test_no_draft_layers_no_mtp():
+    assert throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=500)["speculative"] is None
+
+
+def test_deepseek_gains_from_its_own_mtp():
+    kw = dict(input_len=2000, output_len=1000)
+    auto = throughput("deepseek-r1", "h200", **kw)
+    plain = throughput("deepseek-r1", "h200", speculative=None, **kw)
+    assert auto["speculative"]["used"]
+    assert auto["output_tokens_per_s_per_gpu"] > plain["output_tokens_per_s_per_gpu"]
+
+
+def test_a_fixed_deployment_speculates_only_when_told():
+    r = throughput(FOO, "h100-sxm", input_len=1000, output_len=500, layout="tp=1", concurrency=8)
+    assert not (r.get("speculative") or {}).get("used")
+
+
+def test_launch_note_follows_the_config():
+    assert launch._mtp_layers(FOO) == 1 and launch._mtp_layers(NO) == 0
+    assert launch._mtp_layers("deepseek-r1") == 1 and launch._mtp_layers("kimi-k2") == 0
+
+
+FAMILIES = ("deepseek", "kimi", "qwen", "llama", "glm", "mimo", "mistral", "mixtral", "gpt")
+
+
+def _strings_in_tests(fn) -> list[str]:
+    """String constants inside the conditions (if / elif / ternary / boolean tests) of a function's source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    out.append(sub.value.lower())
+    return out
+
+
+@pytest.mark.parametrize("fn", [plan_mod._launch, plan_mod.plan, serving.model_speculation,
+                                serving.resolve_speculation, serving.throughput, launch.render_launch,
+                                launch._mtp_layers])
+def test_no_model_family_in_the_mtp_conditions(fn):
+    assert not [s for s in _strings_in_tests(fn) if s.startswith(FAMILIES)]
+    assert "deepseek" not in inspect.getsource(fn).lower().replace("deepseek-v3/r1 is served", "")
