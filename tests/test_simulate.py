@@ -378,12 +378,14 @@ def test_a_closed_loop_hands_each_freed_seat_on_after_the_client_latency(seats, 
     send = np.asarray(late.arrival_s)           # closed loop: latencies count from the client's send,
     admit = send + lat                          # `lat` before the engine's admission
     ends = np.sort(send + np.asarray(late.e2e_s))
-    assert np.allclose(late.queue_s, lat) and np.all(np.asarray(late.ttft_s) >= lat)
+    # admitted at the first step start after it reaches the engine: the latency, plus at most the step in flight
+    step_max = float(np.max(np.asarray(late.e2e_s)))
+    assert np.all(late.queue_s >= lat * (1 - 1e-12)) and np.all(late.queue_s <= lat + step_max)
+    assert np.all(np.asarray(late.ttft_s) >= lat)
     later = admit[seats:]
     # a seat is handed on only after the latency: request seats + k reaches the engine >= lat after the k-th end
     assert np.all(later >= ends[:len(later)] + lat * (1 - 1e-12))
     # ... and no later than the step in flight when it arrives
-    step_max = float(np.max(np.asarray(late.e2e_s)))
     assert np.all(later <= ends[:len(later)] + lat + step_max)
     assert float(ends[-1]) > float(np.max(np.asarray(plain.arrival_s) + np.asarray(plain.e2e_s)))
     with pytest.raises(InputError):
@@ -419,4 +421,7 @@ def test_fixed_mode_latencies_come_from_the_simulator():
     closed = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=1000,
                               output_len=200, simulate=False)
     assert closed["latency_source"] == "closed form"
-    assert closed["tpot_s"] == f["tpot_s"] and closed["output_tokens_per_s_per_gpu"] == f["output_tokens_per_s_per_gpu"]
+    # the closed form and the replay answer the same deployment: within a few percent where no waves form
+    assert closed["tpot_s"] == pytest.approx(f["tpot_s"], rel=0.05)
+    assert closed["output_tokens_per_s_per_gpu"] == pytest.approx(f["output_tokens_per_s_per_gpu"], rel=0.05)
+    assert f["latency_window"]["warmup_requests"] >= 2 * 64 and closed["latency_window"] is None

@@ -36,10 +36,32 @@ PREFILL_CHUNK_TOKENS = 16384
 SPEEDUPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
 
 
-def deployment_sizes(system: System) -> list[int]:
-    """Deployment sizes searched when none is given: powers of two and the whole scale-up domain."""
+#: Most scale-up domains (nodes) a search spans on its own when the weights do not fit one.
+MAX_DOMAINS = 64
+
+
+def deployment_sizes(system: System, weight_bytes: float = 0.0, usable_bytes_per_chip: float | None = None
+                     ) -> list[int]:
+    """Deployment sizes searched when none is given: powers of two and the whole scale-up domain; and, when
+    `weight_bytes` do not fit one domain's usable memory (`usable_bytes_per_chip` each, default the whole HBM) and
+    the chip has a scale-out network, the fewest domains that hold them (2, 4, ... nodes: pipeline stages over
+    nodes, or EP over the scale-out network, as DeepSeek-V3/R1 is served on two 8-GPU H100 nodes). Wider
+    deployments are searched when asked (`gpus`)."""
     d = system.chips
-    return sorted({n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= d} | {d})
+    out = {n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= d} | {d}
+    usable = system.chip.hbm_bytes if usable_bytes_per_chip is None else usable_bytes_per_chip
+    if weight_bytes > d * usable and system.chip.scaleout_bandwidth_bytes_per_s > 0:
+        k = 2
+        while weight_bytes > k * d * usable and k < MAX_DOMAINS:
+            k *= 2
+        out.add(k * d)
+    return sorted(out)
+
+
+def search_sizes(system: System, costs, cal: Calibration) -> list[int]:
+    """`deployment_sizes` for a model at these precisions (`costs`) under a calibration's memory reserve."""
+    return deployment_sizes(system, costs.dense_weight_bytes + costs.expert_weight_bytes,
+                            system.chip.hbm_bytes * (1 - cal.memory_reserve))
 
 
 #: Geometric step of the batch grid (sequences per scheduler): 15% apart, from 1 to the scheduler cap.
@@ -370,7 +392,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         layouts = [lay]
         sizes = [lay.replica_gpus]
     else:
-        sizes = [gpus] if gpus else deployment_sizes(system)
+        sizes = [gpus] if gpus else search_sizes(system, costs, cal)
         layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
     if not layouts:
         raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
@@ -592,13 +614,19 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         else I
     ttft_p99 = ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
     tpot_p99 = max(tpot_chunk, tpot)
+    window = sim = None
     if simulate and not disagg and speculative is None:
-        sim = closed_loop_latencies(m, system, lay, Nr, min(cap, Nr), B, L, costs, cal, ovh, chunk,
-                                    di or I, do or O)
-        # the replay counts on the client's clock: its TTFT holds the request latency already
-        ttft = float(sim.mean_ttft_s) + waiting / X
-        ttft_p99, tpot_p99 = float(sim.ttft_p99_s) + waiting / X, float(sim.tpot_p99_s)
-        latency_source = f"simulated closed loop ({sim.n_requests:,} requests)"
+        # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
+        # every latency, so in flight = throughput x time per request (Little's law) holds as measured
+        sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O)
+        X, B = float(sim.requests_per_s), float(sim.mean_batch)
+        out_gpu = float(sim.output_tokens_per_s) * R / gpus
+        tpot, ttft = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # TTFT on the client's clock: holds `lat`
+        ttft_p99, tpot_p99 = float(sim.ttft_p99_s), float(sim.tpot_p99_s)
+        waiting = max(Nr - float(sim.mean_concurrency) - X * lat, 0.0)
+        window = sim.latency_window
+        latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
+                          f"{window['requests']:,})")
     else:  # the closed forms on the engine's clock, moved to the client's
         ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
         latency_source = "closed form"
@@ -612,6 +640,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
            "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
            "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
            "ttft_p99_s": ttft_p99, "tpot_p99_s": tpot_p99, "latency_source": latency_source,
+           "latency_window": window, "mean_step": None if disagg else _mean_step(
+               costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim),
            "input_len": I, "output_len": O, "mean_decode_context": L, "cache_hit": F,
            "engine": eng.id if eng is not None else None, "efficiency": cal.label,
            "speculative": None if speculative is None else {
@@ -619,8 +649,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
            "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
-           + ([f"{Nr - B:.0f} of {Nr:.0f} requests per replica wait: the scheduler "
-               f"cap / KV memory allows {cap:.0f} in flight"] if waiting > 0 else [])
+           + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: the scheduler "
+               f"cap / KV memory allows {cap:.0f} in flight"] if waiting >= 0.5 else [])
            + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
                "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
                "without decoding"] if lat > 0 else [])}
@@ -630,27 +660,59 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
 
 
 #: Requests replayed per replica in a closed-loop latency check: this many times the concurrency (the first wave
-#: and about this many refills of every seat), within the bounds below.
-CLOSED_LOOP_ROUNDS = 8
+#: Requests replayed per replica in a closed-loop latency check: this many times the concurrency, within the bounds
+#: below. A closed loop started at t = 0 moves in waves that fade slowly; with 8 rounds the window's rate aliased
+#: against them (Little's law off by up to 25% on gpt-oss-20b / MI300X at 256 in flight), with 32 within ~2%.
+CLOSED_LOOP_ROUNDS = 32
 CLOSED_LOOP_REQUESTS = (400, 20_000)
+
+
+def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim=None) -> dict:
+    """What a fixed deployment's TPOT is made of: its mean step mixes pure decode steps (what `estimate --batch`
+    times) with steps carrying a prompt's prefill chunk. From the replayed closed loop (`sim`) where there is one:
+    the decoding sequences and prompt tokens its steps carried on average; else the closed form
+    (`prefill_step_tokens`, `mixed_step_s`)."""
+    kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
+    if sim is not None:
+        dec, pf, mean = float(sim.mean_decode_batch), float(sim.mean_prefill_tokens_per_step), float(sim.mean_step_s)
+        pure = float(np.asarray(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(dec, 1.0), 0.0, L,
+                                           max(I, 1.0), cal, **kw)["stage_time_s"]))
+        d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
+             "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
+    else:
+        c, F, _ = prefill_step_tokens(max(B, 1.0), e, Ip, O, piece, lay.attn_dp, cal.dp_prefill_alignment)
+        mean, chunk, pure = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip, O,
+                                         L, max(I, 1.0), piece, cal, **kw)
+        d = {"source": "closed form", "decode_sequences": float(B), "prefill_tokens_per_step": float(c * F),
+             "mean_step_s": float(np.asarray(mean)), "pure_decode_step_s": float(np.asarray(pure)),
+             "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
+    d["pipeline_stages"] = lay.pp
+    d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
+                 "`estimate --batch <decode_sequences>` times the pure decode step (pure_decode_step_s); TPOT "
+                 "averages the steps of each request's own decode (times the pipeline factor, over tokens per step), "
+                 "so it sits between the pure decode step and the mean step when prompts arrive in bursts"
+                 + ("; the MTP draft adds its layers to each step" if speculative is not None else ""))
+    return d
 
 
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
                           input_len, output_len, seed: int = 0):
-    """One replica's closed loop replayed in the request simulator: `concurrency` requests in flight, at most
-    `seats` of them running (the scheduler cap), step times from the step model's linear form at `batch` decoding
-    sequences of `context` tokens (`replica_step_cost`: through a pure decode step and one carrying a chunk).
-    Returns the `SimulationResult` (latencies counted from each request's send)."""
+    """One replica's closed loop replayed in the request simulator: `concurrency` client seats (requests in
+    flight), at most `seats` of them running in the engine (the scheduler cap and KV room; the rest wait in its
+    queue), step times from the step model's linear form at `batch` decoding sequences of `context` tokens
+    (`replica_step_cost`: through a pure decode step and one carrying a chunk).
+    Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window)."""
     from chalk.analyses import simulate as sim
 
     sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
                            precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
     n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
-    reqs = sim.closed_loop_requests(int(round(concurrency)), n, input_len, output_len, seed)
-    return sim.simulate_continuous(reqs, sc, max_batch=max(int(seats), 1), kv_capacity_tokens=math.inf,
+    clients = max(int(round(concurrency)), 1)
+    reqs = sim.closed_loop_requests(clients, n, input_len, output_len, seed)
+    return sim.simulate_continuous(reqs, sc, max_batch=max(int(min(seats, clients)), 1), kv_capacity_tokens=math.inf,
                                    prefill_chunk_tokens=int(chunk) * lay.attn_dp if chunk else None,
                                    closed_loop=True,  # each attention-DP rank has its own chunk budget
-                                   client_latency_s=cal.request_latency_s)
+                                   concurrency=clients, client_latency_s=cal.request_latency_s)
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):
@@ -703,8 +765,11 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
     d = {"output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": in_gpu,
          "user_tokens_per_s": float(ev["user_tokens_per_s"][i]), "ttft_s": float(ev["ttft_s"][i]),
          "tpot_s": float(ev["tpot_s"][i]), "concurrency": float(g["B"][i] * lay.dp), "gpus": gpus,
-         "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "attn_dp": lay.attn_dp},
+         "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "attn_dp": lay.attn_dp,
+                         "etp": lay.etp},
          "layout": lay.label(), "mode": "disaggregated" if disaggregated else "aggregated",
+         "domain_chips": system.chips, "domains": lay.domains(system.chips),
+         "replica_domains": lay.replica_domains(system.chips),
          "overlap": str(ev["overlap"][i]), "batch_per_replica": float(g["B"][i]),
          "cost_per_mtok_output_usd": cost_out, "cost_per_mtok_output_decode_share_usd": cost_out_decode,
          "cost_per_mtok_input_prefill_share_usd": cost_in,
