@@ -425,3 +425,52 @@ def test_fixed_mode_latencies_come_from_the_simulator():
     assert closed["tpot_s"] == pytest.approx(f["tpot_s"], rel=0.05)
     assert closed["output_tokens_per_s_per_gpu"] == pytest.approx(f["output_tokens_per_s_per_gpu"], rel=0.05)
     assert f["latency_window"]["warmup_requests"] >= 2 * 64 and closed["latency_window"] is None
+
+
+# ----------------------------------------------------------------------------------------------- issue 23 items 6-7
+def test_simulate_without_a_layout_takes_throughputs_layout_and_states_it():
+    """issue 23: without --layout the whole box was timed as one chip with no communication. Now the layout is
+    throughput's pick for the same lengths, timed on its replica, and the answer says which."""
+    import chalk
+    from chalk.analyses.serving import throughput
+
+    kw = dict(input_len=2000, output_len=200)
+    s = chalk.simulate("llama-3.1-70b", "h100-sxm", rate=0.5, requests=200, **kw)
+    t = throughput("llama-3.1-70b", "h100-sxm", **kw)
+    assert s.layout == t["layout"] and s.layout_source.startswith("chosen as throughput does")
+    assert s.replica_gpus == t["parallelism"]["tp"] * t["parallelism"]["pp"] and s.replica_gpus > 1
+    assert (s.precision, s.kv_precision) == (t["precision"], t["kv_precision"]) and "step model" in s.step_cost
+    given = chalk.simulate("llama-3.1-70b", "h100-sxm", rate=0.5, requests=200, layout=s.layout_text, **kw)
+    assert given.tpot_p50_s == pytest.approx(s.tpot_p50_s) and given.layout_source == "given"
+    d = s.to_dict()
+    for k in ("model", "chip", "layout", "replica_gpus", "precision", "kv_precision", "notes"):
+        assert d[k] is not None, k
+
+
+def test_lengths_past_the_context_are_cut_and_noted(tmp_path):
+    """llama-3.1-8b's context is 131,072 tokens (max_position_embeddings): a 200,000-token prompt keeps 131,071
+    and one output token; a 131,000-token prompt with 500 outputs keeps the prompt and 72 outputs."""
+    import chalk
+
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_len,output_len\n0,200000,10\n1,131000,500\n2,1000,100\n")
+    s = chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=8", trace=p)
+    assert s.truncated_requests == 2 and any("2 of 3 requests longer" in n for n in s.notes)
+    assert s.input_len_mean == pytest.approx((131_071 + 131_000 + 1000) / 3)
+    assert s.output_len_mean == pytest.approx((1 + 72 + 100) / 3)
+    # sampled lengths too: a lognormal with sigma 3 reaches past 128K in 20,000 draws
+    s = chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=8", rate=1, requests=20_000, max_batch=64,
+                       input_len="lognormal:mean=3000,sigma=2.5", output_len=100)
+    assert s.truncated_requests > 0 and s.max_context == 131_072
+
+
+def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():
+    import chalk
+
+    s = chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", rate=2, requests=300,
+                       input_len="uniform:min=100,max=300", output_len="constant:50")
+    assert 100 <= s.input_len_mean <= 300 and s.output_len_mean == 50
+    with pytest.raises(InputError, match="speedup"):
+        chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", speedup=2)
+    with pytest.raises(InputError, match="whole number"):
+        chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", input_len=10.5)

@@ -62,58 +62,24 @@ def layout(model, hardware, gpus: int | None = None, **kwargs):
     return layout_report(as_model(model), as_system(hardware), gpus, **kwargs)
 
 
-def simulate(model, hardware, *, rate: float = 100.0, requests: int = 10_000, input_len=512, output_len=128,
-             layout=None, concurrency: int | None = None, max_batch: int = 256, prefill_chunk: int | None = None,
+def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512, output_len=128,
+             trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None, concurrency: int | None = None,
+             max_batch: int = 256, prefill_chunk: int | None = None, kv_capacity_tokens=None,
              precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
-             client_latency_s: float | None = None):
-    """Requests through continuous batching on one replica (`chalk.analyses.simulate`): Poisson arrivals at `rate`,
-    or a closed loop of `concurrency` requests in flight; step times from the step model on `layout` (default: the
-    aggregate roofline of the hardware's chips). `client_latency_s` (closed loop): time each request spends
-    outside the engine's steps, holding its seat (default: the calibrated `request_latency_s`, as `throughput
-    --concurrency` uses; 0 with `ideal`)."""
-    import numpy as np
+             client_latency_s: float | None = None, scheduler: str = "continuous", period_s: float = 0.02,
+             prefix_cache: bool = True):
+    """Requests through one replica (`chalk.analyses.simulate_run.simulate_requests`): Poisson arrivals at `rate`,
+    a closed loop of `concurrency` requests in flight, or a `trace` file (chalk CSV, Azure CSV or Mooncake JSONL,
+    arrivals sped up `speedup` times; Mooncake's prefix blocks replayed through an LRU prefix cache). Lengths are
+    numbers or distributions as `throughput` takes them, cut at the model's context. The layout is the one given or
+    the one `throughput` picks on `gpus`. `client_latency_s` (closed loop): time each request spends outside the
+    engine's steps, holding its seat (default: the calibrated `request_latency_s`; 0 with `ideal`). Returns a
+    `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate, notes)."""
+    from chalk.analyses.simulate_run import simulate_requests
 
-    from chalk.analyses import simulate as sim
-    from chalk.specs.catalog import as_system
-
-    m, system = as_model(model), as_system(hardware)
-    n = int(positive("requests", requests, integer=True, scalar=True))
-    if concurrency is not None:
-        if layout is None:
-            from chalk.errors import InputError
-
-            raise InputError("a closed loop (concurrency) needs a layout")
-        max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
-    if layout is not None:
-        from chalk.analyses.serving import replica_step_cost
-
-        sc = replica_step_cost(m, system, layout, max_batch, input_len, output_len, precision=precision,
-                               kv_precision=kv_precision, ideal=ideal)
-    else:
-        from chalk.analyses.parallel import resolve_kv_precision
-        from chalk.analyses.model_sizes import ModelSizes
-
-        kvp = resolve_kv_precision(kv_precision, precision or ModelSizes(m).default_precision(), system)
-        sc = sim.StepCost.from_roofline(m, system, precision=precision, kv_precision=kvp,
-                                        efficiency=default_efficiency(ideal, m))
-    if concurrency is not None:  # closed loop: a benchmark client's queue, `concurrency` seats, latency from send
-        reqs = sim.closed_loop_requests(max_batch, n, input_len, output_len, seed)
-    else:
-        reqs = sim.poisson_arrivals(rate, n, input_len, output_len, seed)
-    return sim.simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=prefill_chunk,
-                                   closed_loop=concurrency is not None,
-                                   client_latency_s=closed_loop_client_latency(concurrency, client_latency_s, ideal))
-
-
-def closed_loop_client_latency(concurrency, client_latency_s: float | None, ideal: bool) -> float:
-    """The client latency a closed loop of `concurrency` seats replays with: the one given, else the calibrated
-    request latency outside the engine's steps (0 for the ideal roofline, and for open-loop arrivals)."""
-    if concurrency is None:
-        if client_latency_s is not None:
-            raise InputError("a client latency applies to a closed loop: give a concurrency (--concurrency)")
-        return 0.0
-    if client_latency_s is not None:
-        return float(positive("client latency (s)", client_latency_s, allow_zero=True, scalar=True))
-    from chalk.analyses.calibration import calibration
-
-    return calibration(ideal).request_latency_s
+    return simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
+                             output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=gpus,
+                             concurrency=concurrency, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
+                             prefill_chunk=prefill_chunk, precision=precision, kv_precision=kv_precision,
+                             ideal=ideal, seed=seed, client_latency=client_latency_s, scheduler=scheduler,
+                             period_s=period_s, prefix_cache=prefix_cache)

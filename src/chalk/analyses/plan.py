@@ -32,11 +32,11 @@ DEFAULT_SIM_REQUESTS = 12_000
 ENGINES_BY_VENDOR = {"nvidia": ("vllm", "sglang", "trtllm"), "amd": ("vllm", "sglang"), "google": ("vllm",)}
 
 
-def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, min_user_tps=None,
+def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, rate=None, min_user_tps=None,
          ttft_p99_s=None, tpot_p99_s=None, diurnal=None, prices=None, engine=None, precision=None,
          kv_precision="auto", speculative: Speculation | str | None = "auto", draft_model: str | None = None,
          modes=S.MODES, ideal: bool = False, sim_requests: int = DEFAULT_SIM_REQUESTS, seed: int = 0,
-         curves: bool = True, eplb: str | None = None) -> PlanResult:
+         curves: bool = True, eplb: str | None = None, trace=None, speedup: float = 1.0) -> PlanResult:
     """The cheapest deployment on each candidate that serves the demand within the latency targets.
 
     Demand: `users` concurrent users (requests in flight), or `rate` requests/s; `input_len` / `output_len`
@@ -49,9 +49,24 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
     draft layers where its config ships them; None: none); `modes`: 'aggregated', 'disaggregated'.
     `eplb`: whether MoE layouts run an expert-load balancer ('auto' (default): from the calibrated EP width; 'on';
     'off'), for the search, the sizing and the replay alike.
+    `trace`: a request trace file (`chalk.analyses.trace_demand`) giving the rate (its busiest minute) and the
+    length distributions instead of `rate` / `users` and `input_len` / `output_len`; `speedup` scales its rate.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
     eplb = eplb_mode(eplb)  # checked before any work
+    from_trace = None
+    if trace is not None:
+        if users is not None or rate is not None or input_len is not None or output_len is not None:
+            raise InputError("a trace gives the demand and the lengths: drop --users/--rate and "
+                             "--input-len/--output-len, or drop --trace")
+        from chalk.analyses.trace_demand import demand_from_trace
+
+        from_trace = demand_from_trace(trace, as_model(model), speedup=speedup)
+        rate, input_len, output_len = from_trace["rate"], from_trace["input_len"], from_trace["output_len"]
+    elif speedup != 1.0:
+        raise InputError("speedup scales a trace's arrival rate: give a trace (or scale --rate)")
+    if input_len is None or output_len is None:
+        raise InputError("give the lengths as --input-len and --output-len (or a --trace)")
     demand = Demand(users=users, rate=rate, min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s)
     curve = read_diurnal(diurnal) if diurnal is not None else None
     modes = _modes(modes)
@@ -101,6 +116,9 @@ def plan(model, hardware=None, *, input_len, output_len, users=None, rate=None, 
                      input_dist=getattr(din, "label", None), output_dist=getattr(dout, "label", None), options=options,
                      unavailable=unavailable, engine=engine, sim_requests=sim_requests,
                      efficiency=options[0]["efficiency"], notes=_notes(options, systems, curve))
+    res["trace"] = None if from_trace is None else from_trace["derived"]
+    if from_trace is not None:
+        res["notes"] = from_trace["notes"] + res["notes"]
     if curves:
         res["curves"] = _curves(ask, systems, names, options, sized, demand)
     return res

@@ -63,3 +63,41 @@ def cached_prefill_cost_per_token(cost_per_token_full, cost_per_token_prefix, ca
     full = np.asarray(cost_per_token_full, dtype=float)
     out = np.clip(full - f * np.asarray(cost_per_token_prefix, dtype=float), 0.0, full)
     return float(out) if out.ndim == 0 else out
+
+
+def cache_capacity_blocks(kv_capacity_tokens, block_tokens):
+    """Whole KV blocks a prefix cache holds in the KV memory it is given.
+
+    Formula: C = floor(K / b)   (K tokens of KV memory, b tokens per block; K = inf: unlimited)
+    Ref: vLLM paged attention (Kwon et al., SOSP 2023): KV is allocated in fixed blocks of b tokens.
+    Assumes: the whole KV memory may hold cached blocks (the running requests' own blocks count as cached
+        too: in vLLM and SGLang a running request's prefix blocks are the cache's blocks).
+    """
+    k = np.asarray(kv_capacity_tokens, dtype=float)
+    out = np.where(np.isinf(k), np.inf, np.floor(k / np.asarray(block_tokens, dtype=float)))
+    return float(out) if out.ndim == 0 else out
+
+
+def prefix_cached_tokens(leading_hit_blocks, block_tokens, prompt_tokens):
+    """Prompt tokens served from the prefix cache when a prompt's first k blocks are cached.
+
+    Formula: c = min(k b, P - 1)   (k leading blocks of b tokens; at least one prompt token is prefilled,
+        the one whose logits give the first output token)
+    Ref: vLLM automatic prefix caching (a full-prompt hit still recomputes the last token); SGLang
+        RadixAttention reuses a matched prefix only.
+    Assumes: only a *leading* run of cached blocks counts (a block's KV depends on every token before it,
+        so a cached block after a miss cannot be used).
+    """
+    k = np.asarray(leading_hit_blocks, dtype=float) * np.asarray(block_tokens, dtype=float)
+    return np.minimum(k, np.asarray(prompt_tokens, dtype=float) - 1.0)
+
+
+def token_hit_rate(cached_tokens, prompt_tokens):
+    """Fraction of all prompt tokens served from the prefix cache.
+
+    Formula: F = sum c_i / sum P_i
+    Ref: DeepSeek open-infra-index day 6 states its hit rate this way (56.3% of input tokens hit the KV cache).
+    Assumes: every prompt token would otherwise be prefilled (tokens, not requests, are the unit of work).
+    """
+    p = float(np.sum(np.asarray(prompt_tokens, dtype=float)))
+    return float(np.sum(np.asarray(cached_tokens, dtype=float))) / p if p > 0 else 0.0

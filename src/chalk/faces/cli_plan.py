@@ -44,9 +44,14 @@ def plan(
     users: Optional[float] = typer.Option(None, "--users", help="Demand: concurrent users, one request in flight "
                                           "each."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Demand: requests per second (Poisson)."),
-    input_len: str = typer.Option(..., "--input-len", help="Prompt tokens per request: a mean, a distribution "
-                                  "(lognormal:mean=2000,p99=8000) or a file of lengths."),
-    output_len: str = typer.Option(..., "--output-len", help="Output tokens per request: as --input-len."),
+    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens per request: a mean, a "
+                                            "distribution (lognormal:mean=2000,p99=8000) or a file of lengths."),
+    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens per request: as "
+                                             "--input-len."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Request trace (chalk CSV, Azure LLM trace CSV or "
+                                        "Mooncake JSONL): the rate of its busiest minute and its own lengths, "
+                                        "instead of --rate/--users and --input-len/--output-len."),
+    speedup: float = typer.Option(1.0, "--speedup", help="With --trace: its rate times this."),
     min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Output tokens/s every user gets "
                                                  "(checked as p99 TPOT <= 1/X)."),
     ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=_duration("--ttft-p99"),
@@ -91,7 +96,8 @@ def plan(
             min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
             engine=engine, precision=precision, kv_precision=kv_precision,
             speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
-            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb)
+            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
+            trace=trace, speedup=speedup)
     if plot:
         from chalk.faces.plots_plan import plot_plan
 
@@ -102,7 +108,9 @@ def plan(
     _print(r, launch)
 
 
-def _len_arg(v: str):
+def _len_arg(v: str | None):
+    if v is None:
+        return None
     try:
         return float(v)
     except ValueError:

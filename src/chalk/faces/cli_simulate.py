@@ -20,17 +20,25 @@ def register(app: typer.Typer) -> None:
     def simulate(
         model: str = typer.Option(..., "--model", "-m", help="Catalog id, config.json or folder."),
         hardware: str = typer.Option(..., "--hardware", "-H", help="Chip, system or YAML path."),
-        chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
+        chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs the layout search may use "
+                                            "(default: the system's); not used with --layout."),
         precision: Optional[str] = typer.Option(None, "--precision", "-p"),
         kv_precision: str = typer.Option("auto", "--kv-precision"),
         ideal: bool = typer.Option(False, "--ideal", help="Pure roofline step times."),
         scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
                                             help="'train': a batch departs every --period-ms; 'continuous'."),
-        rate: float = typer.Option(100.0, "--rate", help="Poisson arrival rate, requests/s."),
-        requests: int = typer.Option(10_000, "--requests", "-n", help="Number of requests."),
-        input_len: int = typer.Option(512, "--input-len", help="Prompt tokens per request."),
-        output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
-        trace: Optional[str] = typer.Option(None, "--trace", help="CSV with arrival_s,input_len,output_len."),
+        rate: float = typer.Option(100.0, "--rate", help="Poisson arrival rate at this replica, requests/s."),
+        requests: Optional[int] = typer.Option(None, "--requests", "-n", help="Number of requests (default 10,000; "
+                                               "with --trace: its first N, default all)."),
+        input_len: str = typer.Option("512", "--input-len", help="Prompt tokens per request: a number, a "
+                                      "distribution (lognormal:mean=2000,p99=8000) or a file of lengths."),
+        output_len: str = typer.Option("128", "--output-len", help="Output tokens per request: as --input-len."),
+        trace: Optional[str] = typer.Option(None, "--trace", help="Request trace: chalk CSV (arrival_s,input_len,"
+                                            "output_len), Azure LLM trace CSV or Mooncake JSONL (auto-detected)."),
+        speedup: float = typer.Option(1.0, "--speedup", help="Replay a trace this many times faster (rate x X)."),
+        prefix_cache: bool = typer.Option(True, "--prefix-cache/--no-prefix-cache",
+                                          help="Replay a trace's prefix-block ids (Mooncake) through an LRU cache "
+                                          "of the replica's KV memory, and skip prefill of the hits."),
         period_ms: float = typer.Option(20.0, "--period-ms", help="Train departure period, ms."),
         max_batch: int = typer.Option(256, "--max-batch", help="Seats per step."),
         kv_capacity_tokens: Optional[float] = typer.Option(None, "--kv-capacity-tokens",
@@ -38,10 +46,10 @@ def register(app: typer.Typer) -> None:
         prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk",
                                                     help="Max prompt tokens per step (chunked prefill)."),
         seed: int = typer.Option(0, "--seed"),
-        layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8: step times from the step "
-                                             "model on that layout (default: the aggregate roofline)."),
+        layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8 (default: the layout "
+                                             "throughput picks for these lengths on --gpus)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
-                                                  "flight (as serving benchmarks run); needs --layout."),
+                                                  "flight (as serving benchmarks run)."),
         client_latency: Optional[float] = typer.Option(None, "--client-latency", metavar="<s>",
                                                        help="Closed loop: seconds each request spends outside the "
                                                        "engine's steps, holding its seat (default: the calibrated "
@@ -52,49 +60,32 @@ def register(app: typer.Typer) -> None:
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses import simulate as sim
-        from chalk.api import closed_loop_client_latency, default_efficiency
-        from chalk.specs.catalog import as_model, as_system
+        from chalk.analyses.simulate_run import simulate_requests
 
-        if concurrency is not None and layout is None:
-            from chalk.errors import InputError
-
-            raise InputError("--concurrency needs --layout")
-        if layout is not None:
-            from chalk.analyses.serving import replica_step_cost
-
-            sc = replica_step_cost(as_model(model), as_system(hardware), layout, concurrency or max_batch, input_len,
-                                   output_len, precision=precision, kv_precision=kv_precision, ideal=ideal)
-        else:
-            sc = sim.StepCost.from_roofline(as_model(model), as_system(hardware), chips=chips, precision=precision,
-                                            kv_precision=kv_precision, efficiency=default_efficiency(ideal, model))
-        if concurrency is not None:
-            from chalk.specs.workload import positive
-
-            positive("concurrency", concurrency, integer=True)
-            max_batch = concurrency
-            reqs = sim.closed_loop_requests(concurrency, requests, input_len, output_len, seed)
-        else:
-            reqs = sim.load_trace(trace) if trace else sim.poisson_arrivals(rate, requests, input_len, output_len,
-                                                                            seed)
-        lat = closed_loop_client_latency(concurrency, client_latency, ideal)
-        if scheduler is Scheduler.train:
-            r = sim.simulate_train(reqs, sc, period_s=period_ms / 1e3, max_batch=max_batch)
-        else:
-            r = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                        prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None,
-                                        client_latency_s=lat)
+        run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
+                                output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,
+                                concurrency=concurrency, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
+                                prefill_chunk=prefill_chunk, precision=precision, kv_precision=kv_precision,
+                                ideal=ideal, seed=seed, client_latency=client_latency, scheduler=scheduler.value,
+                                period_s=period_ms / 1e3, prefix_cache=prefix_cache)
+        r, st = run.result, run.setup
         over = sim.overload(r)
         if plot:
             from chalk.faces.plots_simulate import plot_simulation
 
-            wrote(plot_simulation(r, plot, title=f"{scheduler.value} scheduler: {model} on {hardware}"))
+            wrote(plot_simulation(r, plot, title=f"{scheduler.value} scheduler: {st['model']} on {st['layout']} "
+                                                 f"of {st['chip']}"))
         if as_json:
-            d = r.to_dict()
+            d = run.to_dict()
             d["overload"] = over
             emit_json(d)
             return
         s = r.summary()
-        t = table(f"{scheduler.value} scheduler: {len(reqs)} requests on {model} / {hardware}", ["quantity", "value"])
+        source = f"trace {st['trace']['path']} ({st['trace']['format']})" if st["trace"] else \
+            (f"closed loop of {concurrency}" if concurrency is not None else f"Poisson {num(rate)}/s")
+        t = table(f"{scheduler.value} scheduler: {r.n_requests:,} requests ({source}) on {st['model']} · "
+                  f"{st['chip']} {st['layout']} ({st['replica_gpus']} GPU{'s' if st['replica_gpus'] > 1 else ''} "
+                  f"per replica) · {st['precision']} weights, KV {st['kv_precision']}", ["quantity", "value"])
         for label, key, fmt in (("TTFT p50 / p90 / p99", "ttft", seconds), ("time per output token p50 / p90 / p99",
                                                                             "tpot", seconds),
                                 ("end-to-end p50 / p90 / p99", "e2e", seconds)):
@@ -102,11 +93,18 @@ def register(app: typer.Typer) -> None:
         t.add_row("output throughput", f"{num(s.get('output_tokens_per_s'))} tokens/s")
         t.add_row("input throughput", f"{num(s.get('input_tokens_per_s'))} tokens/s")
         t.add_row("mean batch", num(s.get("mean_batch")))
+        if st["prefix_cache"] is not None:
+            pc = st["prefix_cache"]
+            t.add_row("prefix-cache hit rate", f"{pct(pc['hit_rate'])} of prompt tokens ({num(pc['capacity_blocks'])} "
+                      f"blocks of {pc['block_tokens']} tokens)")
         if concurrency is not None:
-            t.add_row("client latency per request", f"{seconds(lat)} (seat held outside the engine; in TTFT)")
+            t.add_row("client latency per request", f"{seconds(st['client_latency_s'])} (seat held outside the "
+                      "engine; in TTFT)")
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         console().print(t)
+        for note in run.notes:
+            console().print(f"[dim]note: {note}[/dim]")
         if over:
             console().print(
                 f"[bold]warning: arrivals exceed capacity[/bold]: {num(over['offered_requests_per_s'])} requests/s "
