@@ -64,6 +64,11 @@ def search_sizes(system: System, costs, cal: Calibration) -> list[int]:
                             system.chip.hbm_bytes * (1 - cal.memory_reserve))
 
 
+#: The standard normal's 99th percentile: p99 TPOT in the search (`_evaluate`).
+P99_Z = 2.326
+#: Replays of the chosen point a search under p99 targets makes before it gives up on the replayed check.
+TAIL_REPLAYS = 6
+
 #: Geometric step of the batch grid (sequences per scheduler): 15% apart, from 1 to the scheduler cap.
 BATCH_GRID_STEP = 1.15
 
@@ -196,7 +201,16 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     out = {"fits": fits, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot, "output_per_gpu": B / tpot / G,
            "weight_bytes_per_gpu": w, "kv_bytes_per_gpu": kv, "overlap": dec["overlap"], "step": dec}
     if disaggregated:  # TTFT comes from the prefill pool; decode GPUs spend nothing on prefill
+        out["tpot_p99_s"] = tpot
         return out
+    # p99 TPOT: a request's TPOT averages the steps of its own decode, a share of which carry a prompt's chunk;
+    # over O - 1 steps that share is binomial around F: its 99th percentile, by the normal approximation
+    F = prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment)[1]
+    share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
+    tail = pure + (first - pure) * share
+    if spec is not None:
+        tail = tail + S.mtp_draft_time_s(tail, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
+    out["tpot_p99_s"] = np.maximum(P.pipeline_token_latency_s(tail, pp) / e, tpot)
     mean = st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
                                                            spec.draft_layers)
     out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
@@ -268,7 +282,7 @@ def _engine(engine):
 
 
 def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
-                   engine, cache_hit, eplb=None):
+                   engine, cache_hit, eplb=None, max_seqs=None):
     m, system = as_model(model), as_system(hardware)
     I, di = _length("input_len", input_len)
     O, do = _length("output_len", output_len)
@@ -283,6 +297,9 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=int(eng.max_num_seqs),
                                   memory_reserve=1 - float(eng.kv_cache_memory_fraction),
                                   label=f"{cal.label}, {eng.id} {eng.version} profile")
+    if max_seqs is not None:  # the user's scheduler cap, over the engine's and the fitted one
+        n = int(positive("max_seqs", max_seqs, integer=True, scalar=True))
+        cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
     sz = ModelSizes(m)
     prec = canonical(precision) if precision else sz.default_precision()
     kvp = resolve_kv_precision(kv_precision, prec, system)
@@ -300,7 +317,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
                ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
                concurrency: int | None = None, speculative: Speculation | str | None = "auto", engine=None,
-               cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None) -> dict:
+               cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None,
+               tpot_p99_s: float | None = None, ttft_p99_s: float | None = None, max_seqs: int | None = None,
+               max_tokens: int | None = None) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
@@ -314,6 +333,11 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     `calibration_override` replaces the efficiency constants (used when fitting them).
     eplb: whether the MoE layers run an expert-load balancer: 'auto' (default: from the calibrated EP width,
     `Calibration.eplb_min_ep`), 'on' (every expert-parallel group) or 'off'.
+    tpot_p99_s / ttft_p99_s: tail-latency targets (what benchmarks and SLOs hold deployments to): points are
+    screened with a closed-form p99 (`_evaluate`) and the chosen one is replayed in the request simulator
+    (`fixed_deployment`) until its replayed p99s meet the targets; `min_user_tps` stays the mean form.
+    max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
+    budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
     """
     if prefill_gpus is not None and not (disaggregated and concurrency is not None):
         raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
@@ -335,11 +359,14 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                 output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, calibration_override=calibration_override,
                                 speculative=None if isinstance(speculative, str) else speculative,
-                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb)
+                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
+                                max_seqs=max_seqs, max_tokens=max_tokens)
     found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
                     kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
-                    layout=layout, speculative=resolve_speculation(speculative, model), engine=engine, cache_hit=cache_hit, eplb=eplb)
+                    layout=layout, speculative=resolve_speculation(speculative, model), engine=engine,
+                    cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
+                    max_tokens=max_tokens)
     return _select(found, min_user_tps, pareto)
 
 
@@ -367,21 +394,29 @@ class _Search:
     pool: dict | None
     max_ttft_s: float | None
     disaggregated: bool
+    tpot_p99_s: float | None = None
+    ttft_p99_s: float | None = None
+    ttft_p99_ratio: float = 1.0  # p99 prompt / mean prompt: a p99 TTFT is the p99 prompt's
+    args: dict | None = None  # what a replay of a chosen point needs (`fixed_deployment`'s arguments)
 
 
 def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
             max_ttft_s=None, disaggregated=False, ideal=False, calibration_override=None, layout=None,
-            speculative=None, engine=None, cache_hit=None, eplb=None) -> _Search:
+            speculative=None, engine=None, cache_hit=None, eplb=None, tpot_p99_s=None, ttft_p99_s=None,
+            max_seqs=None, max_tokens=None) -> _Search:
     """The layouts x batch grid of `throughput` and its metrics, with and without `speculative`; `speeds`: the
     min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
                                                                   kv_precision, ideal, calibration_override,
-                                                                  engine, cache_hit, eplb)
+                                                                  engine, cache_hit, eplb, max_seqs)
     for v in speeds:
         if v is not None:
             positive("min_user_tps", v, scalar=True)
     if max_ttft_s is not None:
         positive("max_ttft_s", max_ttft_s, scalar=True)
+    for name, v in (("tpot_p99_s", tpot_p99_s), ("ttft_p99_s", ttft_p99_s)):
+        if v is not None:
+            positive(name, v, scalar=True)
     if gpus is not None:
         gpus = count("gpus", gpus, MAX_GPUS)
         check_reach(system, gpus)
@@ -399,7 +434,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     g = _grid(layouts, cal.max_seqs_per_scheduler)
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
-    chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+    chunk = _chunk(eng, max_tokens)
     kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False)
     ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
     ev_s = None
@@ -411,8 +446,19 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         if pool is None:
             raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
                            + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+    p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
+    args = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
+                ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
+                eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
-                   max_ttft_s, disaggregated)
+                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args)
+
+
+def _chunk(eng, max_tokens=None):
+    """Prompt tokens per step (the chunked-prefill budget): `max_tokens` if given, else the engine's, else none."""
+    if max_tokens is not None:
+        return int(positive("max_tokens", max_tokens, integer=True, scalar=True))
+    return getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
 
 
 def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False) -> dict:
@@ -429,7 +475,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         if min_user_tps:
             better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
                                                                   | better)
-        keys = ("tpot_s", "user_tokens_per_s", "output_per_gpu") + (() if disaggregated else
+        keys = ("tpot_s", "tpot_p99_s", "user_tokens_per_s", "output_per_gpu") + (() if disaggregated else
                                                                    ("ttft_s", "prefill_share"))
         for key in keys:
             ev[key] = np.where(better, ev_s[key], ev[key])
@@ -453,13 +499,23 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         ok &= ev["user_tokens_per_s"] >= min_user_tps
     if max_ttft_s:
         ok &= ev["ttft_s"] <= max_ttft_s
+    ev["ttft_p99_s"] = ev["ttft_s"] * s.ttft_p99_ratio
+    if s.tpot_p99_s:
+        ok &= ev["tpot_p99_s"] <= s.tpot_p99_s
+    if s.ttft_p99_s:
+        ok &= ev["ttft_p99_s"] <= s.ttft_p99_s
     if not np.any(ok):
         best_speed = float(np.max(np.where(feasible, ev["user_tokens_per_s"], 0)))
         raise FitError(f"no layout of {m.id} on {system.chip.id} meets the constraints "
                        f"(fastest that fits: {best_speed:.1f} tokens/s per user"
                        + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
+                       + (f"; p99 TPOT <= {s.tpot_p99_s} s asked" if s.tpot_p99_s else "")
+                       + (f"; p99 TTFT <= {s.ttft_p99_s} s asked" if s.ttft_p99_s else "")
                        + ("" if speculative else "; --mtp may reach further") + ")")
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
+    tail = None
+    if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
+        i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
@@ -468,11 +524,43 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
                notes=_notes(system, cal, m, res["parallelism"]),
                engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
+    res["tpot_p99_s"], res["ttft_p99_s"] = float(ev["tpot_p99_s"][i]), float(ev["ttft_p99_s"][i])
+    res["tpot_p99_s_max"], res["ttft_p99_s_max"] = s.tpot_p99_s, s.ttft_p99_s
+    if tail is not None:  # the replayed tail is the answer's; the screen's closed form stays beside it
+        res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
+        res.update(tail)
+        res["tpot_p99_s"], res["ttft_p99_s"] = tail["tpot_p99_s_replayed"], tail["ttft_p99_s_replayed"]
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
     res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
     return ServingResult(res)
+
+
+def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
+    """(chosen point, its replayed tail) under p99 targets: the best point passing the closed-form screen is replayed
+    as a closed loop at its concurrency (`fixed_deployment`, the request-level engine model); while its replayed p99
+    TPOT or TTFT misses a target, the next best point is tried (at most TAIL_REPLAYS)."""
+    ok = ok.copy()
+    tried = []
+    for _ in range(TAIL_REPLAYS):
+        lay = s.layouts[int(s.g["idx"][i])]
+        conc = max(int(round(float(s.g["B"][i]))), 1)
+        r = fixed_deployment(s.m, s.system, layout=lay, concurrency=conc,
+                             speculative=s.speculative if speculating[i] else None, **s.args)
+        tp99, tt99 = float(r["tpot_p99_s"]), float(r["ttft_p99_s"])
+        tried.append({"layout": lay.label(), "concurrency_per_replica": conc, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
+        if (not s.tpot_p99_s or tp99 <= s.tpot_p99_s) and (not s.ttft_p99_s or tt99 <= s.ttft_p99_s):
+            return i, {"tail_latency_source": f"replayed closed loop at the chosen point ({r['latency_source']})",
+                       "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99, "tail_replays": tried}
+        ok[i] = False
+        if not np.any(ok):
+            break
+        i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
+    raise FitError(f"no point of {s.m.id} on {s.system.chip.id} met the p99 targets when replayed "
+                   f"(tried {len(tried)}: " + "; ".join(f"{t['layout']} x{t['concurrency_per_replica']}: TPOT p99 "
+                                                       f"{t['tpot_p99_s'] * 1e3:.1f} ms, TTFT p99 "
+                                                       f"{t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
 
 
 def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) -> dict | None:
@@ -505,7 +593,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
-                     simulate: bool = True, eplb: str | None = None) -> dict:
+                     simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
+                     max_tokens: int | None = None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -532,7 +621,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     di, do = _length("input_len", input_len)[1], _length("output_len", output_len)[1]
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,
                                                                   precision, kv_precision, ideal,
-                                                                  calibration_override, engine, cache_hit, eplb)
+                                                                  calibration_override, engine, cache_hit, eplb,
+                                                                  max_seqs)
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
             not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
         raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
@@ -565,7 +655,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
     Ip = I * (1 - F)
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
-    chunk = getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+    chunk = _chunk(eng, max_tokens)
     piece = prefill_piece(Ip, chunk)
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
 

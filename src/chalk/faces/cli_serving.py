@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from typing import Optional
 
 import typer
 
 from chalk.faces.cli_common import (EPLB_OPT, PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si,
                                     table, usd, write_plot)
+from chalk.faces.cli_plan import _duration
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
@@ -105,7 +108,16 @@ def throughput(
                                   "(lognormal:mean=2000,p99=8000) or a file of lengths."),
     output_len: str = typer.Option(..., "--output-len", help="Output tokens per request: as --input-len."),
     min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Minimum output tokens/s per user."),
-    max_ttft_s: Optional[float] = typer.Option(None, "--max-ttft-s", help="Maximum time to first token, s."),
+    max_ttft_s: Optional[float] = typer.Option(None, "--max-ttft-s", help="Maximum mean time to first token, s."),
+    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=_duration("--tpot-p99"),
+                                           help="Target p99 time per output token: seconds, or 20ms (checked by "
+                                           "replaying the chosen point)."),
+    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=_duration("--ttft-p99"),
+                                           help="Target p99 time to first token: seconds, or 500ms."),
+    max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Sequences per scheduler (the engine's "
+                                           "max_num_seqs / max_running_requests / max_batch_size), over its profile."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Prompt tokens per step (the engine's "
+                                             "chunked-prefill budget: max_num_batched_tokens), over its profile."),
     disaggregated: bool = typer.Option(False, "--disaggregated",
                                        help="Separate prefill and decode pools (--gpus sizes the decode pool)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8: search "
@@ -137,7 +149,8 @@ def throughput(
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
-              speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb)
+              speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
+              tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens)
     if "," in hardware:
         from chalk.analyses.compare import compare, hardware_list
 
@@ -180,7 +193,8 @@ def throughput(
             ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
             ("per user", f"{num(r['user_tokens_per_s'])} tokens/s"), ("time per output token", seconds(r["tpot_s"])),
             ("time to first token", seconds(r["ttft_s"])), ("concurrency", f"{num(r['concurrency'])} sequences"),
-            ("GPUs", num(r["gpus"])),
+            ("GPUs", num(r["gpus"]) + (f" on {r['domains']} scale-up domains of {r['domain_chips']} (scale-out "
+                                       "network between)" if r.get("domains", 1) > 1 else "")),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),
             ("memory per GPU", f"{si(r['weight_bytes_per_gpu'], 'B')} weights + {si(r['kv_bytes_per_gpu'], 'B')} KV"),
@@ -222,33 +236,79 @@ def throughput(
         c.print(f"[dim]note: {n}[/dim]")
 
 
+@contextmanager
+def _progress(quiet: bool, what: str):
+    """A progress callback `(done, total)` drawing a bar on stderr; silent under --json or when stderr is not a
+    terminal."""
+    import sys
+
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def tick(done, total):
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
+WORKERS_OPT = typer.Option(None, "--workers", help="Processes answering the validation rows (default: the usable "
+                           "CPUs; 1: this process only).")
+
+
 def calibrate(
     rounds: int = typer.Option(2, "--rounds", help="Coordinate-descent rounds over the parameter grid."),
     write: Optional[str] = typer.Option(None, "--write", help="Write the fit to this YAML (the package reads "
                                         "src/chalk/catalog/calibration.yaml)."),
+    range_only: bool = typer.Option(False, "--range-only", help="Keep the shipped fit; size only its range from "
+                                    "leave-one-family-out cross-validation."),
+    workers: Optional[int] = WORKERS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
-    """Refit chalk's few global efficiency parameters on the validation set (minutes)."""
+    """Refit chalk's few global efficiency parameters on the validation set, families weighed equally, and size the
+    range answers state from leave-one-family-out cross-validation (minutes)."""
     import datetime
 
     import yaml
 
     from chalk.analyses import calibrate as C
+    from chalk.analyses.calibration import CALIBRATION
     from chalk.specs.validate import output_path
     from chalk.specs.workload import count
 
     rounds = count("rounds", rounds, C.MAX_ROUNDS)
+    if workers is not None:
+        workers = count("workers", workers, 64)
     if write is not None:
         output_path(write, "--write", (".yaml", ".yml"))
-    cal, obj = C.fit(rounds=rounds)
-    lo, hi = C.residual_range(cal)
+    if range_only:
+        cal, obj = CALIBRATION, None
+    else:
+        with _progress(as_json, "fit") as tick:
+            cal, obj = C.fit(rounds=rounds, workers=workers, progress=tick)
+    with _progress(as_json, "range (cross-validation)") as tick:
+        cv = C.cross_validate(start=cal, workers=workers, progress=tick)
+    lo, hi = cv["cv_range"]
     fitted = {k: getattr(cal, k) for k in C.FIT_GRID}
     fitted.update(residual_low=round(lo, 3), residual_high=round(hi, 3), use_kernel_tables=cal.use_kernel_tables,
                   request_latency_s=cal.request_latency_s)
-    out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()),
-           "date": datetime.date.today().isoformat(),
-           "method": "coordinate descent over chalk.analyses.calibrate.FIT_GRID; objective median |log error| + "
-                     "0.5 mean(min(|log error|, log 3)) over throughput and TPOT rows of validation.csv"}
+    today = datetime.date.today().isoformat()
+    out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()), "date": today,
+           "method": "coordinate descent over chalk.analyses.calibrate.FIT_GRID; objective weighted median |log "
+                     "error| + 0.5 weighted mean(min(|log error|, log 3)) over throughput and TPOT rows of "
+                     "validation.csv, each source family weighing the same",
+           "range": {"low": fitted["residual_low"], "high": fitted["residual_high"],
+                     "quantiles": list(C.RANGE_QUANTILES), "method": C.RANGE_METHOD,
+                     "cv_range_coverage": cv["cv_range_coverage"], "families": cv["n_families"], "rows": cv["n"],
+                     "date": today}}
+    if range_only:
+        out["objective"] = "unchanged (--range-only: the shipped fit, its range resized)"
     if write:
         with open(write, "w") as f:
             yaml.safe_dump(out, f, sort_keys=False)
@@ -259,10 +319,13 @@ def calibrate(
     if as_json:
         emit_json(out)
         return
-    t = table(f"calibration · {out['rows']} rows · objective {obj:.3f}", ["parameter", "value"])
+    title = "range only" if obj is None else f"objective {obj:.3f}"
+    t = table(f"calibration · {out['rows']} rows · {title}", ["parameter", "value"])
     for k, v in fitted.items():
         t.add_row(k, str(v))
     console().print(t)
+    console().print(f"range: x{math.exp(lo):.2f} to x{math.exp(hi):.2f} of each estimate, holding "
+                    f"{pct(cv['cv_range_coverage'])} of held-out measured values over {cv['n_families']} families")
 
 
 def _len_arg(v: str):
@@ -324,8 +387,9 @@ def _print_fixed(c, r, system):
 
 def validate(
     ideal: bool = typer.Option(False, "--ideal", help="Validate the pure roofline instead."),
-    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out cross-validation: each source group "
-                            "predicted by a fit that never saw it (minutes)."),
+    cv: bool = typer.Option(False, "--cv", help="Leave-one-family-out cross-validation: each source family "
+                            "predicted by a fit that never saw it (a minute or more)."),
+    workers: Optional[int] = WORKERS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
@@ -333,20 +397,35 @@ def validate(
 
     if cv:
         from chalk.analyses.calibrate import cross_validate
+        from chalk.specs.workload import count
 
-        r = cross_validate()
+        if workers is not None:
+            workers = count("workers", workers, 64)
+        with _progress(as_json, "cross-validation") as tick:
+            r = cross_validate(workers=workers, progress=tick)
         if as_json:
             emit_json(r)
             return
-        t = table(f"leave-one-source-out cross-validation · {r['n']} rows (throughput and TPOT)",
-                  ["held-out group", "rows", "median |error|", "p90 |error|"])
-        for g, v in r["groups"].items():
-            t.add_row(g, num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]))
+        t = table(f"leave-one-family-out cross-validation · {r['n']} rows (throughput and TPOT) · "
+                  f"{r['n_families']} families, each weighing the same",
+                  ["held-out family", "rows", "median |error|", "p90 |error|", "median error", "in range"])
+        for g, v in r["families"].items():
+            t.add_row(g, num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]),
+                      pct(v["median_signed_error"]), pct(v["range_coverage"]))
+        for g in ("dense", "moe"):
+            v = r["groups"][g]
+            t.add_row(f"({g}, all families)", num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]),
+                      pct(v["median_signed_error"]), "")
         c = console()
         c.print(t)
-        c.print(f"all: median |error| {pct(r['cv_median_abs_error'])}, p90 {pct(r['cv_p90_abs_error'])}; "
-                f"TTFT rows (their own latency term, held out the same way): median "
-                f"{pct(r['ttft']['median_abs_error'])}, p90 {pct(r['ttft']['p90_abs_error'])}")
+        lo, hi = r["cv_range"]
+        ins = r["in_sample"]
+        c.print(f"held out, families equal: median |error| {pct(r['cv_median_abs_error'])}, p90 "
+                f"{pct(r['cv_p90_abs_error'])}; in-sample {pct(ins['median_abs_error'])} / "
+                f"{pct(ins['p90_abs_error'])}. Range x{math.exp(lo):.2f} to x{math.exp(hi):.2f} holds "
+                f"{pct(r['cv_range_coverage'])} of held-out measured values (target 80%). TTFT rows (their own "
+                f"latency term, held out the same way): median {pct(r['groups']['ttft']['median_abs_error'])}, "
+                f"p90 {pct(r['groups']['ttft']['p90_abs_error'])}")
         return
 
     r = run(ideal=ideal)
