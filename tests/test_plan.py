@@ -297,9 +297,11 @@ def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
     concurrency search starts from the layout search's batch rather than from one request (a regression)."""
     r = plan("deepseek-v3", "h200,h100-sxm", users=2000, min_user_tps=30, input_len=2000, output_len=1000,
              sim_requests=4000, modes="aggregated")
-    assert r["options"][0]["chip"] == "h200" and r["options"][0]["meets_targets"]
-    assert r["unavailable"] == [{"hardware": "h100-sxm", "mode": "aggregated", "why": r["unavailable"][0]["why"]}]
-    assert "does not fit" in r["unavailable"][0]["why"]
+    assert r["options"][0]["meets_targets"] and r["unavailable"] == []
+    assert any(o["parallelism"]["attn_dp"] > 1 and o["meets_targets"] for o in r["options"])
+    # 671 GB of FP8 weights do not fit one 8-GPU H100 node: H100 is laid out over two nodes (issue 24)
+    h100 = [o for o in r["options"] if o["chip"] == "h100-sxm"]
+    assert len(h100) == 1 and h100[0]["replica_gpus"] == 16
 
 
 def test_web_plan_tab_runs_on_submit():

@@ -32,9 +32,10 @@ from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, positi
 
 
 def parse_layout(text) -> dict:
-    """`tp=8,ep=8,pp=1,attn_dp=8` -> {'tp': 8, 'ep': 8, 'pp': 1, 'attn_dp': 8}; keys tp, ep, pp, attn_dp (or dp)."""
+    """`tp=8,ep=8,pp=1,attn_dp=8` -> {'tp': 8, 'ep': 8, 'pp': 1, 'attn_dp': 8}; keys tp, ep, etp, pp, attn_dp (or
+    dp)."""
     if isinstance(text, dict):
-        items = [(k, v) for k, v in text.items() if k in ("tp", "ep", "pp", "attn_dp")]
+        items = [(k, v) for k, v in text.items() if k in ("tp", "ep", "etp", "pp", "attn_dp")]
     else:
         parts = [p.strip() for p in str(text).replace(" ", "").split(",") if p.strip()]
         if not parts:
@@ -48,8 +49,8 @@ def parse_layout(text) -> dict:
     out = {}
     for k, v in items:
         key = {"dp_attn": "attn_dp", "attention_dp": "attn_dp", "dp_attention": "attn_dp"}.get(str(k).lower(), str(k).lower())
-        if key not in ("tp", "ep", "pp", "attn_dp"):
-            raise InputError(f"layout key {k!r} is not one of tp, ep, pp, attn_dp (replicas: use --gpus with "
+        if key not in ("tp", "ep", "etp", "pp", "attn_dp"):
+            raise InputError(f"layout key {k!r} is not one of tp, ep, etp, pp, attn_dp (replicas: use --gpus with "
                              "chalk throughput)")
         try:
             f = float(v)
@@ -77,14 +78,26 @@ def make_layout(model: ModelSpec, spec) -> Layout:
     if not model.is_moe:
         if a > 1:
             raise InputError(f"attention data parallelism needs a MoE model; {model.id} is dense (use replicas)")
-        if d.get("ep", 1) != 1:
-            raise InputError(f"{model.id} is dense: ep must be 1, got {d['ep']}")
+        if d.get("ep", 1) != 1 or d.get("etp", 1) != 1:
+            raise InputError(f"{model.id} is dense: ep and etp must be 1, got ep={d.get('ep', 1)}, "
+                             f"etp={d.get('etp', 1)}")
     else:
-        ep = d.get("ep", tp * a)
-        if ep != tp * a:
-            raise InputError(f"ep must equal tp x attn_dp = {tp * a} (experts spread over the stage's GPUs), got {ep}")
+        ranks = tp * a  # the stage's GPUs: ep expert-parallel groups of etp GPUs each
+        etp = d.get("etp", 1)
+        if ranks % etp:
+            raise InputError(f"etp={etp} must divide tp x attn_dp = {ranks} (experts split etp ways inside each "
+                             "of the stage's expert-parallel groups)")
+        ep = d.get("ep", ranks // etp)
+        if ep * etp != ranks:
+            raise InputError(f"ep x etp must equal tp x attn_dp = {ranks} (experts spread over the stage's GPUs), "
+                             f"got ep={ep}, etp={etp}" + ("" if "etp" in d else
+                                                            f" (etp={ranks // ep} splits each expert)"
+                                                            if ranks % ep == 0 else ""))
         if ep > model.num_experts:
             raise InputError(f"ep={ep} exceeds {model.id}'s {model.num_experts} experts")
+        if etp > model.moe_intermediate_size:
+            raise InputError(f"etp={etp} exceeds {model.id}'s expert width {model.moe_intermediate_size}")
+        return Layout(tp=tp, attn_dp=a, pp=pp, dp=1, moe=True, etp=etp)
     return Layout(tp=tp, attn_dp=a, pp=pp, dp=1, moe=model.is_moe)
 
 
@@ -142,10 +155,10 @@ class _Setup:
 
     def weights_on(self, lay: Layout):
         """Weight bytes per GPU of a layout, kept per layout."""
-        key = (lay.tp, lay.pp, lay.ep)
+        key = (lay.tp, lay.pp, lay.ep, lay.etp)
         w = self.weights.get(key)
         if w is None:
-            w = self.weights[key] = weights_per_chip(self.costs, lay.tp, lay.pp, lay.ep)
+            w = self.weights[key] = weights_per_chip(self.costs, lay.tp, lay.pp, lay.ep, lay.etp)
         return w
 
 

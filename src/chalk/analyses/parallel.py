@@ -3,8 +3,13 @@ communication on the right link; the MoE rack layout and the pipeline analysis.
 
 A *replica* runs one copy of the model on tp * attn_dp * pp chips; dp replicas serve side by side.
 Inside a stage, attention is split TP-ways within each of attn_dp data-parallel groups; a MoE layer's
-routed experts are spread over all ep = tp * attn_dp chips of the stage (attention-DP + EP as DeepSeek
-and SGLang deploy it; with attn_dp = 1 the experts are simply sharded over the TP group).
+routed experts are spread over all tp * attn_dp chips of the stage (attention-DP + EP as DeepSeek
+and SGLang deploy it; with attn_dp = 1 the experts are simply sharded over the TP group): ep groups of
+etp chips, each expert's weights split etp ways inside its group (expert tensor parallelism, SGLang's
+and TensorRT-LLM's MoE TP), so ep * etp = tp * attn_dp; etp = 1 by default.
+
+A replica may span several scale-up domains (HGX nodes): pipeline stages over nodes, or an EP group wider than
+the domain; what crosses a domain is timed on the scale-out network (`chalk.analyses.step_model`).
 """
 
 from __future__ import annotations
@@ -32,17 +37,26 @@ ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, M
 
 @dataclass(frozen=True)
 class Layout:
-    """One parallel layout. gpus = tp * attn_dp * pp * dp; ep = tp * attn_dp for MoE models (else 1)."""
+    """One parallel layout. gpus = tp * attn_dp * pp * dp; for MoE models ep * etp = tp * attn_dp (the stage's
+    chips): ep expert-parallel groups of etp chips each, every routed expert split etp ways (default etp = 1,
+    ep = tp * attn_dp); dense models have ep = etp = 1."""
 
     tp: int
     attn_dp: int
     pp: int
     dp: int
     moe: bool
+    etp: int = 1
+
+    def __post_init__(self) -> None:
+        ranks = self.tp * self.attn_dp
+        if self.etp < 1 or ranks % self.etp or (self.etp > 1 and not self.moe):
+            raise InputError(f"expert tensor parallelism etp={self.etp} must divide the stage's tp x attn_dp = "
+                             f"{ranks} GPUs of a MoE model")
 
     @property
     def ep(self) -> int:
-        return self.tp * self.attn_dp if self.moe else 1
+        return self.tp * self.attn_dp // self.etp if self.moe else 1
 
     @property
     def replica_gpus(self) -> int:
@@ -56,8 +70,12 @@ class Layout:
         s = f"TP{self.tp}"
         if self.moe and self.attn_dp > 1:
             s = f"DP-attn{self.attn_dp}" + (f"xTP{self.tp}" if self.tp > 1 else "") + f" EP{self.ep}"
+        elif self.moe and self.etp > 1:
+            s += f" EP{self.ep}"
         elif self.moe and self.ep > 1:
             s += f" (experts TP-sharded x{self.ep})"
+        if self.etp > 1:
+            s += f" ETP{self.etp}"
         if self.pp > 1:
             s += f" PP{self.pp}"
         if self.dp > 1:
@@ -65,8 +83,18 @@ class Layout:
         return s
 
     def to_dict(self) -> dict:
-        return {"tp": self.tp, "ep": self.ep, "pp": self.pp, "dp": self.dp, "attn_dp": self.attn_dp,
-                "gpus": self.gpus, "label": self.label()}
+        return {"tp": self.tp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "dp": self.dp,
+                "attn_dp": self.attn_dp, "gpus": self.gpus, "label": self.label()}
+
+    def replica_domains(self, domain_chips: int) -> int:
+        """Scale-up domains (nodes of `domain_chips` chips) one replica spans."""
+        return -(-self.replica_gpus // domain_chips)
+
+    def domains(self, domain_chips: int) -> int:
+        """Scale-up domains all dp replicas take: replicas smaller than a domain share domains, larger ones do not."""
+        if self.replica_gpus >= domain_chips:
+            return self.dp * self.replica_domains(domain_chips)
+        return -(-self.gpus // domain_chips)
 
 
 @dataclass(frozen=True)
@@ -198,14 +226,24 @@ def layout_arrays(layouts: list[Layout]) -> dict[str, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- memory per chip
+def expert_tp(model: ModelSpec, tp, attn_dp, ep):
+    """Expert tensor parallelism of a layout given as (tp, attn_dp, ep): etp = tp * attn_dp / ep for a MoE model
+    (the stage's chips are ep groups of etp), 1 for a dense one. Numbers or arrays."""
+    if not model.is_moe:
+        return 1.0
+    return flt(tp) * flt(attn_dp) / maximum(flt(ep), 1.0)
+
+
 def memory_per_chip(costs: ModelCosts, tp, attn_dp, pp, ep, sequences, context):
-    """(weight bytes, KV bytes) per chip for `sequences` in flight per replica at `context` tokens."""
-    return weights_per_chip(costs, tp, pp, ep), kv_per_chip(costs, tp, attn_dp, pp, sequences, costs.kv_bytes(context))
+    """(weight bytes, KV bytes) per chip for `sequences` in flight per replica at `context` tokens; routed experts
+    are split over ep * etp = tp * attn_dp chips (`expert_tp`)."""
+    return (weights_per_chip(costs, tp, pp, ep, expert_tp(costs.model, tp, attn_dp, ep)),
+            kv_per_chip(costs, tp, attn_dp, pp, sequences, costs.kv_bytes(context)))
 
 
-def weights_per_chip(costs: ModelCosts, tp, pp, ep):
+def weights_per_chip(costs: ModelCosts, tp, pp, ep, etp=1.0):
     """Weight bytes per chip of a layout (`memory_per_chip`'s first part)."""
-    return P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp)
+    return P.weight_bytes_per_chip(costs.dense_weight_bytes, costs.expert_weight_bytes, tp, ep, pp, etp)
 
 
 def kv_per_chip(costs: ModelCosts, tp, attn_dp, pp, sequences, kv_seq):

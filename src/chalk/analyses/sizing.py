@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 
 from chalk.analyses import fleet
-from chalk.analyses.serving import (Speculation, _serving_setup, deployment_sizes, fixed_deployment,
+from chalk.analyses.serving import (Speculation, _serving_setup, fixed_deployment, search_sizes,
                                     prefill_piece, prefill_step_tokens, throughput)
 from chalk.analyses.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
@@ -58,11 +59,17 @@ class Ask:
 
 
 def _layout_text(par: dict) -> str:
-    return f"tp={par['tp']},pp={par['pp']},attn_dp={par.get('attn_dp', 1)}"
+    etp = int(par.get("etp", 1))
+    return f"tp={par['tp']},pp={par['pp']},attn_dp={par.get('attn_dp', 1)}" + (f",etp={etp}" if etp > 1 else "")
+
+
+def _one_replica(label: str) -> str:
+    """A layout's label without its replica count (' x4 replicas'; 'TP8 (experts TP-sharded x8)' keeps its x8)."""
+    return re.sub(r" x\d+ replicas$", "", label)
 
 
 def _replica(par: dict) -> dict:
-    return {k: int(par.get(k, 1)) for k in ("tp", "ep", "pp", "attn_dp")} | {"dp": 1}
+    return {k: int(par.get(k, 1)) for k in ("tp", "ep", "pp", "attn_dp", "etp")} | {"dp": 1}
 
 
 # ----------------------------------------------------------------------------------------------- shortlist
@@ -75,7 +82,10 @@ def shortlist(ask: Ask, system: System, mode: str, precision) -> tuple[list, str
               max_ttft_s=ask.demand.ttft_p99_s, disaggregated=mode == "disaggregated", ideal=ask.ideal,
               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
     seen, out, why = set(), [], None
-    for n in deployment_sizes(system):
+    # the sizes a search spans: one scale-up domain, or the fewest that hold the weights (`search_sizes`)
+    *_, cal, _, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len, precision,
+                                         ask.kv_precision, ask.ideal, None, ask.engine, None, ask.eplb)
+    for n in search_sizes(system, costs, cal):
         try:
             r = throughput(ask.model, system, gpus=n, **kw)
         except FitError as e:
@@ -191,13 +201,13 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     par = _replica(r["parallelism"])
     G = par["tp"] * par["attn_dp"] * par["pp"]
     c = {"mode": mode, "precision": precision, "speculative": spec, "parallelism": par, "replica_gpus": G,
-         "layout_text": _layout_text(par), "layout": r["layout"].split(" x")[0], "prefill": None,
+         "layout_text": _layout_text(par), "layout": _one_replica(r["layout"]), "prefill": None,
          "prompt_tokens": ask.I}
     if mode == "disaggregated":
         p = r["prefill"]
         pp = _replica(p["parallelism"])
         Gp = pp["tp"] * pp["attn_dp"] * pp["pp"]
-        c["prefill"] = {"layout": p["layout"].split(" x")[0], "parallelism": pp, "replica_gpus": Gp,
+        c["prefill"] = {"layout": _one_replica(p["layout"]), "parallelism": pp, "replica_gpus": Gp,
                         "lone_prompt_s": float(p["ttft_s"])}
         c["prefill_tokens_per_s"] = float(p["input_tokens_per_s_per_gpu"]) * Gp
     found = _max_concurrency(ask, system, c, float(r["batch_per_replica"]))

@@ -185,6 +185,9 @@ class _Stage:
         chip, m, sz = system.chip, costs.model, costs.sizes
         self.model = m
         self.tp, self.a, self.pp, self.ep = tp, a, pp, ep = flt(tp), flt(attn_dp), flt(pp), flt(ep)
+        # a MoE stage's tp * attn_dp chips are ep groups of etp chips, each expert split etp ways (default 1)
+        self.ranks = ranks = tp * a
+        self.etp = ranks / maximum(ep, 1.0) if m.is_moe else 1.0
         self.ideal = cal.label == "ideal"
         self.tm = tm = _timer(system, costs, cal, kernels)
         kp = tm.kernels
@@ -247,9 +250,13 @@ class _Stage:
         if m.is_moe:
             narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
             self.a2a_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
-            self.a2a_intra, _ = P.ep_remote_fractions(ep, domain)
-            self.a2a_lat = 2 * (cal.alltoall_latency_s + where(ep > domain, a_out, 0.0))  # dispatch + combine
-            self.a2a_remote = P.remote_domain_copies(m.experts_per_token, ep, domain)
+            # destinations are the stage's chips (ep groups of etp): the share inside this chip's scale-up domain
+            # goes over NVLink, copies bound for other domains over the NIC (once per remote domain)
+            self.a2a_intra, _ = P.ep_remote_fractions(ranks, domain)
+            self.a2a_lat = 2 * (cal.alltoall_latency_s + where(ranks > domain, a_out, 0.0))  # dispatch + combine
+            self.a2a_remote = P.remote_domain_copies(m.experts_per_token, ranks, domain)
+            self.a2a_detail = f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth" + (
+                "; copies bound for other scale-up domains over the scale-out NIC" if some(ranks > domain) else "")
             self.moe_source = tm.ksrc("moe") if kp is not None else None
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
             self.moe_weight_precision = costs.expert_precision if self.bw_e < bytes_per_element(tm.expert_dtype) \
@@ -264,6 +271,8 @@ class _Stage:
                                     if every(self.eplb) else "; power-law expert loads of served traffic"
                                     + ("" if not some(self.eplb) else ", balanced from EP " + n))
         cross = tp * a * pp > domain
+        self.pp_detail = "point-to-point activation send to the next stage" + (
+            " (over the scale-out NIC between scale-up domains)" if some(cross) else "")
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
         self.overhead = cal.overhead_s(n_layers)
@@ -279,8 +288,8 @@ class _Stage:
         m = self.model
 
         def t(balanced):
-            return flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size, m.num_experts, m.experts_per_token,
-                                     self.ep, self.tm.expert_dtype, weight_precision=self.moe_weight_precision,
+            return flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size / self.etp, m.num_experts,
+                                     m.experts_per_token, self.ep, self.tm.expert_dtype, weight_precision=self.moe_weight_precision,
                                      balanced=balanced))
         if every(self.eplb) or not some(self.eplb):
             return t(every(self.eplb))
@@ -369,13 +378,13 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         sz = costs.sizes
         copies = T_stage * m.experts_per_token           # routed token copies through one MoE layer of the stage
         f_exp = copies * 2 * sz.params_per_expert * n_moe / (tp * a)
-        by_exp = costs.expert_read_bytes(T_stage) / (ep * pp)
+        by_exp = costs.expert_read_bytes(T_stage) / (ep * st.etp * pp)
         bins = where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / tm.hbm
         if kp is not None:
             tk = st.moe_time(kp, maximum(T_stage, 1.0))
-            tk = tk * n_moe * imbalance * tm.k_c / where(a > 1, 1.0, tp / maximum(ep, 1.0))
+            tk = tk * n_moe * imbalance * tm.k_c  # each chip's experts at 1/etp of their width (`moe_time`)
             t_c = f_exp / tm.expert_rate
             t, src = where(T_stage > 0, tk, 0.0), st.moe_source
         else:
@@ -423,17 +432,19 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         detail, bound="link", source=source)
     if m.is_moe:
         k = m.experts_per_token
+        # each routed copy goes to the etp chips of its expert's group (tokens per chip T_stage / (ep etp), so
+        # k etp copies each); one copy per remote domain crosses the NIC, forwarded inside it over NVLink
         sent = P.alltoall_bytes_per_chip(T_stage / ep, k, H, st.a2a_elem)
-        one = P.alltoall_time_s(sent * st.a2a_intra, sent * st.a2a_remote / k, up_eff, st.out_eff, st.a2a_lat, eta)
+        one = P.alltoall_time_s(sent * st.a2a_intra, sent * st.a2a_remote / (k * st.etp), up_eff, st.out_eff,
+                                st.a2a_lat, eta)
         t_a2a = where(a > 1, one * m.n_moe_layers / pp, 0.0)
         add("alltoall", "comm", zeros_like(t_a2a), where(a > 1, sent * m.n_moe_layers / pp, 0.0), t_a2a,
-            0.0, t_a2a, f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth", bound="link",
-            source="roofline (link)")
+            0.0, t_a2a, st.a2a_detail, bound="link", source="roofline (link)")
     pp_bytes = T_stage * H * ACTIVATION_BYTES / (tp * a)
     hop = P.p2p_time_s(pp_bytes, st.pp_link, st.pp_latency, eta)
     t_pp = where(pp > 1, hop, 0.0)
     add("pp_send", "comm", zeros_like(t_pp), where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
-        "point-to-point activation send to the next stage", bound="link", source="roofline (link)")
+        st.pp_detail, bound="link", source="roofline (link)")
 
     # ---- overhead
     ovh = st.overhead if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers

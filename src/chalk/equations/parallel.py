@@ -113,14 +113,16 @@ def overlapped_time_s(compute_s, comm_s, overlap_fraction=1.0):
 
 
 # --------------------------------------------------------------------------- memory per chip
-def weight_bytes_per_chip(dense_bytes, expert_bytes, tp, ep, pp):
+def weight_bytes_per_chip(dense_bytes, expert_bytes, tp, ep, pp, etp=1.0):
     """Weight bytes one chip holds.
 
-    Formula: dense / (TP * PP) + routed experts / (EP * PP)
-    Ref: Megatron-LM (Shoeybi 2019) TP sharding; GShard expert parallelism; GPipe stages.
+    Formula: dense / (TP * PP) + routed experts / (EP * ETP * PP)
+    Ref: Megatron-LM (Shoeybi 2019) TP sharding; GShard expert parallelism; GPipe stages; expert tensor
+         parallelism (each expert's FFN split ETP ways inside an EP group: TensorRT-LLM moe_tp_size, SGLang
+         moe-tp, Megatron-Core expert_tensor_parallel_size).
     Assumes: attention-DP replicas each hold the full (TP-sharded) dense weights; stages get equal shares.
     """
-    return flt(dense_bytes) / (flt(tp) * flt(pp)) + flt(expert_bytes) / (flt(ep) * flt(pp))
+    return flt(dense_bytes) / (flt(tp) * flt(pp)) + flt(expert_bytes) / (flt(ep) * flt(etp) * flt(pp))
 
 
 def kv_shard_fraction(num_kv_heads, tp, head_shardable=True):
