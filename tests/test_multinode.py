@@ -167,3 +167,4 @@ def test_r1_on_h100_plan_two_nodes():
                      curves=False, modes="aggregated")
     best = res["options"][0]
     assert best["replica_gpus"] == 16 and best["gpus"] % 16 == 0
+    assert best["replica_domains"] == 2 and best["domains"] == 2 * best["replicas"] and best["domain_chips"] == 8

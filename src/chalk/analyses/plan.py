@@ -176,7 +176,8 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand) -> dict
     par = v["parallelism"]
     o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
-         "replica_layout": v["layout"],
+         "replica_layout": v["layout"], "domain_chips": system.chips,
+         "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),
          "replica_gpus": v["replica_gpus"], "concurrency_per_replica": float(v["in_flight_per_replica"]),
          "max_concurrency_per_replica": int(v["cap"]), "capacity_per_replica": float(v["capacity_per_replica"]),
          "demand": ask.demand.value, "demand_unit": ask.demand.unit, "headroom": max(v["headroom"], 0.0),
@@ -199,6 +200,17 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand) -> dict
     if curve is not None:
         o["diurnal"] = _diurnal(ask, demand, curve, v)
     return o
+
+
+def _domains(v, chips: int) -> int:
+    """Scale-up domains (nodes) the option's fleet takes: replicas smaller than a domain share domains (per pool),
+    larger ones span whole domains each."""
+    def pool(G: int, R: int) -> int:
+        return R * -(-G // chips) if G >= chips else -(-G * R // chips)
+    n = pool(int(v["replica_gpus"]), int(v["replicas"]))
+    if v["prefill"] is not None:
+        n += pool(int(v["prefill"]["replica_gpus"]), int(v["prefill_replicas"]))
+    return n
 
 
 def _label(v) -> str:

@@ -161,7 +161,9 @@ def _print(r, launch: bool) -> None:
     c.print(tab)
     c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router)[/dim]")
     b = r["options"][0]
-    c.print(f"cheapest: {b['hardware']} {b['mode']}, {b['layout']}: {num(b['gpus'])} GPUs x "
+    nodes = (f" on {b['domains']} scale-up domains of {b['domain_chips']} ({b['replica_domains']} per replica)"
+             if b.get("replica_domains", 1) > 1 else "")
+    c.print(f"cheapest: {b['hardware']} {b['mode']}, {b['layout']}: {num(b['gpus'])} GPUs{nodes} x "
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
             f"{usd(b['usd_per_mtok_output'])} per M output tokens; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica (cap {num(b['max_concurrency_per_replica'])}), capacity "
