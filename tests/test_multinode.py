@@ -146,6 +146,12 @@ def test_search_sizes_reach_a_second_node_only_when_needed():
     assert search_sizes(load_system("hgx-h200"), _costs(), cal)[-1] == 8  # 8 x 141 GB holds it
 
 
+def test_layout_report_defaults_to_the_domains_that_hold_the_model():
+    rep = chalk.layout("deepseek-r1", "h100-sxm")
+    assert rep["gpus"] == 16 and any(r["fits_weights"] for r in rep["layouts"])
+    assert chalk.layout("llama-3.1-70b", "h100-sxm")["gpus"] == 8
+
+
 def test_r1_on_h100_throughput_two_nodes():
     """Refused before (it does not fit one 8-GPU scale-up domain); now laid out over two nodes."""
     r = chalk.throughput("deepseek-r1", "h100-sxm", input_len=1000, output_len=1000)

@@ -196,6 +196,23 @@ def check_reach(system: System, gpus: int) -> None:
                          f"{system.chip.id} has no scale-out network (scaleout_gbit_per_s is 0 or missing)")
 
 
+#: Most scale-up domains (nodes) a model is laid out over on its own when its weights do not fit one.
+MAX_DOMAINS = 64
+
+
+def domains_to_hold(system: System, weight_bytes: float, usable_bytes_per_chip: float) -> int:
+    """Fewest scale-up domains (1, 2, 4, ... up to `MAX_DOMAINS`) whose usable memory holds `weight_bytes`: the
+    nodes a model needs before any KV cache (DeepSeek-R1's 671 GB of FP8 on 8 x 72 GB usable H100s: 2). 1 when the
+    chip has no scale-out network to span domains with."""
+    per = system.chips * usable_bytes_per_chip
+    if system.chip.scaleout_bandwidth_bytes_per_s <= 0:
+        return 1
+    k = 1
+    while weight_bytes > k * per and k < MAX_DOMAINS:
+        k *= 2
+    return k
+
+
 def _divisors_upto(n: int, limit: int) -> list[int]:
     """Divisors of n no larger than limit, ascending (O(sqrt n), not a loop over every integer up to n)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -383,15 +400,17 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
                   kv_precision: str | None = "auto", context: float = 4096, ideal: bool = False) -> dict:
     """Everything `chalk layout` shows: feasible layouts with memory per chip, the MoE rack layout and the
     pipeline analysis."""
-    n = system.chips if gpus is None else count("gpus", gpus, MAX_GPUS)
-    check_reach(system, n)
     context = float(positive("context", context, scalar=True))
     cal = calibration(ideal)
     sz = ModelSizes(model)
     prec = canonical(precision) if precision is not None else sz.default_precision()
     costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
-    layouts = enumerate_layouts(model, n, system.chips)
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    # by default one scale-up domain, or the fewest that hold the weights
+    n = system.chips * domains_to_hold(system, costs.dense_weight_bytes + costs.expert_weight_bytes, usable) \
+        if gpus is None else count("gpus", gpus, MAX_GPUS)
+    check_reach(system, n)
+    layouts = enumerate_layouts(model, n, system.chips)
     table = []
     for lay in layouts:
         w, _ = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, context)

@@ -19,8 +19,8 @@ import numpy as np
 from chalk.analyses.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.parallel import (Layout, check_reach, default_kernels, enumerate_layouts, layout_arrays,
-                                     memory_per_chip, model_costs, resolve_kv_precision, stage_step)
+from chalk.analyses.parallel import (Layout, check_reach, default_kernels, domains_to_hold, enumerate_layouts,
+                                     layout_arrays, memory_per_chip, model_costs, resolve_kv_precision, stage_step)
 from chalk.analyses.results import ServingResult
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
@@ -36,10 +36,6 @@ PREFILL_CHUNK_TOKENS = 16384
 SPEEDUPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
 
 
-#: Most scale-up domains (nodes) a search spans on its own when the weights do not fit one.
-MAX_DOMAINS = 64
-
-
 def deployment_sizes(system: System, weight_bytes: float = 0.0, usable_bytes_per_chip: float | None = None
                      ) -> list[int]:
     """Deployment sizes searched when none is given: powers of two and the whole scale-up domain; and, when
@@ -50,11 +46,7 @@ def deployment_sizes(system: System, weight_bytes: float = 0.0, usable_bytes_per
     d = system.chips
     out = {n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= d} | {d}
     usable = system.chip.hbm_bytes if usable_bytes_per_chip is None else usable_bytes_per_chip
-    if weight_bytes > d * usable and system.chip.scaleout_bandwidth_bytes_per_s > 0:
-        k = 2
-        while weight_bytes > k * d * usable and k < MAX_DOMAINS:
-            k *= 2
-        out.add(k * d)
+    out.add(d * domains_to_hold(system, weight_bytes, usable))
     return sorted(out)
 
 
