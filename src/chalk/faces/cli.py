@@ -95,7 +95,9 @@ def estimate(
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens (prompt length for prefill)."),
     phase: Phase = typer.Option(Phase.decode, "--phase"),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "
-                                         "(default: the smallest TP group in the scale-up domain that fits)."),
+                                         "(default: the smallest TP group in the scale-up domain that fits); "
+                                         "etp=2 splits each expert 2 ways inside its EP group (ep x etp = tp x "
+                                         "attn_dp)."),
     aggregate: bool = typer.Option(False, "--aggregate", help="The lecture's view: every chip summed into one "
                                    "communication-free chip (an upper bound, not a deployment)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs available (default: the system's "

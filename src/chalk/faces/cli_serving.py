@@ -120,8 +120,9 @@ def throughput(
                                              "chunked-prefill budget: max_num_batched_tokens), over its profile."),
     disaggregated: bool = typer.Option(False, "--disaggregated",
                                        help="Separate prefill and decode pools (--gpus sizes the decode pool)."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8: search "
-                                         "only the batch (with --concurrency: that exact deployment)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8 (etp=2: "
+                                         "experts split 2 ways in each EP group): search only the batch (with "
+                                         "--concurrency: that exact deployment)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight across the deployment "
                                               "(closed loop, as serving benchmarks run): needs --layout."),
     prefill_gpus: Optional[int] = typer.Option(None, "--prefill-gpus", help="With --disaggregated --concurrency: "
