@@ -226,7 +226,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
     cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
     # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
-    notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x]
+    notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
     cprec = chip.compute_precision(prec)
     tm_ec = 1.0 if cal.label == "ideal" else cal.compute
     tm_em = 1.0 if cal.label == "ideal" else cal.memory

@@ -118,14 +118,64 @@ class ModelSizes:
         """Parameters read every step whatever the batch: everything but the routed experts."""
         return self.total_params - self.routed_expert_params
 
+    @cached_property
+    def group_params(self) -> dict[str, float]:
+        """Parameters of each group (`chalk.specs.quantisation.GROUPS`); they add up to `total_params`."""
+        m = self.model
+        n_moe = m.n_moe_layers
+        return {"embedding": self.embedding_params, "lm_head": self.lm_head_params,
+                "attention": m.num_layers * self.attention_params_per_layer,
+                "mlp": (m.num_layers - n_moe) * self.dense_mlp_params_per_layer,
+                "shared_experts": n_moe * self.shared_expert_params_per_layer,
+                "router": n_moe * self.router_params_per_layer, "experts": self.routed_expert_params,
+                "norms": self.norm_params}
+
     # ------------------------------------------------------------------ bytes
     def _precisions(self, precision: str | None) -> tuple[float, float]:
-        """Bytes per element for (non-expert weights, routed-expert weights)."""
+        """Bytes per element for (non-expert weights, routed-expert weights); the checkpoint's own mix for None
+        (routed experts a checkpoint keeps unquantised counted at its 16-bit dtype)."""
         if precision is not None:
             b = bytes_per_element(precision)
             return b, b
         main = bytes_per_element(self.model.native_precision)
+        if self._kept is not None:
+            return main, self._kept["experts"]
         return main, bytes_per_element(self.model.expert_precision or self.model.native_precision)
+
+    @cached_property
+    def _kept(self) -> dict[str, float] | None:
+        """Bytes per element of each parameter group in the checkpoint's own mix when it keeps some groups
+        unquantised (`ModelSpec.weight_format`): the fraction kept at the 16-bit dtype, the rest at the quantised
+        precision; None when every group is stored alike (sizes then as one precision, plus routed experts')."""
+        m, fmt = self.model, self.model.weight_format
+        if fmt is None or not fmt.unquantised:
+            return None
+        main = bytes_per_element(m.native_precision)
+        out = dict.fromkeys(self.group_params, main)
+        out["experts"] = bytes_per_element(m.expert_precision or m.native_precision)
+        wide = bytes_per_element(fmt.dense_dtype)
+        for g, f in fmt.unquantised:
+            out[g] = f * wide + (1.0 - f) * out[g]
+        if m.tie_word_embeddings:  # one matrix: the input embedding read as the LM head
+            out["embedding"] = out["lm_head"] = max(out["embedding"], out["lm_head"])
+        return out
+
+    def group_bytes_per_element(self, group: str, precision: str | None = None) -> float:
+        """Bytes per stored element of a parameter group: `precision`'s, or the checkpoint's own (None)."""
+        if precision is not None:
+            return bytes_per_element(precision)
+        if self._kept is not None:
+            return self._kept[group]
+        main, expert = self._precisions(None)
+        return expert if group == "experts" else main
+
+    def _dense_bytes(self, precision: str | None, lookup: bool = True) -> float:
+        """Bytes of every weight but the routed experts (less the input-embedding lookup unless `lookup`)."""
+        skip = 0.0 if lookup or self.model.tie_word_embeddings else self.embedding_params
+        if precision is None and self._kept is not None:
+            kept = self._kept
+            return sum(n * kept[g] for g, n in self.group_params.items() if g != "experts") - skip * kept["embedding"]
+        return (self.dense_params - skip) * self._precisions(precision)[0]
 
     def default_precision(self) -> str:
         """The precision weights run at when none is asked for (the checkpoint's own)."""
@@ -133,6 +183,8 @@ class ModelSizes:
 
     def weight_bytes(self, precision: str | None = None) -> float:
         """Bytes of all weights at `precision` (None: the checkpoint's own mix)."""
+        if precision is None and self._kept is not None:
+            return self._dense_bytes(None) + self.routed_expert_params * self._kept["experts"]
         main, expert = self._precisions(precision)
         return self.dense_params * main + self.routed_expert_params * expert
 
@@ -147,8 +199,11 @@ class ModelSizes:
         if not refined:
             return _like(tokens, self.weight_bytes(precision))
         main, expert = self._precisions(precision)
-        lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
-        dense = (self.dense_params - lookup) * main
+        if precision is None and self._kept is not None:
+            dense = self._dense_bytes(None, lookup=False)
+        else:
+            lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
+            dense = (self.dense_params - lookup) * main
         m = self.model
         if not m.is_moe:
             return _like(tokens, dense)
@@ -283,6 +338,8 @@ class ModelSizes:
             "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
             "weights_precision": precision or self.default_precision(),
             "weight_bytes": self.weight_bytes(precision),
+            "weight_format": (m.weight_format.to_dict() if precision is None and m.weight_format is not None
+                              else None),
             "kv_precision": kv_precision, "kv_bytes_per_token": self.kv_bytes_per_token(kv_precision),
             "kv_bytes_per_token_fp8": self.kv_bytes_per_token("fp8"),
             "decode_flops_per_token_at_4k": float(self.decode_flops_per_token(4096)),

@@ -29,7 +29,7 @@ from chalk.errors import FitError, InputError
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
-from chalk.specs.precision import bytes_per_element, canonical
+from chalk.specs.precision import bytes_per_element, canonical, weight_only
 from chalk.specs.workload import MAX_GPUS, count, positive
 
 ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
@@ -113,6 +113,15 @@ class ModelCosts:
     head_shardable: bool
     dense_precision: str = "bf16"   # non-expert weights (the checkpoint's own when no precision is asked)
     expert_precision: str = "bf16"  # routed-expert weights
+    own_mix: bool = False  # no precision asked: the checkpoint's own, groups it keeps unquantised at 16 bits
+
+    def stored_precision(self, group: str) -> str:
+        """The precision a parameter group's weights are read at (`chalk.specs.quantisation.GROUPS`): the one
+        asked, else the checkpoint's own, whose 16-bit dtype for a group it keeps (mostly) unquantised."""
+        fmt = self.sizes.model.weight_format
+        if self.own_mix and fmt is not None and fmt.fraction(group) >= 0.5:
+            return canonical(fmt.dense_dtype)
+        return self.expert_precision if group == "experts" else self.dense_precision
 
     @property
     def model(self) -> ModelSpec:
@@ -159,7 +168,8 @@ def _model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> 
                       expert_flops_per_token=2 * model.n_moe_layers * model.experts_per_token * sz.params_per_expert,
                       kv_bytes_per_token=sz.kv_bytes_per_token(kvp), head_shardable=model.attention != "mla",
                       dense_precision=canonical(wp or model.native_precision),
-                      expert_precision=canonical(wp or model.expert_precision or model.native_precision))
+                      expert_precision=canonical(wp or model.expert_precision or model.native_precision),
+                      own_mix=wp is None)
 
 
 def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system: System | None = None) -> str:
@@ -168,7 +178,7 @@ def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system
     (a model on its own), the chip is taken to have an FP8 rate."""
     if kv_precision and str(kv_precision).lower() != "auto":
         return canonical(kv_precision)
-    narrow = bytes_per_element(weight_precision) <= 1
+    narrow = bytes_per_element(weight_precision) <= 1 and not weight_only(weight_precision)  # W4A16: 16-bit math
     return "fp8" if narrow and (system is None or "fp8" in system.chip.flops_per_s) else "bf16"
 
 

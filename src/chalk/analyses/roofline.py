@@ -19,6 +19,7 @@ from chalk.errors import FitError, InputError
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
+from chalk.specs.precision import bytes_per_element, weight_only
 from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, sparse_law_name
 
 
@@ -307,7 +308,12 @@ class Lecture:
         notes = []
         if chip.price_is_assumption:
             notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
-        if cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
+        if precision is None and model.weight_format is not None:  # what was sized: the checkpoint as stored
+            notes.append(f"weights as stored: {model.weight_format.describe()}")
+        if weight_only(prec):
+            notes.append(f"{prec} is weight-only quantisation: weights read at {bytes_per_element(prec) * 8:.3g} bits "
+                         f"each, multiplied at {cprec} (dequantised on chip, assumed hidden under the math)")
+        elif cprec != prec and not (prec == "mxfp4" and cprec == "fp4"):
             notes.append(f"{chip.id} has no {prec} rate; compute runs at {cprec}")
         self.notes = tuple(notes)
 

@@ -35,7 +35,7 @@ from chalk.equations import ops as O
 from chalk.equations import parallel as P
 from chalk.equations.num import every, flt, maximum, minimum, some, where, zeros_like
 from chalk.memo import by_identity
-from chalk.specs.precision import bytes_per_element
+from chalk.specs.precision import bytes_per_element, weight_only
 
 ACTIVATION_BYTES = 2.0  # activations travel in BF16 (TP all-reduce, PP sends, MoE combine)
 
@@ -203,22 +203,31 @@ class _Stage:
         self.gemms = []
         gsrc = tm.ksrc("gemm") if kp is not None else None
 
-        def gemm(name, params_per_layer, layers, per_token, dtype, peak, bpe, shard):
-            """A weight GEMM repeated over `layers` layers: params sharded `shard` ways."""
+        def gemm(name, params_per_layer, layers, per_token, dtype, peak, bpe, shard, group=None):
+            """A weight GEMM repeated over `layers` layers: params sharded `shard` ways. `group`: its parameter
+            group, whose stored precision (`ModelCosts.stored_precision`) sets the bytes per weight; weights stored
+            narrower than the math (weight-only quantisation: W4A16, FP8 weights on a chip without an FP8 rate)
+            are read at their stored width and multiplied at `dtype` (mixed-input kernels, e.g. Marlin)."""
             if every(flt(params_per_layer) <= 0):
                 return
+            wp = None
+            if group is not None:
+                stored = costs.stored_precision(group)
+                bpe = bytes_per_element(stored)
+                wp = stored if bpe < bytes_per_element(dtype) else None
             n = params_per_layer / (shard * H)
-            shape = kp.gemm_shape(n, H, dtype) if kp is not None else None
+            shape = kp.gemm_shape(n, H, dtype, wp) if kp is not None else None
             self.gemms.append((name, n, layers, per_token, peak * tm.ec, bpe, shape))
 
-        gemm("attn_proj", sz.attention_params_per_layer, n_layers, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
-        gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, True, tm.dense_dtype, tm.peak_dense, bw_d, tp)
+        gemm("attn_proj", sz.attention_params_per_layer, n_layers, True, tm.dense_dtype, tm.peak_dense, bw_d, tp,
+             "attention")
+        gemm("mlp", sz.dense_mlp_params_per_layer, n_dense, True, tm.dense_dtype, tm.peak_dense, bw_d, tp, "mlp")
         if m.is_moe:
             gemm("shared_experts", sz.shared_expert_params_per_layer, n_moe, True, tm.dense_dtype, tm.peak_dense,
-                 bw_d, tp)
+                 bw_d, tp, "shared_experts")
             gemm("router", sz.router_params_per_layer, n_moe, True, "bf16", tm.peak_attn, ACTIVATION_BYTES, 1.0)
         lm = sz.lm_head_params or sz.embedding_params
-        gemm("lm_head", lm / pp, 1.0, False, tm.dense_dtype, tm.peak_dense, bw_d, tp)  # last stage; averaged
+        gemm("lm_head", lm / pp, 1.0, False, tm.dense_dtype, tm.peak_dense, bw_d, tp, "lm_head")  # last stage; averaged
         self.gemm_source = gsrc
 
         # attention (per rank; KV heads shard over TP unless MLA)
@@ -248,7 +257,8 @@ class _Stage:
         self.ring_detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
         self.ar_source = kp.allreduce_source() if kp is not None else None
         if m.is_moe:
-            narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s
+            narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s \
+                and not weight_only(costs.expert_precision)  # W4A16 experts take BF16 activations
             self.a2a_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
             # destinations are the stage's chips (ep groups of etp): the share inside this chip's scale-up domain
             # goes over NVLink, copies bound for other domains over the NIC (once per remote domain)

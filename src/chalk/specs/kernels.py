@@ -40,7 +40,7 @@ from chalk.equations import kernels as K
 from chalk.equations import parallel as P
 from chalk.equations.num import maximum, minimum, where
 from chalk.errors import InputError
-from chalk.specs.precision import bytes_per_element, canonical
+from chalk.specs.precision import bytes_per_element, canonical, weight_only
 
 FRAMEWORKS = ("trtllm", "sglang", "vllm")
 DEFAULT_FRAMEWORK = "trtllm"
@@ -254,21 +254,31 @@ def _curve(framework: str, family: str, dtype: str, exclude: tuple = ()):
     return None
 
 
-def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip):
+def curve_log_time(members, family, precision, elem_bytes, mesh, roof_chip, fit_bytes=None):
     """ln of a chip's node times from the curve systems' measured ones.
 
     At each node, ln t_s = a + alpha * ln r_s is fitted over the curve systems s (r_s: the node's roofline at s's
     peaks, t_s = r_s / eta_s) and evaluated at the chip's roofline: alpha = 1 where kernels run at a fixed fraction
     of peak (throughput-bound), alpha = 0 where they take a fixed time whatever the chip (launch-latency-bound), and
     in between where both matter. alpha is clipped to [0, 1]; a single system (or systems with equal peaks) gives
-    alpha = 1, i.e. its efficiency scaled by the chip's peaks."""
+    alpha = 1, i.e. its efficiency scaled by the chip's peaks. `fit_bytes`: the element bytes the tables were
+    measured at, when the weights are stored narrower (weight-only quantisation): alpha is fitted there, a
+    property of the kernel at the node, and the narrow read moves only the rooflines, so that a node's time never
+    grows as the bytes shrink."""
     key = "bf16" if family.startswith(("mha", "mla")) else dtype_key(precision)  # attention math runs at 16 bits
-    x = np.stack([np.log(roof_features(family, mesh, float(ref.get(key) or ref["bf16"]), float(ref["hbm"]),
-                                       elem_bytes)) for _, _, ref in members])
-    y = x - np.stack([ln_eta for _, ln_eta, _ in members])
+
+    def ln_roofs(b):
+        return np.stack([np.log(roof_features(family, mesh, float(ref.get(key) or ref["bf16"]), float(ref["hbm"]),
+                                              b)) for _, _, ref in members])
+    ln_etas = np.stack([ln_eta for _, ln_eta, _ in members])
+    x = ln_roofs(elem_bytes)
+    y = x - ln_etas
     xm, ym = x.mean(0), y.mean(0)
-    var = ((x - xm) ** 2).mean(0)
-    alpha = np.where(var > 1e-6, ((x - xm) * (y - ym)).mean(0) / np.maximum(var, 1e-12), 1.0)
+    xf = x if fit_bytes is None or fit_bytes == elem_bytes else ln_roofs(fit_bytes)
+    yf = xf - ln_etas
+    xfm = xf.mean(0)
+    var = ((xf - xfm) ** 2).mean(0)
+    alpha = np.where(var > 1e-6, ((xf - xfm) * (yf - yf.mean(0))).mean(0) / np.maximum(var, 1e-12), 1.0)
     alpha = np.clip(alpha, 0.0, 1.0)
     return ym + alpha * (np.log(roof_chip) - xm)
 
@@ -638,7 +648,10 @@ class KernelProfile:
             if desc["kind"] == "measured":
                 t = r / np.exp(data)
             else:
-                t = np.maximum(np.exp(curve_log_time(data, family, precision, elem_bytes, mesh, r)), r)
+                # weights narrower than the GEMM table's elements (W4A16): the curve's alpha where it was measured
+                fit = max(elem_bytes, bytes_per_element(dtype_key(precision))) \
+                    if family in ("gemm", "moe", "moe_balanced") and table_key is None else None
+                t = np.maximum(np.exp(curve_log_time(data, family, precision, elem_bytes, mesh, r, fit)), r)
             # a smaller problem can always be padded to a larger one: cap each node by every larger node
             for a in MONOTONE[family]:
                 t = np.flip(np.minimum.accumulate(np.flip(t, a), axis=a), a)
@@ -752,8 +765,11 @@ class KernelProfile:
 
     @staticmethod
     def _moe_table_key(p: str, eb: float, weight_precision) -> str | None:
-        """'w4a16' where 4-bit weights run under 16-bit math (the mixed-input kernels' table), else None."""
-        return "w4a16" if weight_precision is not None and eb < 1 and dtype_key(p) == "bf16" else None
+        """'w4a16' where 4-bit weights run under 16-bit math (the mixed-input kernels' table), else None. The table
+        was measured on MXFP4 experts (gpt-oss shapes) only: integer weight-only formats (GPTQ, AWQ, ...) take the
+        16-bit table at their narrow read instead (dequantisation hidden under the math, as their GEMMs)."""
+        return "w4a16" if weight_precision is not None and eb < 1 and dtype_key(p) == "bf16" \
+            and not weight_only(weight_precision) else None
 
     def moe_balanced_tables(self, dtype, weight_precision: str | None = None) -> bool:
         """Whether `moe_time_s(..., balanced=True)` at `dtype` takes balanced-load tables (else the power-law

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from chalk.errors import SpecError, UnknownNameError, UnsupportedArchitectureError
 from chalk.specs.precision import canonical
+from chalk.specs.quantisation import WeightFormat, weight_format_from_config
 from chalk.specs.validate import field_choice, field_number, spec_int, spec_number, spec_str, spec_str_list
 from chalk.specs.workload import short
 
@@ -76,6 +77,8 @@ class ModelSpec:
     # defaults and card figures (from meta.yaml where shipped)
     native_precision: str = "bf16"
     expert_precision: str | None = None
+    # the checkpoint's quantised storage (quantization_config), None for plain torch_dtype weights
+    weight_format: WeightFormat | None = None
     card_total_params: float | None = None
     card_active_params: float | None = None
     notes: str = ""
@@ -158,15 +161,10 @@ def _layer_types(cfg: dict, L: int, where: str) -> list[bool] | None:
     return [t.startswith("sliding") for t in types]
 
 
-def _precision_from_config(cfg: dict, where: str = "config.json") -> str:
-    q = cfg.get("quantization_config") or {}
-    if not isinstance(q, dict):
-        raise SpecError(f"{where}: quantization_config must be a mapping, got {short(q)}")
-    method = str(q.get("quant_method", "")).lower()
-    if method == "fp8" or q.get("fmt") == "e4m3":
-        return "fp8"
-    if method == "mxfp4":
-        return "mxfp4"
+def _precision_from_config(cfg: dict, fmt: WeightFormat | None) -> str:
+    """The stored weights' precision: the quantised format's, else `torch_dtype`'s."""
+    if fmt is not None:
+        return fmt.precision
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
     return {"float32": "fp32", "float16": "fp16"}.get(dtype, "bf16")
 
@@ -309,8 +307,13 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
     d["sliding_layers"] = tuple(bool(s) and window is not None for s in sliding)
     d["sliding_window"] = window if any(d["sliding_layers"]) else None
 
-    prec = spec_str(meta.get("weights_precision"), f"{where}: meta weights_precision") or _precision_from_config(cfg, where)
+    n_moe = sum(d["moe_layers"])
+    fmt = weight_format_from_config(cfg, {"attention": L, "mlp": L - n_moe, "shared_experts": n_moe, "router": n_moe,
+                                          "experts": n_moe}, where)
+    prec = spec_str(meta.get("weights_precision"), f"{where}: meta weights_precision") or \
+        _precision_from_config(cfg, fmt)
     prec = _precision_name(prec, where)
+    d["weight_format"] = fmt if fmt is not None and fmt.precision == prec else None  # meta.yaml may override
     if prec == "mxfp4":  # gpt-oss: MoE experts in MXFP4, everything else bf16
         d["native_precision"], d["expert_precision"] = "bf16", "mxfp4"
     else:

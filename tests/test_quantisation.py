@@ -1,0 +1,291 @@
+"""Quantisation as it is deployed (issue 24, item 4): `quantization_config` read into a stored weight format, weights
+sized at their stored bits, weight-only GEMMs timed at 16-bit math with the narrow read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chalk.analyses.estimate import estimate
+from chalk.analyses.model_sizes import sizes
+from chalk.analyses.parallel import model_costs, resolve_kv_precision
+from chalk.errors import SpecError, UnknownNameError
+from chalk.specs.catalog import chip_ids, load_chip, load_model
+from chalk.specs.kernels import kernel_profile
+from chalk.specs.model import model_from_config
+from chalk.specs.precision import WeightOnly, bytes_per_element, canonical, weight_only
+
+DATA = Path(__file__).parent / "data"
+GPTQ_70B = DATA / "llama-3.1-70b-gptq-int4"
+CATALOG = Path(__file__).parent.parent / "src" / "chalk" / "catalog" / "models"
+
+
+def _cfg(model_id: str, q: dict | None = None) -> dict:
+    cfg = json.loads((CATALOG / model_id / "config.json").read_text())
+    if q is not None:
+        cfg["quantization_config"] = q
+    return cfg
+
+
+def _fmt(q: dict, model_id: str = "llama-3.1-8b"):
+    return model_from_config(_cfg(model_id, q), id="q").weight_format
+
+
+# --------------------------------------------------------------------------- the formats, bit by bit
+@pytest.mark.parametrize("q, precision, bits", [
+    # GPTQ: 4-bit qweight + fp16 scale + 4-bit packed qzero per 128 weights = 4 + 20/128
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "w4a16-gptq-g128-zp", 4 + 20 / 128),
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "w8a16-gptq-ch-zp", 8.0),
+    # AWQ: zero points unless zero_point is false
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+     "w4a16-awq-g128-zp", 4 + 20 / 128),
+    ({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": False}, "w4a16-awq-g64", 4 + 16 / 64),
+    # bitsandbytes NF4: fp32 absmax per 64 weights (0.5 bit), or 0.127 bit with double quantisation (QLoRA sec. 3)
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "w4a16-nf4-g64", 4.5),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+      "bnb_4bit_use_double_quant": True}, "w4a16-nf4dq-g64", 4 + 8 / 64 + 32 / (64 * 256)),
+    ({"load_in_8bit": True}, "w8a16-bnb8-ch", 8.0),  # older configs carry no quant_method
+    # compressed-tensors W4A16 (symmetric: scales only), W8A8 FP8 and INT8 (per-channel scales: not counted)
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                    "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                                                "symmetric": True}}}}, "w4a16-ct-g128", 4 + 16 / 128),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}, "fp8", 8.0),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int"}}}}, "int8", 8.0),
+    ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
+     "fp8", 8.0),
+])
+def test_schemes_are_read_at_their_stored_bits(q, precision, bits):
+    fmt = _fmt(q)
+    assert fmt.precision == precision
+    assert fmt.bits_per_weight == pytest.approx(bits, rel=1e-12)
+    assert fmt.weight_only == precision.startswith("w")
+    assert fmt.compute == ("bf16" if fmt.weight_only else precision)  # llama-3.1-8b: torch_dtype bfloat16
+
+
+def test_unquantised_modules_count_where_the_config_says_so():
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    assert dict(_fmt(gptq).unquantised) == {"embedding": 1.0, "lm_head": 1.0, "norms": 1.0}  # a dense model
+    assert "lm_head" not in dict(_fmt({**gptq, "lm_head": True}).unquantised)
+    # compressed-tensors quantises every Linear it does not ignore: lm_head included unless listed
+    ct = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int",
+                                                                                     "group_size": 128}}}}
+    assert "lm_head" not in dict(_fmt(ct).unquantised)
+    assert dict(_fmt({**ct, "ignore": ["lm_head", "re:.*self_attn.*"]}).unquantised)["attention"] == 1.0
+    # one layer named: that layer's share of its group (llama-3.1-8b: 32 layers)
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["model.layers.3.mlp"]}
+    assert dict(_fmt(awq).unquantised)["mlp"] == pytest.approx(1 / 32)
+    # gpt-oss: its own list (attention, router, embeddings, lm_head) around MXFP4 experts
+    gpt = load_model("gpt-oss-120b").weight_format
+    assert gpt.precision == "mxfp4" and {"attention", "router", "embedding", "lm_head"} <= set(dict(gpt.unquantised))
+    assert load_model("deepseek-v3").weight_format.precision == "fp8"
+
+
+def test_each_unquantised_group_is_sized_at_the_16_bit_dtype():
+    """Golden: the 4-bit 70B's bytes by hand. Linear weights at 4 + 20/128 bits; the embedding, LM head and norms
+    (1.051 G + 1.051 G + 1.3 M parameters) at fp16 (torch_dtype float16)."""
+    sz = sizes(load_model(str(GPTQ_70B)))
+    kept = sz.embedding_params + sz.lm_head_params + sz.norm_params
+    linear = sz.total_params - kept
+    assert sz.weight_bytes() == pytest.approx(linear * (4 + 20 / 128) / 8 + kept * 2, rel=1e-12)
+    assert sz.weight_bytes() / 1e9 == pytest.approx(39.77, abs=0.01)  # was 141.1 GB read as fp16
+    assert sz.weight_bytes("bf16") == pytest.approx(2 * sz.total_params)
+    # a decode step reads everything but the embedding lookup
+    assert float(sz.weight_bytes_read(1.0)) == pytest.approx(sz.weight_bytes() - sz.embedding_params * 2)
+    # lm_head quantised too: its 1.05 G parameters move from 16 to 4.156 bits
+    cfg = json.loads((GPTQ_70B / "config.json").read_text())
+    cfg["quantization_config"]["lm_head"] = True
+    with_head = sizes(model_from_config(cfg, id="q"))
+    assert sz.weight_bytes() - with_head.weight_bytes() == pytest.approx(
+        sz.lm_head_params * (2 - (4 + 20 / 128) / 8), rel=1e-9)
+
+
+def test_checkpoints_chalk_already_sized_are_unchanged():
+    """gpt-oss (MXFP4 experts, the rest bf16) and DeepSeek-V3 (FP8) size as before: non-expert weights at the
+    main precision, routed experts at theirs."""
+    for mid, main, expert in (("gpt-oss-120b", 2.0, 4.25 / 8), ("deepseek-v3", 1.0, 1.0)):
+        sz = sizes(load_model(mid))
+        assert sz.weight_bytes() == pytest.approx(sz.dense_params * main + sz.routed_expert_params * expert,
+                                                  rel=1e-12)
+
+
+@pytest.mark.parametrize("q, says", [
+    ({"quant_method": "hqq", "bits": 4}, "quant_method 'hqq' is not one chalk sizes"),
+    ({"bits": 4}, "quant_method None"),
+    ({"quant_method": "gptq", "bits": 0, "group_size": 128}, "bits must be one of 2, 3, 4, 8"),
+    ({"quant_method": "gptq", "bits": 1e9, "group_size": 128}, "bits must be one of"),
+    ({"quant_method": "gptq", "bits": "four", "group_size": 128}, "bits must be one of"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -5}, "group_size must be a positive whole number"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 1.5}, "group_size must be a positive whole number"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": "yes"}, "zero_point must be true or false"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}, "exactly one of"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf5"}, "'nf4' or 'fp4'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, "non-empty config_groups"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"},
+                                                                    "input_activations": {"num_bits": 8}}}},
+     "W4 (int) A8 (int) is not one chalk sizes"),
+    ({"quant_method": "compressed-tensors", "config_groups": {
+        "a": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}},
+        "b": {"weights": {"num_bits": 8, "type": "int", "group_size": 128}}}}, "mix schemes"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": "lm_head, gate"}, None),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": [1, 2]}, "list of module names"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 0]}, "weight_block_size"),
+    (["gptq"], "quantization_config must be a mapping"),
+])
+def test_unknown_schemes_and_malformed_configs_are_refused_in_one_line(q, says):
+    if says is None:  # a single name where a list is expected reads as that one name
+        assert _fmt(q) is not None
+        return
+    with pytest.raises(SpecError) as e:
+        _fmt(q)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_cli_refuses_an_unknown_scheme_with_one_line(tmp_path):
+    cfg = _cfg("llama-3.1-8b", {"quant_method": "exl2", "bits": 4.65})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "estimate", "-m", str(tmp_path), "-H", "h100-sxm"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "quant_method 'exl2'" in p.stderr
+
+
+def test_weight_only_names_spell_their_size():
+    assert canonical("W4A16-GPTQ-G128-ZP") == "w4a16-gptq-g128-zp"
+    assert bytes_per_element("w4a16-int-g32") == pytest.approx((4 + 16 / 32) / 8)
+    assert weight_only("w4a16-awq-g128-zp") and not weight_only("fp8") and not weight_only("mxfp4")
+    assert WeightOnly.parse("w4a16-gptq-g128-zp") == WeightOnly(4, "gptq", 128, True)
+    for bad in ("w4a16-foo-g128", "w0a16-gptq-g128", "w4a8-gptq-g128", "w9a16-int-ch"):
+        with pytest.raises(UnknownNameError):
+            canonical(bad)
+
+
+# --------------------------------------------------------------------------- what it is sized and timed as
+def test_a_4_bit_70b_fits_one_h100_and_says_what_it_sized():
+    r = estimate(str(GPTQ_70B), "h100-sxm")
+    assert r.layout["tp"] == 1 and r.chips == 1 and r.fits
+    assert r.precision == "w4a16-gptq-g128-zp" and r.compute_precision == "bf16"
+    assert r.kv_precision == "bf16"  # weight-only: 16-bit activations, no FP8 KV cache by default
+    assert r.weight_bytes == pytest.approx(sizes(load_model(str(GPTQ_70B))).weight_bytes())
+    assert any(n.startswith("weights as stored: gptq w4a16-gptq-g128-zp: 4.16 bits per weight") for n in r.notes)
+    bf16 = estimate("llama-3.1-70b", "h100-sxm")
+    assert bf16.layout["tp"] == 2  # the same model in bf16 needs two
+
+
+def test_the_cli_answers_carry_the_weight_format():
+    def run(*args):
+        p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args, "-m", str(GPTQ_70B), "-H", "h100-sxm"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    d = json.loads(run("estimate", "--json"))
+    assert d["precision"] == "w4a16-gptq-g128-zp" and d["layout"]["gpus"] == 1
+    text = run("estimate")
+    assert "w4a16-gptq-g128-zp weights (bf16 compute)" in " ".join(text.split())
+    t = json.loads(run("throughput", "--input-len", "1000", "--output-len", "200", "--json"))
+    assert t["precision"] == "w4a16-gptq-g128-zp" and t["weight_bytes_per_gpu"] < 40e9
+
+
+def test_plan_sizes_the_4_bit_70b_as_4_bit():
+    from chalk.analyses.plan import plan
+
+    r = plan(str(GPTQ_70B), "h100-sxm", input_len=1000, output_len=200, users=50, modes=("aggregated",),
+             sim_requests=2000)
+    best = r["options"][0]
+    assert best["precision"] == "w4a16-gptq-g128-zp" and best["replica_gpus"] == 1
+
+
+def test_the_kv_cache_follows_the_math_not_the_stored_bits():
+    from chalk.specs.catalog import resolve_hardware
+
+    sys_ = resolve_hardware("h100-sxm")
+    assert resolve_kv_precision("auto", canonical("w4a16-gptq-g128-zp"), sys_) == "bf16"
+    assert resolve_kv_precision("auto", "fp8", sys_) == "fp8"
+
+
+def test_the_lm_head_a_checkpoint_keeps_in_16_bits_is_read_at_16_bits():
+    costs = model_costs(load_model(str(GPTQ_70B)), None, "bf16")
+    assert costs.stored_precision("lm_head") == "fp16"
+    assert costs.stored_precision("mlp") == "w4a16-gptq-g128-zp"
+    asked = model_costs(load_model(str(GPTQ_70B)), "bf16", "bf16")
+    assert asked.stored_precision("mlp") == asked.stored_precision("lm_head") == "bf16"
+
+
+# --------------------------------------------------------------------------- invariants over every chip
+NARROW = [canonical(n) for n in ("w8a16-gptq-g128-zp", "w4a16-gptq-g128-zp", "w4a16-nf4dq-g64", "w3a16-gptq-g128-zp",
+                                 "w2a16-int-ch")]
+NARROW.sort(key=bytes_per_element, reverse=True)  # widest first: each reads fewer bytes than the one before
+
+
+@settings(max_examples=60, deadline=None)
+@given(chip=st.sampled_from(chip_ids()), seed=st.integers(0, 2**31))
+def test_no_gemm_gets_slower_when_it_reads_fewer_weight_bytes(chip, seed):
+    """Every catalog chip, random GEMM shapes and row counts (batch sizes): at the same 16-bit math, a narrower
+    stored weight never takes longer (bf16 >= w8a16 >= w4a16 >= ... >= w2a16), measured tables and fitted curve
+    alike; and routed-expert layers the same."""
+    kp = kernel_profile(load_chip(chip))
+    assert kp is not None
+    rng = np.random.default_rng(seed)
+    m, n, k = (np.round(2.0 ** rng.uniform(lo, 16, 64)) for lo in (0, 6, 6))
+    prev = kp.gemm_time_s(m, n, k, "bf16")
+    for w in NARROW:
+        t = kp.gemm_time_s(m, n, k, "bf16", w)
+        assert np.all(t <= prev * (1 + 1e-9)), (chip, w, float(np.max(t / prev)))
+        prev = t
+    tokens = np.round(2.0 ** rng.uniform(0, 15, 32))
+    h, i = float(2 ** rng.integers(10, 14)), float(2 ** rng.integers(9, 13))
+    prev = kp.moe_time_s(tokens, h, i, 128.0, 8.0, 8.0, "bf16")
+    for w in NARROW:
+        t = kp.moe_time_s(tokens, h, i, 128.0, 8.0, 8.0, "bf16", weight_precision=w)
+        assert np.all(t <= prev * (1 + 1e-9)), (chip, w, "moe", float(np.max(t / prev)))
+        prev = t
+
+
+def _qwen3_moe(q: dict | None):
+    return model_from_config(_cfg("qwen3-30b-a3b", q), id="qwen3-30b-a3b" + ("-q" if q else ""))
+
+
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}
+
+
+@settings(max_examples=40, deadline=None)
+@given(chip=st.sampled_from(chip_ids()), moe=st.booleans(), tp=st.sampled_from([1, 2, 4, 8]),
+       pp=st.sampled_from([1, 2]), batch=st.floats(1, 1024), context=st.floats(128, 32768),
+       phase=st.sampled_from(["decode", "prefill"]))
+def test_the_4_bit_step_is_never_slower_than_the_bf16_one(chip, moe, tp, pp, batch, context, phase):
+    """`estimate` on the same layout and batch: the 4-bit GPTQ checkpoint's step never takes longer than the same
+    architecture's BF16 one (dense: Llama-3.1-70B; MoE: Qwen3-30B-A3B)."""
+    if moe:
+        quant, plain = _qwen3_moe(GPTQ), _qwen3_moe(None)
+    else:
+        quant, plain = load_model(str(GPTQ_70B)), load_model("llama-3.1-70b")
+    lay = f"tp={tp},pp={pp}"
+    rq = estimate(quant, chip, batch, context, layout=lay, phase=phase)
+    rb = estimate(plain, chip, batch, context, layout=lay, phase=phase, kv_precision=rq.kv_precision)
+    assert rq.step_time_s <= rb.step_time_s * (1 + 1e-9)
+    assert rq.weight_bytes < rb.weight_bytes / 3
+
+
+def test_weight_only_decode_reads_the_narrow_bytes():
+    """Golden order of magnitude: a batch-1 decode of the 70B on TP4 H100 is memory-bound, so the 4-bit step's
+    weight GEMMs take about their byte ratio of the BF16 ones (within kernel efficiency and the 16-bit head)."""
+    rq = estimate(str(GPTQ_70B), "h100-sxm", 1, 2048, layout="tp=4")
+    rb = estimate("llama-3.1-70b", "h100-sxm", 1, 2048, layout="tp=4")
+    gq = sum(o["time_s"] for o in rq.ops if o["kind"] == "gemm")
+    gb = sum(o["time_s"] for o in rb.ops if o["kind"] == "gemm")
+    assert 0.2 < gq / gb < 0.45  # bytes: 39.8 / 141.1 = 0.28
+    mlp = next(o for o in rq.ops if o["name"] == "mlp")
+    assert mlp["bytes"] == pytest.approx(next(o for o in rb.ops if o["name"] == "mlp")["bytes"] * (4 + 20 / 128) / 16,
+                                         rel=1e-3)
