@@ -8,6 +8,9 @@ Row kinds:
   fixed    aggregated serving at a stated layout and concurrency (an engine's measured operating point).
   prefill  a prefill pool at a stated layout and tokens per GPU per step.
 The error of a row is predicted / measured - 1; its residual is log(measured / predicted).
+Every row belongs to a source family (`family` column: the organisation or benchmark programme it comes from;
+without the column, the first word of its `group`), the unit cross-validation leaves out and the calibration
+objective weighs equally (`chalk.analyses.calibrate`).
 Rows whose id starts with `mlperf` (MLPerf Inference Offline results) were held out of the last refit of the
 calibration constants; `validate()` reports them, and the dense and MoE rows, as separate groups.
 """
@@ -72,6 +75,14 @@ class Row:
     ep: int | None = None
     mtp: int | None = None
     acceptance: float | None = None
+    family: str = ""
+    engine_version: str | None = None
+
+
+def family_of_group(group: str) -> str:
+    """A row's source family when validation.csv carries no `family` column: its group's first word (groups are
+    named `<organisation or programme>-<part>`, e.g. inferencex-2026q1, trtllm-perf-overview-03e27c7)."""
+    return group.strip().split("-")[0]
 
 
 def _num(s: str, cast=float):
@@ -96,7 +107,9 @@ def load_rows() -> tuple[Row, ...]:
                 measured=float(d["measured"]), source=d["source"], notes=d.get("notes") or "",
                 group=d.get("group") or d["source"][:40], engine=(d.get("engine") or None),
                 concurrency=_num(d.get("concurrency"), int), ep=_num(d.get("ep"), int), mtp=_num(d.get("mtp"), int),
-                acceptance=_num(d.get("acceptance"))))
+                acceptance=_num(d.get("acceptance")),
+                family=(d.get("family") or "").strip() or family_of_group(d.get("group") or d["source"][:40]),
+                engine_version=(d.get("engine_version") or "").strip() or None))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -157,23 +170,44 @@ def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_preci
                             speculative=spec, engine=engine, decode_gpus=decode_gpus, simulate=simulate)
 
 
-def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> float:
-    """chalk's prediction of the row's metric. `engines`: apply the engine profile the row names."""
-    cal = cal or calibration()
+def point(row: Row, engines: bool = False) -> tuple:
+    """The chalk question a row asks, without the calibration: rows with the same point are answered by one call
+    (a fixed deployment's throughput and TPOT rows, several metrics of one search). `engines`: the row's engine
+    profile applies."""
     eng = ENGINE_PROFILE.get(row.engine or "") if engines else None
     if row.kind == "fixed" and row.concurrency:
-        r = _fixed(row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len, row.output_len,
-                   row.gpus, row.precision, row.kv_precision, cal, _speculation(row), eng,
-                   _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s")
-        return float(r[row.metric])
+        return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len,
+                row.output_len, row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
+                _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s")
     if row.kind == "search":
         lay = _layout(row)
-        r = throughput(row.model, row.hardware, input_len=row.input_len, output_len=row.output_len,
-                       gpus=None if lay else (row.gpus or None), precision=row.precision,
-                       kv_precision=row.kv_precision, min_user_tps=row.min_user_tps,
-                       disaggregated=row.disaggregated, calibration_override=cal, layout=lay,
-                       speculative=_speculation(row), engine=eng)
-        return float(r[row.metric])
+        return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
+                row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng)
+    return ("row", row.id)
+
+
+def answer(row: Row, cal: Calibration, engines: bool = False, memo: bool = True):
+    """chalk's answer to the row's question (`point`) under `cal`: a mapping holding at least the row's metric.
+    `memo`: keep fixed operating points per calibration value (`_fixed`); without it nothing outside the call is
+    asked of `cal` but its fields (`chalk.analyses.fit_memo` tracks which fields an answer read)."""
+    p = point(row, engines)
+    if p[0] == "fixed":
+        return (_fixed if memo else _fixed.__wrapped__)(*p[1:10], cal, *p[10:])
+    if p[0] == "search":
+        _, model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng = p
+        return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
+                          kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
+                          layout=lay, speculative=spec, engine=eng)
+    return {row.metric: _pool_answer(row, cal)}
+
+
+def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> float:
+    """chalk's prediction of the row's metric. `engines`: apply the engine profile the row names."""
+    return float(answer(row, cal or calibration(), engines)[row.metric])
+
+
+def _pool_answer(row: Row, cal: Calibration) -> float:
+    """A decode, prefill or fixed-batch row: one pool at the row's layout, timed by the step model directly."""
     m, system, costs, tp, a, pp, ep = _pool(row, cal)
     G = tp * a * pp
     if row.kind == "decode":
