@@ -210,7 +210,8 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
         notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights "
                      "and this batch's KV" if fits_any else
                      f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs "
-                     "holds the weights and this batch's KV")
+                     "holds the weights and this batch's KV; a replica over several scale-up domains may (e.g. "
+                     f"--layout tp={lay.tp},pp=2; `chalk throughput` searches them)")
     if G > system.chips:
         notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
                      "traffic between domains crosses the scale-out network")

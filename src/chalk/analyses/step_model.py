@@ -260,9 +260,10 @@ class _Stage:
             narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s \
                 and not weight_only(costs.expert_precision)  # W4A16 experts take BF16 activations
             self.a2a_elem = (1.0 if narrow else ACTIVATION_BYTES) + ACTIVATION_BYTES  # FP8 dispatch + BF16 combine
-            # destinations are the stage's chips (ep groups of etp): the share inside this chip's scale-up domain
-            # goes over NVLink, copies bound for other domains over the NIC (once per remote domain)
-            self.a2a_intra, _ = P.ep_remote_fractions(ranks, domain)
+            # destinations are the stage's chips (ep groups of etp): copies for this chip's scale-up domain go over
+            # NVLink, copies for other domains over the NIC once per remote domain and are forwarded there over
+            # NVLink (which every chip does for the others: `alltoall_scaleup_share`)
+            self.a2a_intra = P.alltoall_scaleup_share(ranks, domain)
             self.a2a_lat = 2 * (cal.alltoall_latency_s + where(ranks > domain, a_out, 0.0))  # dispatch + combine
             self.a2a_remote = P.remote_domain_copies(m.experts_per_token, ranks, domain)
             self.a2a_detail = f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth" + (

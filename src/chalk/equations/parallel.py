@@ -60,6 +60,22 @@ def ep_remote_fractions(ep, domain_chips):
     return intra, inter
 
 
+def alltoall_scaleup_share(ep, domain_chips):
+    """Bytes a chip moves over its scale-up link in an EP all-to-all, per byte of copies it sends, when remote
+    copies cross the scale-out network once per domain and are forwarded to their chips over the scale-up link.
+
+    Formula: (D' - 1) / EP + (EP - D') / EP * (D' - 1) / D',  D' = min(EP, D)
+             (copies for its own domain's other chips, plus, by symmetry, the copies arriving from other domains
+             that it forwards to the other chips of its domain); (EP - 1) / EP inside one domain
+    Ref: DeepEP internode dispatch/combine (RDMA to the same-index GPU of each destination node, NVLink forwarding
+         inside it); balls in bins as in `ep_remote_fractions`.
+    Assumes: uniform routing; every chip forwards as much as it receives from other domains.
+    """
+    ep = flt(ep)
+    d = minimum(ep, flt(domain_chips))
+    return (d - 1) / ep + (ep - d) / ep * (d - 1) / d
+
+
 def remote_domain_copies(experts_per_token, ep, domain_chips):
     """Copies of one token that cross the scale-out network in an EP dispatch (sent once per remote domain).
 
