@@ -190,3 +190,11 @@ def test_r1_on_h100_plan_two_nodes():
     best = res["options"][0]
     assert best["replica_gpus"] == 16 and best["gpus"] % 16 == 0
     assert best["replica_domains"] == 2 and best["domains"] == 2 * best["replicas"] and best["domain_chips"] == 8
+
+
+def test_alltoall_scaleup_share_golden():
+    from chalk.equations import parallel as P
+
+    assert float(P.alltoall_scaleup_share(8, 8)) == pytest.approx(7 / 8)          # one domain: (EP - 1) / EP
+    assert float(P.alltoall_scaleup_share(16, 8)) == pytest.approx(7 / 16 + 8 / 16 * 7 / 8)
+    assert float(P.alltoall_scaleup_share(144, 72)) == pytest.approx(71 / 144 + 72 / 144 * 71 / 72)
