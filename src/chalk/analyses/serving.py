@@ -107,11 +107,20 @@ def model_speculation(model) -> Speculation | None:
     (`ModelSpec.mtp_acceptance`); None for a model without draft layers. What `throughput` and `plan` search
     with when not told otherwise (speculative='auto')."""
     m = as_model(model)
-    if m.mtp_layers <= 0 or m.mtp_acceptance is None:
+    if m.mtp_layers <= 0:
         return None
-    return Speculation(int(min(m.mtp_layers, 64)), float(m.mtp_acceptance), draft_layers=1.0,
-                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: "
-                              f"{m.mtp_acceptance_source}")
+    acc, src = m.mtp_acceptance, m.mtp_acceptance_source
+    if acc is None:  # no stated rate for this model: the catalog's sourced default
+        from chalk.specs.catalog import package_path, read_yaml
+        from chalk.specs.validate import spec_number, spec_str
+
+        d = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
+        acc = spec_number(d["default_mtp_acceptance"], "catalog speculation.yaml: default_mtp_acceptance",
+                          maximum=1.0)
+        src = "chalk default for draft layers without a stated rate: " + spec_str(d["source"],
+                                                                                   "speculation.yaml: source")
+    return Speculation(int(min(m.mtp_layers, 64)), float(acc), draft_layers=1.0,
+                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: {src}")
 
 
 def resolve_speculation(speculative, model) -> Speculation | None:

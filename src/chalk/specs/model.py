@@ -178,7 +178,8 @@ def _precision_name(name: str, where: str) -> str:
 
 def _mtp(cfg: dict, meta: dict, where: str) -> dict:
     """The draft layers a config ships (`MTP_KEYS`) and their acceptance: meta.yaml's `mtp_acceptance` (with
-    `mtp_acceptance_source`), else the catalog default (speculation.yaml); nothing for a config without them."""
+    `mtp_acceptance_source`), else None (the search applies the catalog default, speculation.yaml); nothing for a
+    config without them."""
     n = _int(cfg, *MTP_KEYS, default=0, required=False, where=where)
     if n == 0:
         return {}
@@ -187,14 +188,8 @@ def _mtp(cfg: dict, meta: dict, where: str) -> dict:
         src = spec_str(meta.get("mtp_acceptance_source"), f"{where}: meta mtp_acceptance_source")
         if not src:
             raise SpecError(f"{where}: meta mtp_acceptance needs mtp_acceptance_source (where the rate comes from)")
-    else:
-        from chalk.specs.catalog import package_path, read_yaml
-
-        dflt = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
-        a = spec_number(dflt["default_mtp_acceptance"], "catalog speculation.yaml: default_mtp_acceptance",
-                        maximum=1.0)
-        src = "chalk default for draft layers without a stated rate: " + spec_str(dflt["source"],
-                                                                                   "speculation.yaml: source")
+    else:  # the catalog's default (speculation.yaml) is applied where the search reads it: serving.model_speculation
+        a, src = None, ""
     return {"mtp_layers": n, "mtp_acceptance": a, "mtp_acceptance_source": src}
 
 
