@@ -316,8 +316,8 @@ def test_readme_examples_run_as_written(args, tmp_path, monkeypatch):
 
     root = Path(__file__).resolve().parents[1]
     config = str(catalog._catalog_dir("models") / "llama-3.1-8b" / "config.json")
-    args = [config if a == "path/to/config.json" else str(root / a) if a.startswith(("examples/", "../shared/"))
-            else a for a in args]
+    args = [config if a == "path/to/config.json" else str(root / a)
+            if a.startswith(("examples/", "../shared/", "tests/data/")) else a for a in args]
     if any(a.startswith(str(root / "../shared")) and not Path(a).exists() for a in args):
         pytest.skip("the public traces live in ../shared/traces, absent here")
     monkeypatch.chdir(tmp_path)
