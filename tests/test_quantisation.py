@@ -163,6 +163,7 @@ def test_the_cli_refuses_an_unknown_scheme_with_one_line(tmp_path):
 
 def test_weight_only_names_spell_their_size():
     assert canonical("W4A16-GPTQ-G128-ZP") == "w4a16-gptq-g128-zp"
+    assert canonical("w4a16") == "w4a16-int-g128" and bytes_per_element("w8a16") == pytest.approx((8 + 16 / 128) / 8)
     assert bytes_per_element("w4a16-int-g32") == pytest.approx((4 + 16 / 32) / 8)
     assert weight_only("w4a16-awq-g128-zp") and not weight_only("fp8") and not weight_only("mxfp4")
     assert WeightOnly.parse("w4a16-gptq-g128-zp") == WeightOnly(4, "gptq", 128, True)

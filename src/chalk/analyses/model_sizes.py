@@ -338,7 +338,7 @@ class ModelSizes:
             "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
             "weights_precision": precision or self.default_precision(),
             "weight_bytes": self.weight_bytes(precision),
-            "weight_format": (m.weight_format.to_dict() if precision is None and m.weight_format is not None
+            "weight_format": (m.weight_format.describe() if precision is None and m.weight_format is not None
                               else None),
             "kv_precision": kv_precision, "kv_bytes_per_token": self.kv_bytes_per_token(kv_precision),
             "kv_bytes_per_token_fp8": self.kv_bytes_per_token("fp8"),

@@ -28,7 +28,9 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 }
 
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "e4m3": "fp8",
-           "float8": "fp8", "nvfp4": "fp4", "float4": "fp4"}
+           "float8": "fp8", "nvfp4": "fp4", "float4": "fp4",
+           # weight-only what-ifs: integer weights, one 16-bit scale per 128 (the common GPTQ / AWQ group)
+           "w4a16": "w4a16-int-g128", "w8a16": "w8a16-int-g128"}
 
 #: The chip rate a precision runs at, widest first: a chip without fp4 runs fp4 weights at the next
 #: wider rate it has (weight-only quantisation, e.g. Marlin w4a16 kernels on Hopper).
@@ -71,7 +73,11 @@ class WeightOnly:
     scale per row of thousands of weights is below 0.01 bit per weight and not counted), multiplied at 16 bits.
 
     Assumes: packing is exact (32 / bits weights per int32 word, as GPTQ, AWQ and compressed-tensors pack 4 and
-    8 bits); act-order indices (GPTQ `g_idx`, 32 bits per input row: < 0.01 bit per weight) are not counted."""
+    8 bits); act-order indices (GPTQ `g_idx`, 32 bits per input row: < 0.01 bit per weight) are not counted.
+    Timing (`chalk.analyses.step_model`): the math at the chip's 16-bit rate, the weights read at these bits, the
+    dequantisation hidden under both. Ref: Frantar et al. 2024, MARLIN (arXiv:2408.11743): an FP16xINT4 kernel
+    within 5% of the ideal 3.87x speed-up up to batch 32 (A10); its ~10% shortfall against FP16 in compute-bound
+    prefill (batch >= 1024) is not modelled, so a narrower read is never slower."""
 
     bits: int
     label: str
