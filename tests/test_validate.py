@@ -47,10 +47,22 @@ def test_moe_rows_of_the_trtllm_00f3768_table_ran_attention_dp():
     assert all(r.tp == 1 and r.attn_dp == r.gpus == 8 and "DEP8" in r.notes for r in rows)
 
 
-def test_recorded_residual_spread_matches_the_data(report):
-    """The [low, high] range estimates carry is the spread the shipped fit (catalog/calibration.yaml) leaves."""
-    assert report["residual_p10"] == pytest.approx(cal.CALIBRATION.residual_low, abs=0.05)
-    assert report["residual_p90"] == pytest.approx(cal.CALIBRATION.residual_high, abs=0.05)
+def test_recorded_range_is_at_least_the_in_sample_spread(report):
+    """The [low, high] range estimates carry (catalog/calibration.yaml) is sized on held-out residuals
+    (`chalk calibrate`, leave-one-family-out), which spread at least as wide as the shipped fit's in-sample ones:
+    the family-weighted p10 and p90 of log(measured speed / predicted speed) over the fitted rows."""
+    from types import SimpleNamespace
+
+    from chalk.analyses.calibrate import FITTED_METRICS, RANGE_QUANTILES, family_weights, speed_residuals, \
+        weighted_quantile
+
+    rows = [o for o in report["rows"] if o["metric"] in FITTED_METRICS and o["predicted"]]
+    ns = [SimpleNamespace(family=o["family"], metric=o["metric"], measured=o["measured"]) for o in rows]
+    r = speed_residuals(ns, np.array([o["predicted"] for o in rows]))
+    w = family_weights(ns)
+    lo, hi = (weighted_quantile(r, w, q) for q in RANGE_QUANTILES)
+    assert cal.CALIBRATION.residual_low <= lo + 0.05 and cal.CALIBRATION.residual_high >= hi - 0.05
+    assert cal.CALIBRATION.residual_low < 0 < cal.CALIBRATION.residual_high
 
 
 def test_headline_is_throughput_and_tpot_and_ttft_is_its_own_group(report):
@@ -127,16 +139,20 @@ def test_held_out_mlperf_rows_sourced_and_reported(report):
 
 
 @pytest.mark.slow
-def test_leave_one_source_out_cross_validation():
-    """issue 9: each source group predicted by a fit that never saw it (minutes). The shipped model reaches a
-    held-out median of 0.108 and p90 of 0.329 over 310 rows, dense 0.050, MoE 0.137; the bounds are the issue's
-    targets (0.12 / 0.40), and dense and MoE keep a little room for another numpy's rounding."""
+def test_leave_one_family_out_cross_validation():
+    """issue 24: each source family predicted by a fit that never saw it (a minute or two on 2 cores), families
+    weighed equally; the range sized on the held-out residuals holds about 80% of held-out measured values."""
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "validate", "--cv", "--json"], capture_output=True,
                        text=True, timeout=3000)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert d["n"] >= 200 and {"dense", "moe"} <= set(d["groups"])
-    assert d["cv_median_abs_error"] <= 0.12 and d["cv_p90_abs_error"] <= 0.40
-    assert d["groups"]["dense"]["median_abs_error"] <= 0.07 and d["groups"]["moe"]["median_abs_error"] <= 0.16
-    held = [g for g in d["groups"] if g not in ("dense", "moe")]
-    assert len(held) >= 10 and all("fit" in d["groups"][g] for g in held)
+    assert d["n"] >= 200 and d["n_families"] >= 5 and {"dense", "moe"} <= set(d["groups"])
+    fams = d["families"]
+    assert sum(v["n"] for v in fams.values()) == d["n"]
+    assert all("fit" in v and v["median_signed_error"] is not None for v in fams.values() if v["n"])
+    assert d["cv_median_abs_error"] <= 0.15 and d["cv_p90_abs_error"] <= 0.60
+    assert d["groups"]["dense"]["median_abs_error"] <= 0.10 and d["groups"]["moe"]["median_abs_error"] <= 0.20
+    assert 0.65 <= d["cv_range_coverage"] <= 0.95
+    lo, hi = d["cv_range"]
+    assert lo < 0 < hi
+    assert d["in_sample"]["n"] >= d["n"] - 5 and d["in_sample"]["median_abs_error"] < d["cv_p90_abs_error"]

@@ -8,8 +8,8 @@ other fields hold: the same reads returning the same values replay the same comp
 chip never reads the AMD factors or the expert-balancer width, so a coordinate-descent step over those reuses it.
 
 Kernel-table lookups depend on the chip and the op's shape, never on the calibration: while answers are worked out,
-`KernelProfile._time` (the array lookup a layout search makes) is kept by its exact arguments (`_kernel_memo`), so
-a new calibration re-times the same grid of shapes from memory.
+the kernel profile's timing methods are kept by their exact arguments (`_kernel_memo`), so a new calibration
+re-times the same grid of shapes (a layout search's arrays) from memory.
 
 Every answer is worked out under its own copy, so no cache keyed on the calibration's identity (the step model's
 plans) hands one point's work to another unseen; a cache keyed on its value hashes every field, which reads them
@@ -93,56 +93,74 @@ class _Kept:
 
 #: Bytes of kernel times `_kernel_memo` keeps before it forgets them all.
 KERNEL_MEMO_BYTES = 256e6
+#: `KernelProfile` methods kept by `_kernel_memo`: pure functions of the profile (one per chip and framework, its
+#: tables immutable) and their arguments. The array lookup behind them (`_time`) too, for the shapes' own calls.
+KEPT_KERNEL_METHODS = ("gemm_time_s", "attention_time_s", "moe_time_s", "allreduce_time_s", "_time")
 _KERNEL_TIMES: dict = {}
 _KERNEL_BYTES = [0.0]
 
 
 def _arg_key(x):
+    """A hashable stand-in for an argument, equal exactly when the argument is (arrays by dtype, shape, bytes)."""
     if isinstance(x, np.ndarray):
-        return (x.dtype.str, x.shape, x.tobytes())
-    hash(x)  # TypeError for anything unhashable: that lookup is not kept
-    return x
+        return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, (tuple, list)):
+        return (type(x), tuple(_arg_key(v) for v in x))
+    hash(x)  # TypeError for anything else unhashable: that call is not kept
+    return (type(x), x)  # 4 and 4.0 may take different paths
 
 
-@contextmanager
-def _kernel_memo():
-    """`KernelProfile._time` kept by its exact arguments (arrays by dtype, shape and bytes) while the block runs:
-    a pure function of the profile (one per chip and framework, its tables immutable) and the features. Nothing is
-    kept where the profile class has no such method."""
-    try:
-        from chalk.specs.kernels import KernelProfile
-    except ImportError:  # pragma: no cover - kernel tables absent
-        yield
-        return
-    plain = KernelProfile.__dict__.get("_time")
-    if plain is None or getattr(plain, "_kept", False):
-        yield
-        return
+def _size(key) -> int:
+    if isinstance(key, tuple):
+        return sum(_size(k) for k in key)
+    return len(key) if isinstance(key, bytes) else 8
 
-    def kept(self, family, precision, elem_bytes, f, peak_precision=None, table_key=None):
+
+def _copy(v):
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    if isinstance(v, tuple):
+        return tuple(_copy(x) for x in v)
+    return v
+
+
+def _kept_method(name, plain):
+    def kept(self, *args, **kw):
         try:
-            key = (id(self), family, precision, elem_bytes, tuple(_arg_key(x) for x in f), peak_precision,
-                   table_key)
+            key = (id(self), name, _arg_key(args), _arg_key(tuple(sorted(kw.items()))))
         except TypeError:
-            return plain(self, family, precision, elem_bytes, f, peak_precision, table_key)
+            return plain(self, *args, **kw)
         hit = _KERNEL_TIMES.get(key)
         if hit is None:
             if _KERNEL_BYTES[0] > KERNEL_MEMO_BYTES:
                 _KERNEL_TIMES.clear()
                 _KERNEL_BYTES[0] = 0.0
-            hit = _KERNEL_TIMES[key] = (self, plain(self, family, precision, elem_bytes, f, peak_precision,
-                                                    table_key))
-            _KERNEL_BYTES[0] += sum(len(k[2]) for k in key[4] if isinstance(k, tuple) and len(k) == 3
-                                    and isinstance(k[2], bytes)) * 2 + 200
-        t, passes = hit[1]
-        return (t.copy() if isinstance(t, np.ndarray) else t), passes
+            hit = _KERNEL_TIMES[key] = (self, plain(self, *args, **kw))  # the profile held: its id stays its own
+            _KERNEL_BYTES[0] += 2 * _size(key) + 200
+        return _copy(hit[1])
 
     kept._kept = True
-    KernelProfile._time = kept
+    return kept
+
+
+@contextmanager
+def _kernel_memo():
+    """The `KEPT_KERNEL_METHODS` of `KernelProfile` kept by their exact arguments while the block runs (a method the
+    class does not have is left out); the kept times outlive the block, for the next one."""
+    try:
+        from chalk.specs.kernels import KernelProfile
+    except ImportError:  # pragma: no cover - kernel tables absent
+        yield
+        return
+    plain = {n: KernelProfile.__dict__.get(n) for n in KEPT_KERNEL_METHODS}
+    plain = {n: f for n, f in plain.items() if callable(f) and not getattr(f, "_kept", False)}
+    for n, f in plain.items():
+        setattr(KernelProfile, n, _kept_method(n, f))
     try:
         yield
     finally:
-        KernelProfile._time = plain
+        for n, f in plain.items():
+            setattr(KernelProfile, n, f)
 
 
 def _metric_wanted(ttft: bool):

@@ -248,7 +248,7 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             note = str(e)
         else:
             note = ""
-        out.append({"id": r.id, "kind": r.kind, "model": r.model, "hardware": r.hardware, "gpus": r.gpus,
+        out.append({"id": r.id, "family": r.family, "kind": r.kind, "model": r.model, "hardware": r.hardware, "gpus": r.gpus,
                     "precision": r.precision, "input_len": r.input_len, "output_len": r.output_len,
                     "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
                     "measured": r.measured, "predicted": p, "error": err,
