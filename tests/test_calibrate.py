@@ -98,7 +98,7 @@ def test_cv_range_sizes_each_family_on_the_others():
     rows = _rows(["a", "a", "b", "b", "c", "c"])
     resid = np.array([-0.4, -0.2, 0.0, 0.1, 0.3, 0.5])
     held = np.ones(6, dtype=bool)
-    out = C.cv_range(resid, rows, held)
+    out = C.cv_range(resid, rows, held, tails=(0.10,))
     w = C.family_weights(rows)
     assert out["low"] == pytest.approx(C.weighted_quantile(resid, w, 0.1))
     assert out["high"] == pytest.approx(C.weighted_quantile(resid, w, 0.9))
@@ -111,7 +111,24 @@ def test_cv_range_sizes_each_family_on_the_others():
     inside = {f: [lo <= x <= hi for x, r in zip(resid, rows) if r.family == f]
               for f, (lo, hi) in out["per_family"].items()}
     assert inside == {"a": [False, False], "b": [True, True], "c": [False, False]}
-    assert out["coverage"] == pytest.approx(1 / 3)
+    assert out["coverage"] == pytest.approx(1 / 3) == out["coverage_at_10_90"]
+
+
+def test_cv_range_keeps_the_narrowest_range_that_reaches_the_target():
+    rows = _rows(["a", "a", "b", "b", "c", "c"])
+    resid = np.array([-0.4, -0.2, 0.0, 0.1, 0.3, 0.5])
+    held = np.ones(6, dtype=bool)
+    # at tail 0.2 family b is sized on a and c: [-0.34, 0.44] holds it; a and c stay outside: 1/3 reached at once
+    out = C.cv_range(resid, rows, held, tails=(0.2, 0.1, 0.05), target=0.3)
+    assert out["tail"] == 0.2 and out["coverage"] == pytest.approx(1 / 3)
+    assert out["per_family"]["b"] == pytest.approx((-0.34, 0.44))
+    # a target no tail reaches: the widest range searched
+    out = C.cv_range(resid, rows, held, tails=(0.2, 0.1, 0.05), target=0.9)
+    assert out["tail"] == 0.05
+    # six families of one row each, residuals 0..5: each judged on the other five
+    rows = _rows(list("abcdef"))
+    out = C.cv_range(np.arange(6.0), rows, np.ones(6, dtype=bool), tails=(0.1, 0.05), target=0.5)
+    assert out["tail"] == 0.1 and out["coverage"] == pytest.approx(4 / 6)  # the lowest and highest fall outside
 
 
 def test_tracked_calibration_records_what_is_read():

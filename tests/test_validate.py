@@ -47,23 +47,21 @@ def test_moe_rows_of_the_trtllm_00f3768_table_ran_attention_dp():
     assert all(r.tp == 1 and r.attn_dp == r.gpus == 8 and "DEP8" in r.notes for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="the 46 rows added this stop (6 new families, c1a746b) widen the in-sample spread past the recorded range; the range is recalibrated from cross-validated residuals next (issue 24 item 7)")
-def test_recorded_range_is_at_least_the_in_sample_spread(report):
-    """The [low, high] range estimates carry (catalog/calibration.yaml) is sized on held-out residuals
-    (`chalk calibrate`, leave-one-family-out), which spread at least as wide as the shipped fit's in-sample ones:
-    the family-weighted p10 and p90 of log(measured speed / predicted speed) over the fitted rows."""
-    from types import SimpleNamespace
+def test_recorded_range_says_how_it_was_obtained():
+    """The [low, high] range estimates carry (catalog/calibration.yaml `fitted.residual_low/high`) is the one its
+    `range` block records: sized on leave-one-family-out residuals (`chalk calibrate`) to hold 80% of held-out
+    measured values, each family judged on a range sized on the others (issue 24 item 7). The slow
+    cross-validation test checks that the data still give it."""
+    from chalk.analyses.calibrate import RANGE_METHOD, RANGE_TARGET
+    from chalk.specs.catalog import package_path, read_yaml
 
-    from chalk.analyses.calibrate import FITTED_METRICS, RANGE_QUANTILES, family_weights, speed_residuals, \
-        weighted_quantile
-
-    rows = [o for o in report["rows"] if o["metric"] in FITTED_METRICS and o["predicted"]]
-    ns = [SimpleNamespace(family=o["family"], metric=o["metric"], measured=o["measured"]) for o in rows]
-    r = speed_residuals(ns, np.array([o["predicted"] for o in rows]))
-    w = family_weights(ns)
-    lo, hi = (weighted_quantile(r, w, q) for q in RANGE_QUANTILES)
-    assert cal.CALIBRATION.residual_low <= lo + 0.05 and cal.CALIBRATION.residual_high >= hi - 0.05
-    assert cal.CALIBRATION.residual_low < 0 < cal.CALIBRATION.residual_high
+    d = read_yaml(package_path("catalog", "calibration.yaml"), "calibration.yaml")
+    rng = d["range"]
+    assert (rng["low"], rng["high"]) == (cal.CALIBRATION.residual_low, cal.CALIBRATION.residual_high)
+    assert rng["low"] < 0 < rng["high"] and rng["method"] == RANGE_METHOD
+    assert 0.75 <= rng["cv_range_coverage"] <= 0.85 and rng["cv_range_coverage"] >= RANGE_TARGET - 0.05
+    lo_q, hi_q = rng["quantiles"]
+    assert 0 < lo_q <= 0.2 and hi_q == pytest.approx(1 - lo_q) and rng["families"] >= 5
 
 
 @pytest.mark.xfail(strict=True, reason="the new families' rows (dstack, GPUStack: early-2025 engines over-predicted 2-4x) move the headline median past its 0.15 bound until the fit is redone over families (issue 24)")
@@ -157,4 +155,6 @@ def test_leave_one_family_out_cross_validation():
     assert 0.65 <= d["cv_range_coverage"] <= 0.95
     lo, hi = d["cv_range"]
     assert lo < 0 < hi
+    # the shipped range is the one the data give now (chalk calibrate --range-only --write resizes it)
+    assert (lo, hi) == pytest.approx((cal.CALIBRATION.residual_low, cal.CALIBRATION.residual_high), abs=0.05)
     assert d["in_sample"]["n"] >= d["n"] - 5 and d["in_sample"]["median_abs_error"] < d["cv_p90_abs_error"]

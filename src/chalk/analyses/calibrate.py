@@ -49,14 +49,23 @@ FIT_GRID = {
 #: Most coordinate-descent rounds one fit may take (each round visits every grid value once; two usually converge).
 MAX_ROUNDS = 8
 
-#: Share of measured values the stated range is sized to hold: its ends are the 10th and 90th percentiles of the
-#: held-out residuals (issue 24).
+#: The percentiles of the held-out residuals the stated range starts from (issue 24): 80% between them.
 RANGE_QUANTILES = (0.10, 0.90)
 
+#: Share of held-out measured values the stated range is sized to hold, each family judged on a range sized on the
+#: other families' residuals (`cv_range`).
+RANGE_TARGET = 0.80
+
+#: Tail masses searched for the range's ends (each end: that share of the family-weighted residuals beyond it):
+#: the largest whose leave-one-family-out coverage reaches `RANGE_TARGET` is kept (0.10 when families agree).
+RANGE_TAILS = (0.20, 0.175, 0.15, 0.125, 0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)
+
 #: How the stated range is obtained (written beside it in catalog/calibration.yaml).
-RANGE_METHOD = ("family-weighted 10th and 90th percentiles of the leave-one-family-out residuals "
-                "log(measured / predicted) of the throughput and TPOT rows, a time metric's residual taken as "
-                "log(predicted / measured) so that every residual reads as measured speed over predicted speed")
+RANGE_METHOD = ("family-weighted percentiles (tail, 1 - tail) of the leave-one-family-out residuals "
+                "log(measured / predicted) of the throughput and TPOT rows (a time metric's residual taken as "
+                "log(predicted / measured): every residual reads as measured speed over predicted speed); tail is "
+                "the largest in RANGE_TAILS at which each family's held-out residuals fall inside the range sized "
+                "on the other families' for at least RANGE_TARGET of the rows, families weighed equally")
 
 
 # --------------------------------------------------------------------------------------------- weights, quantiles
@@ -290,22 +299,44 @@ def _subset(err, rows, mask) -> dict:
     return _summary(err[mask], family_weights(rows, mask)[mask])
 
 
-def cv_range(resid: np.ndarray, rows, held: np.ndarray) -> dict:
-    """The stated range from held-out residuals (`speed_residuals` of each row under the fit that never saw its
-    family), over the rows in `held`: [low, high] = the family-weighted `RANGE_QUANTILES`; per family, the range
-    the other families' residuals give, and the family-weighted share of rows inside their own family's range
-    (`cv_range_coverage`: the range is judged on families it was not sized on)."""
-    w_all = family_weights(rows, held & np.isfinite(resid))
-    lo, hi = (weighted_quantile(resid, w_all, q) for q in RANGE_QUANTILES)
-    low, high = np.full(len(rows), math.nan), np.full(len(rows), math.nan)
+def _ranges(resid, rows, held, tail):
+    """(low, high) over all rows in `held`, and per family the (low, high) of the other families' rows, at
+    family-weighted percentiles (tail, 1 - tail)."""
+    ok = held & np.isfinite(resid)
+    w_all = family_weights(rows, ok)
+    both = tuple(weighted_quantile(resid, w_all, q) for q in (tail, 1 - tail))
     per = {}
     for f, in_f in family_folds(rows).items():
-        others = family_weights(rows, held & ~in_f & np.isfinite(resid))
-        a, b = (weighted_quantile(resid, others, q) for q in RANGE_QUANTILES)
-        low[in_f], high[in_f] = a, b
-        per[f] = (a, b)
-    cover = range_coverage(resid, np.nan_to_num(low, nan=np.inf), np.nan_to_num(high, nan=-np.inf), w_all)
-    return {"low": lo, "high": hi, "coverage": cover, "per_family": per}
+        others = family_weights(rows, ok & ~in_f)
+        per[f] = tuple(weighted_quantile(resid, others, q) for q in (tail, 1 - tail))
+    return both, per
+
+
+def _coverage(resid, rows, held, per) -> float | None:
+    low = np.array([per[r.family][0] for r in rows], dtype=float)
+    high = np.array([per[r.family][1] for r in rows], dtype=float)
+    w = family_weights(rows, held & np.isfinite(resid))
+    return range_coverage(resid, np.nan_to_num(low, nan=np.inf), np.nan_to_num(high, nan=-np.inf), w)
+
+
+def cv_range(resid: np.ndarray, rows, held: np.ndarray, tails=RANGE_TAILS, target: float = RANGE_TARGET) -> dict:
+    """The stated range from held-out residuals (`speed_residuals` of each row under the fit that never saw its
+    family), over the rows in `held`. Each family is judged on the range the other families' residuals give
+    (family-weighted percentiles tail and 1 - tail), and `coverage` is the family-weighted share of rows inside
+    their own family's range. The tail kept is the largest of `tails` whose coverage reaches `target` (else the
+    smallest); [low, high] are the percentiles at it over every family. `coverage_at_10_90`: the same judgement at
+    the 10th and 90th percentiles."""
+    chosen = None
+    for tail in sorted(tails, reverse=True):
+        both, per = _ranges(resid, rows, held, tail)
+        cover = _coverage(resid, rows, held, per)
+        chosen = (tail, both, per, cover)
+        if cover is not None and cover >= target:
+            break
+    tail, (lo, hi), per, cover = chosen
+    at = _coverage(resid, rows, held, _ranges(resid, rows, held, RANGE_QUANTILES[0])[1])
+    return {"low": lo, "high": hi, "coverage": cover, "per_family": per, "tail": tail, "target": target,
+            "coverage_at_10_90": at}
 
 
 def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration = CALIBRATION, rows=None,
@@ -358,7 +389,8 @@ def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration
             "cv_median_abs_error": overall["median_abs_error"], "cv_p90_abs_error": overall["p90_abs_error"],
             "cv_median_signed_error": overall["median_signed_error"],
             "cv_range_coverage": rng["coverage"], "cv_range": [rng["low"], rng["high"]],
-            "range_quantiles": list(RANGE_QUANTILES), "range_method": RANGE_METHOD,
+            "range_quantiles": [rng["tail"], round(1 - rng["tail"], 6)], "range_target": rng["target"],
+            "cv_range_coverage_at_10_90": rng["coverage_at_10_90"], "range_method": RANGE_METHOD,
             "unweighted": {"median_abs_error": plain["median_abs_error"], "p90_abs_error": plain["p90_abs_error"]},
             "in_sample": {**_subset(ins, rows, fitted),
                           "unweighted_median_abs_error": _summary(ins[fitted])["median_abs_error"],

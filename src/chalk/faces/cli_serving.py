@@ -305,11 +305,20 @@ def calibrate(
                      "error| + 0.5 weighted mean(min(|log error|, log 3)) over throughput and TPOT rows of "
                      "validation.csv, each source family weighing the same",
            "range": {"low": fitted["residual_low"], "high": fitted["residual_high"],
-                     "quantiles": list(C.RANGE_QUANTILES), "method": C.RANGE_METHOD,
+                     "quantiles": cv["range_quantiles"], "method": C.RANGE_METHOD,
                      "cv_range_coverage": cv["cv_range_coverage"], "families": cv["n_families"], "rows": cv["n"],
                      "date": today}}
-    if range_only:
+    if range_only:  # the fit as it was: an existing file keeps its record, only the range is new
+        import os
+
         out["objective"] = "unchanged (--range-only: the shipped fit, its range resized)"
+        if write and os.path.isfile(write):
+            with open(write) as f:
+                old = yaml.safe_load(f) or {}
+            if isinstance(old, dict) and isinstance(old.get("fitted"), dict):
+                old["fitted"].update(residual_low=fitted["residual_low"], residual_high=fitted["residual_high"])
+                old["range"] = out["range"]
+                out = old
     if write:
         with open(write, "w") as f:
             yaml.safe_dump(out, f, sort_keys=False)
