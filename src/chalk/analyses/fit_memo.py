@@ -255,19 +255,29 @@ def _shards(rows, n: int) -> list[list[int]]:
 
 
 def _serve(conn, rows, points):  # pragma: no cover - runs in a worker process
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes the pipes, the worker ends
     ans = Answers(rows, points)
     while True:
-        msg = conn.recv()
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
         if msg is None:
             conn.close()
             return
         cals, ttft = msg
         try:
-            conn.send(("ok", ans.run(cals, ttft), ans.worked))
+            reply = ("ok", ans.run(cals, ttft), ans.worked)
         except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
             import traceback
 
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}", 0))
+            reply = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}", 0)
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
 
 
 class ShardedAnswers:
