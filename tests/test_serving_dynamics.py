@@ -147,3 +147,26 @@ def test_the_fixed_answer_reconciles_with_estimate():
     assert ms["pure_decode_step_s"] <= r["tpot_s"] <= ms["mean_step_s"] * 1.001
     e = estimate("llama-3.1-70b", "h100-sxm", batch=round(ms["decode_sequences"]), context=2250, layout="tp=8")
     assert e.step_time_s == pytest.approx(ms["pure_decode_step_s"], rel=0.15)
+
+
+def test_one_deployment_answers_alike_through_every_door():
+    """`throughput --layout --concurrency`, `simulate --concurrency` (CLI and API) replay the same closed loop:
+    TTFT and TPOT, mean and p99, and throughput agree within 2%."""
+    import json
+    import subprocess
+    import sys
+
+    import chalk
+
+    kw = dict(layout="tp=8", concurrency=64, input_len=2000, output_len=500)
+    f = fixed_deployment("llama-3.1-70b", "h100-sxm", **kw)
+    s = chalk.simulate("llama-3.1-70b", "h100-sxm", **kw)
+    cli = json.loads(subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-70b", "-H", "h100-sxm",
+                                     "--layout", "tp=8", "--concurrency", "64", "--input-len", "2000", "--output-len",
+                                     "500", "--json"], capture_output=True, text=True, check=True).stdout)
+    pairs = [(f["ttft_s"], s.mean_ttft_s, cli["mean_ttft_s"]), (f["ttft_p99_s"], s.ttft_p99_s, cli["ttft_p99_s"]),
+             (f["tpot_s"], s.mean_tpot_s, cli["mean_tpot_s"]), (f["tpot_p99_s"], s.tpot_p99_s, cli["tpot_p99_s"]),
+             (f["output_tokens_per_s_per_gpu"] * f["gpus"], s.output_tokens_per_s, cli["output_tokens_per_s"])]
+    for a, b, c in pairs:
+        assert b == pytest.approx(a, rel=0.02) and c == pytest.approx(a, rel=0.02)
+    assert cli["latency_window"]["warmup_requests"] == f["latency_window"]["warmup_requests"]

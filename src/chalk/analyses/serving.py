@@ -595,7 +595,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
                      simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
-                     max_tokens: int | None = None) -> dict:
+                     max_tokens: int | None = None, replay: dict | None = None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -709,7 +709,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     if simulate and not disagg and speculative is None:
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured
-        sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O)
+        sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O,
+                                    **(replay or {}))
+        if replay is not None and replay.get("result_only"):
+            return sim
         X, B = float(sim.requests_per_s), float(sim.mean_batch)
         out_gpu = float(sim.output_tokens_per_s) * R / gpus
         tpot, ttft = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # TTFT on the client's clock: holds `lat`
@@ -787,23 +790,30 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
 
 
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
-                          input_len, output_len, seed: int = 0):
+                          input_len, output_len, seed: int = 0, requests: int | None = None,
+                          client_latency_s: float | None = None, window: str = "steady", result_only: bool = False):
     """One replica's closed loop replayed in the request simulator: `concurrency` client seats (requests in
     flight), at most `seats` of them running in the engine (the scheduler cap and KV room; the rest wait in its
     queue), step times from the step model's linear form at `batch` decoding sequences of `context` tokens
     (`replica_step_cost`: through a pure decode step and one carrying a chunk).
-    Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window)."""
+    Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window).
+    `requests`, `client_latency_s`, `window`: a caller's own (`chalk simulate --concurrency` replays through here,
+    so it answers as `throughput --layout --concurrency` does); defaults: CLOSED_LOOP_ROUNDS per seat, the
+    calibrated request latency, the steady state."""
     from chalk.analyses import simulate as sim
 
     sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
                            precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
-    n = int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
+    n = int(requests) if requests is not None else \
+        int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
     clients = max(int(round(concurrency)), 1)
     reqs = sim.closed_loop_requests(clients, n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max(int(min(seats, clients)), 1), kv_capacity_tokens=math.inf,
                                    prefill_chunk_tokens=int(chunk) * lay.attn_dp if chunk else None,
                                    closed_loop=True,  # each attention-DP rank has its own chunk budget
-                                   concurrency=clients, client_latency_s=cal.request_latency_s)
+                                   concurrency=clients, window=window,
+                                   client_latency_s=cal.request_latency_s if client_latency_s is None
+                                   else client_latency_s)
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):

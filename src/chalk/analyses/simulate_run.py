@@ -160,6 +160,9 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
 
+    if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
+        return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
+                            lat, notes)
     if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
         return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, rate, n, din, dout, seed,
                          max_batch, kv_capacity_tokens, prefill_chunk)
@@ -213,6 +216,26 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                                                      "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
                   "prefix_cache": None if hits is None else hits.to_dict(),
                   "prefix_cache_hit_rate": None if hits is None else hits.hit_rate})
+    return SimulateRun(res, setup, notes)
+
+
+def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
+                 notes) -> SimulateRun:
+    """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
+    (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
+    deployment gets the same latencies through both doors."""
+    from chalk.analyses.serving import fixed_deployment
+
+    res = fixed_deployment(m, system, layout=lay_text, concurrency=int(concurrency), input_len=din, output_len=dout,
+                           precision=prec, kv_precision=kvp, ideal=ideal,
+                           replay={"requests": n, "client_latency_s": lat, "seed": seed, "result_only": True})
+    notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
+                 f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
+                 "KV room), the rest wait in its queue")
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
+    setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout), "truncated_requests": 0,
+                  "client_latency_s": lat, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
     return SimulateRun(res, setup, notes)
 
 
