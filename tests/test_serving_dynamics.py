@@ -170,3 +170,33 @@ def test_one_deployment_answers_alike_through_every_door():
     for a, b, c in pairs:
         assert b == pytest.approx(a, rel=0.02) and c == pytest.approx(a, rel=0.02)
     assert cli["latency_window"]["warmup_requests"] == f["latency_window"]["warmup_requests"]
+
+
+def test_whole_disaggregated_pools_count_every_gpu():
+    """A disaggregated answer is a whole deployment: decode replicas and enough whole prefill replicas to keep up,
+    its GPUs counted in both pools and its output per GPU over all of them."""
+    from chalk.analyses.serving import whole_pools
+
+    assert whole_pools(8, 4, 1.397) == (1, 3)  # 8 + 12 GPUs for an ideal 19.2: 4% over
+    k, p = whole_pools(8, 8, 0.1)
+    assert p * 8 >= k * 8 * 0.1 and (k * 8 + p * 8) / (k * 8 * 1.1) - 1 <= 0.05
+    r = throughput("llama-3.1-70b", "h100-sxm", input_len=2000, output_len=500, disaggregated=True)
+    assert r["gpus"] == r["decode_gpus"] + r["prefill_gpus"] and float(r["gpus"]).is_integer()
+    assert r["prefill_gpus"] >= r["decode_gpus"] * r["prefill"]["gpus_per_decode_gpu"] - 1e-9
+
+
+def test_the_search_considers_disaggregation_where_it_wins():
+    """disaggregated='auto' (the CLI's --mode all) answers with whichever mode serves more per GPU, and says what the
+    other gives."""
+    kw = dict(input_len=2000, output_len=500)
+    agg = throughput("llama-3.1-70b", "h100-sxm", **kw)
+    dis = throughput("llama-3.1-70b", "h100-sxm", disaggregated=True, **kw)
+    auto = throughput("llama-3.1-70b", "h100-sxm", disaggregated="auto", **kw)
+    best = max(agg["output_tokens_per_s_per_gpu"], dis["output_tokens_per_s_per_gpu"])
+    assert auto["output_tokens_per_s_per_gpu"] == pytest.approx(best)
+    other = "disaggregated" if auto["mode_search"]["chosen"] == "aggregated" else "aggregated"
+    assert auto["mode_search"][other]["output_tokens_per_s_per_gpu"] <= best
+    fixed = throughput("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=8, disaggregated="auto", **kw)
+    assert fixed["mode"] == "fixed" and not fixed["disaggregated"]
+    with pytest.raises(Exception):
+        throughput("llama-3.1-70b", "h100-sxm", disaggregated="sometimes", **kw)

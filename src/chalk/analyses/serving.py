@@ -340,6 +340,18 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
     budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
     """
+    if isinstance(disaggregated, str):
+        if disaggregated != "auto":
+            raise InputError(f"disaggregated must be True, False or 'auto', got {disaggregated!r}")
+        if concurrency is not None:  # a fixed deployment is what it is: aggregated unless told
+            disaggregated = False
+        else:
+            kw = dict(input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
+                      kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s, pareto=pareto,
+                      ideal=ideal, calibration_override=calibration_override, layout=layout,
+                      speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s,
+                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens)
+            return _better_mode(model, hardware, kw)
     if prefill_gpus is not None and not (disaggregated and concurrency is not None):
         raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
                          "--disaggregated, --layout and --concurrency")
@@ -369,6 +381,32 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                     cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
                     max_tokens=max_tokens)
     return _select(found, min_user_tps, pareto)
+
+
+def _better_mode(model, hardware, kw) -> dict:
+    """`throughput` with disaggregated='auto': both modes searched under the same constraints, the one serving more
+    output tokens/s per GPU (whole deployments: a disaggregated answer counts its prefill pool's GPUs) answers, and
+    the other's figure is stated beside it."""
+    found, why = {}, {}
+    for mode in ("aggregated", "disaggregated"):
+        try:
+            found[mode] = throughput(model, hardware, disaggregated=mode == "disaggregated", **kw)
+        except FitError as e:
+            why[mode] = str(e)
+    if not found:
+        raise FitError(f"neither aggregated nor disaggregated serving meets the constraints: {why['aggregated']}")
+    best = max(found, key=lambda k: found[k]["output_tokens_per_s_per_gpu"])
+    res = found[best]
+    other = "disaggregated" if best == "aggregated" else "aggregated"
+    res["mode_search"] = {"chosen": best, "searched": ["aggregated", "disaggregated"],
+                          other: ({"output_tokens_per_s_per_gpu": found[other]["output_tokens_per_s_per_gpu"],
+                                   "layout": found[other]["layout"], "gpus": found[other]["gpus"]}
+                                  if other in found else {"error": why[other]})}
+    res["notes"] = list(res.get("notes", [])) + [
+        f"{best} serving answers: it serves more output tokens/s per GPU than {other}"
+        + (f" ({found[other]['output_tokens_per_s_per_gpu']:.0f} on {found[other]['layout']})" if other in found
+           else f" (which meets no constraint here)") + "; --mode sets one"]
+    return res
 
 
 @dataclass(frozen=True)
@@ -882,7 +920,39 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
         d["prefill"] = {"layout": pool["layout"].label(), "parallelism": pool["layout"].to_dict(),
                         "input_tokens_per_s_per_gpu": pool["input_tokens_per_s_per_gpu"],
                         "gpus_per_decode_gpu": float(ratio[i]), "ttft_s": pool["ttft_s"]}
+        # the smallest whole deployment: decode replicas and the prefill replicas that keep up with them
+        k, p = whole_pools(lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i]))
+        dec_g, pre_g = k * lay.replica_gpus, p * pool["layout"].replica_gpus
+        whole = float(ev["output_per_gpu"][i]) * dec_g / (dec_g + pre_g)
+        d.update(gpus=dec_g + pre_g, decode_gpus=dec_g, prefill_gpus=pre_g, output_tokens_per_s_per_gpu=whole,
+                 input_tokens_per_s_per_gpu=whole * I / O,
+                 cost_per_mtok_output_usd=float(_cost_per_mtok(system, whole)),
+                 range={"output_tokens_per_s_per_gpu": [whole * float(np.exp(cal.residual_low)),
+                                                        whole * float(np.exp(cal.residual_high))]})
     return d
+
+
+#: Most decode replicas `whole_pools` tries for a whole disaggregated deployment.
+WHOLE_POOL_REPLICAS = 16
+
+
+def whole_pools(decode_replica_gpus: int, prefill_replica_gpus: int, prefill_per_decode_gpu: float):
+    """(decode replicas, prefill replicas) of the smallest whole disaggregated deployment whose prefill pool keeps up
+    with its decode pool and wastes least: over k = 1..WHOLE_POOL_REPLICAS decode replicas, p = ceil(k G_d r / G_p)
+    prefill replicas; the first k within 5% of the ideal GPU count k G_d (1 + r), else the least wasteful.
+
+    Formula: p(k) = ceil(k G_d r / G_p); waste(k) = (k G_d + p(k) G_p) / (k G_d (1 + r)) - 1.
+    Assumes: prefill and decode replicas each at their own layout; the pools' rates scale with replicas."""
+    Gd, Gp, r = int(decode_replica_gpus), int(prefill_replica_gpus), max(float(prefill_per_decode_gpu), 0.0)
+    best = None
+    for k in range(1, WHOLE_POOL_REPLICAS + 1):
+        p = max(int(math.ceil(k * Gd * r / Gp - 1e-9)), 1)
+        waste = (k * Gd + p * Gp) / (k * Gd * (1 + r)) - 1
+        if best is None or waste < best[0] - 1e-12:
+            best = (waste, k, p)
+        if waste <= 0.05:
+            break
+    return best[1], best[2]
 
 
 def _frontier_point(j, g, ev, per_gpu, layouts, system) -> dict:

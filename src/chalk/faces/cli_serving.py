@@ -98,6 +98,21 @@ def layout(
     c.print(t)
 
 
+def _mode(mode: str, disaggregated: bool, concurrency):
+    """throughput's `disaggregated` argument from --mode and --disaggregated."""
+    from chalk.errors import InputError
+
+    if mode not in ("all", "aggregated", "disaggregated"):
+        raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode!r}")
+    if disaggregated:
+        if mode == "aggregated":
+            raise InputError("--disaggregated contradicts --mode aggregated")
+        return True
+    if mode == "all":
+        return False if concurrency is not None else "auto"
+    return mode == "disaggregated"
+
+
 def throughput(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
@@ -119,7 +134,11 @@ def throughput(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Prompt tokens per step (the engine's "
                                              "chunked-prefill budget: max_num_batched_tokens), over its profile."),
     disaggregated: bool = typer.Option(False, "--disaggregated",
-                                       help="Separate prefill and decode pools (--gpus sizes the decode pool)."),
+                                       help="Separate prefill and decode pools (--gpus sizes the decode pool); the "
+                                       "same as --mode disaggregated."),
+    mode: str = typer.Option("all", "--mode", help="all (default: search aggregated and disaggregated serving, "
+                             "answer with the one serving more per GPU) | aggregated | disaggregated, as plan takes "
+                             "it. A fixed deployment (--concurrency) is aggregated unless --disaggregated."),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8 (etp=2: "
                                          "experts split 2 ways in each EP group): search only the batch (with "
                                          "--concurrency: that exact deployment)."),
@@ -149,7 +168,7 @@ def throughput(
     spec = _speculation(mtp, acceptance, speculative)
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-              disaggregated=disaggregated, pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
+              disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
               speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
               tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens)
     if "," in hardware:
