@@ -340,6 +340,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
     budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
     """
+    if prefill_gpus is not None and not (disaggregated is True and concurrency is not None):
+        raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
+                         "--disaggregated, --layout and --concurrency")
     if isinstance(disaggregated, str):
         if disaggregated != "auto":
             raise InputError(f"disaggregated must be True, False or 'auto', got {disaggregated!r}")
@@ -352,9 +355,6 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                       speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s,
                       ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens)
             return _better_mode(model, hardware, kw)
-    if prefill_gpus is not None and not (disaggregated and concurrency is not None):
-        raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
-                         "--disaggregated, --layout and --concurrency")
     if concurrency is not None:
         if layout is None:
             raise InputError("--concurrency needs --layout: a fixed deployment is one layout at one concurrency")

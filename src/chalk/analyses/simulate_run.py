@@ -129,6 +129,9 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if concurrency is not None:
         max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     n = None if requests is None else int(positive("requests", requests, integer=True, scalar=True))
+    if n is not None and n > sim.MAX_STREAMED_REQUESTS:
+        raise InputError(f"at most {sim.MAX_STREAMED_REQUESTS:,} requests per simulation (streamed: about 8 "
+                         f"CPU-minutes here), got {n:,}")
     stream = trace is None and concurrency is None and n is not None and n > sim.MAX_REQUESTS
     if n is not None and n > sim.MAX_REQUESTS and not stream:
         raise InputError(f"at most {sim.MAX_REQUESTS:,} requests from a trace or a closed loop, got {n:,} (longer "
