@@ -1,15 +1,18 @@
 """Inference-engine profiles (vLLM, SGLang, TensorRT-LLM): the defaults that bound real throughput.
 
 Each profile is package data (catalog/engines/<id>.yaml) holding every default with the engine
-version and the code or docs it was read from. `load_engine(name)` gives the defaults for an
-80 GB-class data-center GPU; `profile.for_gpu(hbm_bytes, tp=...)` applies the engine's own rule
-where a default depends on the GPU (vLLM by memory and name, SGLang by memory and TP size).
+version and the code or docs it was read from; older releases are `versions:` entries laid over the
+newest. `load_engine("sglang@0.4")` picks a release (`load_engine("sglang")`: the newest) and gives its
+defaults for an 80 GB-class data-center GPU; `profile.for_gpu(hbm_bytes, tp=...)` applies that
+release's rules where a default depends on the GPU. Rules are data (`rules:`, each with a `kind`);
+this module holds one interpretation per kind (`_RULES`) and no engine names.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
@@ -21,7 +24,7 @@ from chalk.specs.catalog import _catalog_dir, read_yaml
 ENGINES = ("vllm", "sglang", "trtllm")
 GIB = 2.0 ** 30
 MIB = 2.0 ** 20
-_REQUIRED = ("id", "version", "max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction",
+_REQUIRED = ("id", "release", "version", "max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction",
              "kv_cache_memory_fraction_of", "chunked_prefill_tokens", "step_overhead_s",
              "kernel_framework", "flags", "sources", "accepted_flags", "command")
 
@@ -55,12 +58,21 @@ class EngineProfile:
     accepted_yaml_keys: tuple[str, ...] = ()
     kv_cache_dtypes: dict = field(default_factory=dict)
     speculative: dict = field(default_factory=dict)
-    rules: dict = field(default_factory=dict, repr=False)  # the GPU-dependent rules, as in the YAML
+    rules: tuple = field(default=(), repr=False)  # the version's GPU-dependent rules ({kind: ..., ...}), YAML order
     resolved_for: str = "80 GB-class GPU, TP 1 (catalog default)"
+    release: str = ""                 # the release this profile answers to in --engine NAME@VERSION ('0.11')
+    releases: tuple[str, ...] = ()    # every release of this engine in the catalog, newest first
+    newest: bool = True               # the newest release (its kernels: the package's main tables)
 
     @property
     def label(self) -> str:
-        return f"{self.name or self.id} {self.version.split(' ')[0]}"
+        return f"{self.name or self.id} {self.release or self.version.split(' ')[0]}"
+
+    @property
+    def kernel_version(self) -> str | None:
+        """The engine version whose measured kernel tables to prefer: None for the newest release (the main
+        tables), else this release (the nearest measured version answers; see specs.kernels)."""
+        return None if self.newest else self.release
 
     def kv_dtype(self, precision: str) -> str:
         """The engine's --kv-cache-dtype value for chalk's KV precision name (bf16, fp8, ...)."""
@@ -75,17 +87,22 @@ class EngineProfile:
         return EQ.kv_cache_budget_bytes(hbm_bytes, weight_bytes, other_bytes, self.kv_cache_memory_fraction,
                                         self.kv_cache_memory_fraction_of)
 
+    def _rule(self, kind: str) -> dict | None:
+        """The first rule of `kind` in this version's rules, or None."""
+        return next((r for r in self.rules if r.get("kind") == kind), None)
+
     def decode_graph_batch(self, speculative_tokens: int = 0) -> int:
-        """Largest decode batch that stays inside a CUDA graph (vLLM counts graph sizes in tokens)."""
-        if self.id == "vllm":
+        """Largest decode batch that stays inside a CUDA graph (under a `cuda_graph_tokens` rule graph sizes
+        count tokens, so K speculative tokens divide it by 1 + K)."""
+        if self._rule("cuda_graph_tokens") is not None:
             return int(EQ.cuda_graph_decode_batch_limit(self.cuda_graph_max_batch, speculative_tokens))
         return int(self.cuda_graph_max_batch)
 
     def scheduler_limit(self, kv_tokens: float | None = None, context_len: float | None = None) -> int:
-        """Most sequences one scheduler runs at once. SGLang sizes its request pool from the KV
-        capacity when max_running_requests is unset; the others use max_num_seqs as is."""
-        if self.id == "sglang" and kv_tokens is not None and context_len:
-            r = self.rules.get("max_running_rule", {})
+        """Most sequences one scheduler runs at once: under a `request_pool` rule the pool is sized from the KV
+        capacity (max_running_requests unset); otherwise max_num_seqs as is."""
+        r = self._rule("request_pool")
+        if r is not None and kv_tokens is not None and context_len:
             n = EQ.sglang_request_pool_size(kv_tokens, context_len, r.get("per_context_factor", 512),
                                             r.get("floor", 2048), r.get("cap", self.max_num_seqs))
             return max(int(n), 1)
@@ -93,49 +110,89 @@ class EngineProfile:
 
     def for_gpu(self, hbm_bytes: float, *, tp: int = 1, pp: int = 1, dp: int = 1, attn_dp: bool = False,
                 speculative: bool = False, chip: str = "") -> EngineProfile:
-        """This profile with the defaults the engine would pick on a GPU of `hbm_bytes`."""
+        """This profile with the defaults the engine would pick on a GPU of `hbm_bytes`: the version's rules
+        applied in their YAML order, one interpretation per rule kind (`_RULES`)."""
         if not (isinstance(hbm_bytes, (int, float)) and math.isfinite(hbm_bytes) and hbm_bytes > 0):
             raise InputError(f"GPU memory must be a positive number of bytes, got {hbm_bytes!r}")
         for nm, v in (("tp", tp), ("pp", pp), ("dp", dp)):
             if not isinstance(v, int) or v < 1:
                 raise InputError(f"{nm} must be a positive integer, got {v!r}")
-        gib = hbm_bytes / GIB
+        ctx = {"gib": hbm_bytes / GIB, "mib": hbm_bytes / MIB, "tp": tp, "pp": pp, "dp": dp, "attn_dp": attn_dp,
+               "speculative": speculative, "chip": chip.lower()}
         upd: dict = {}
-        if self.id == "vllm":
-            for r in self.rules.get("gpu_rules", []):
-                if gib >= r.get("min_gpu_gib", 0) and not (r.get("exclude_chip") and r["exclude_chip"] in chip.lower()):
-                    upd = {"chunked_prefill_tokens": int(r["chunked_prefill_tokens"]),
-                           "max_num_seqs": int(min(r["max_num_seqs"], r["chunked_prefill_tokens"]))}
-                    break
-            cg = self.rules.get("cuda_graph_rule", {})
-            seqs = upd.get("max_num_seqs", self.max_num_seqs)
-            upd["cuda_graph_max_batch"] = int(min(seqs * cg.get("per_seq_factor", 2), cg.get("tokens_cap", 512),
-                                                  upd.get("chunked_prefill_tokens", self.chunked_prefill_tokens)))
-        elif self.id == "sglang":
-            for r in self.rules.get("gpu_rules", []):
-                if gib < float(r["below_gpu_gib"]):
-                    upd = {"chunked_prefill_tokens": int(r["chunked_prefill_tokens"]),
-                           "cuda_graph_max_batch": int(r["cuda_graph_max_batch_tp4" if tp >= 4 else
-                                                         "cuda_graph_max_batch"])}
-                    break
-            m = self.rules.get("mem_fraction_rule", {})
-            mib = hbm_bytes / MIB
-            reserved = EQ.sglang_reserved_memory_mib(
-                upd.get("chunked_prefill_tokens", self.chunked_prefill_tokens),
-                upd.get("cuda_graph_max_batch", self.cuda_graph_max_batch), tp, pp, mib,
-                dp_attention=attn_dp, dp=dp, speculative=speculative,
-                **{k: m[j] for k, j in (("base", "base_mib"), ("per_chunk_token", "per_chunk_token_mib"),
-                                        ("per_graph_seq", "per_graph_seq_mib"), ("per_tp8", "per_tp8_mib"),
-                                        ("dp_per_graph_seq", "dp_attention_per_graph_seq_mib"),
-                                        ("dp_large_extra", "dp_attention_large_graph_extra_mib"),
-                                        ("floor", "floor_mib"), ("spec", "speculative_mib")) if j in m})
-            upd["kv_cache_memory_fraction"] = round((mib - reserved) / mib, 3)
-            if upd["kv_cache_memory_fraction"] <= 0:
-                raise InputError(f"sglang's default memory rule leaves nothing for weights and KV on a "
-                                 f"{gib:.0f} GiB GPU (reserves {reserved / 1024:.1f} GiB)")
+        for r in self.rules:
+            fn = _RULES.get(r.get("kind"))
+            if fn is not None:
+                fn(self, r, ctx, upd)
         where = f"{chip + ' ' if chip else ''}{hbm_bytes / 1e9:.0f} GB, TP {tp}" + (f", PP {pp}" if pp > 1 else "") + \
             (f", DP-attention {dp}" if attn_dp else "")
         return dataclasses.replace(self, resolved_for=where, **upd)
+
+
+# --------------------------------------------------------------------------- rule kinds (one interpretation each)
+def _cur(prof: EngineProfile, upd: dict, f: str):
+    return upd.get(f, getattr(prof, f))
+
+
+def _gpu_memory_tiers(prof, r, ctx, upd):
+    """The first tier the GPU falls in sets its fields (`min_gpu_gib` / `below_gpu_gib` bound the memory,
+    `exclude_chip` skips chips whose name holds it; a `<field>_tp4` value replaces `<field>` at TP >= 4);
+    `cap_seqs_by_chunk`: max_num_seqs is then at most the chunked-prefill budget."""
+    for t in r["tiers"]:
+        if ctx["gib"] < t.get("min_gpu_gib", 0) or ctx["gib"] >= float(t.get("below_gpu_gib", math.inf)):
+            continue
+        if t.get("exclude_chip") and t["exclude_chip"] in ctx["chip"]:
+            continue
+        vals = {k: v for k, v in t.items() if k in _TUNABLE}
+        for k in list(vals):
+            if ctx["tp"] >= 4 and f"{k}_tp4" in t:
+                vals[k] = t[f"{k}_tp4"]
+        upd.update({k: (float(v) if k == "kv_cache_memory_fraction" else int(v)) for k, v in vals.items()})
+        if r.get("cap_seqs_by_chunk"):
+            upd["max_num_seqs"] = int(min(_cur(prof, upd, "max_num_seqs"), _cur(prof, upd, "chunked_prefill_tokens")))
+        return
+
+
+def _cuda_graph_tokens(prof, r, ctx, upd):
+    """Graph capture sized in tokens: min(max_num_seqs * per_seq_factor, tokens_cap, chunked-prefill budget)."""
+    upd["cuda_graph_max_batch"] = int(min(_cur(prof, upd, "max_num_seqs") * r.get("per_seq_factor", 2),
+                                          r.get("tokens_cap", 512), _cur(prof, upd, "chunked_prefill_tokens")))
+
+
+def _reserved_memory_fraction(prof, r, ctx, upd):
+    """Memory fraction = (GPU memory - reserved) / GPU memory, reserved in MiB from the chunk size, graph batch,
+    parallelism and drafts (equations.engine.sglang_reserved_memory_mib)."""
+    mib = ctx["mib"]
+    reserved = EQ.sglang_reserved_memory_mib(
+        _cur(prof, upd, "chunked_prefill_tokens"), _cur(prof, upd, "cuda_graph_max_batch"), ctx["tp"], ctx["pp"],
+        mib, dp_attention=ctx["attn_dp"], dp=ctx["dp"], speculative=ctx["speculative"],
+        **{k: r[j] for k, j in (("base", "base_mib"), ("per_chunk_token", "per_chunk_token_mib"),
+                                ("per_graph_seq", "per_graph_seq_mib"), ("per_tp8", "per_tp8_mib"),
+                                ("dp_per_graph_seq", "dp_attention_per_graph_seq_mib"),
+                                ("dp_large_extra", "dp_attention_large_graph_extra_mib"),
+                                ("floor", "floor_mib"), ("spec", "speculative_mib")) if j in r})
+    upd["kv_cache_memory_fraction"] = round((mib - reserved) / mib, 3)
+    if upd["kv_cache_memory_fraction"] <= 0:
+        raise InputError(f"{prof.id} {prof.release}'s default memory rule leaves nothing for weights and KV on a "
+                         f"{ctx['gib']:.0f} GiB GPU (reserves {reserved / 1024:.1f} GiB)")
+
+
+def _memory_fraction_by_tp(prof, r, ctx, upd):
+    """Memory fraction from the tensor-parallel size: the first tier with tp >= its `min_tp`."""
+    for t in r["tiers"]:
+        if ctx["tp"] >= int(t.get("min_tp", 1)):
+            upd["kv_cache_memory_fraction"] = float(t["fraction"])
+            return
+
+
+def _no_gpu_effect(prof, r, ctx, upd):
+    """Rules read elsewhere (request_pool: scheduler_limit)."""
+
+
+_TUNABLE = ("max_num_seqs", "chunked_prefill_tokens", "cuda_graph_max_batch", "kv_cache_memory_fraction")
+_RULES = {"gpu_memory_tiers": _gpu_memory_tiers, "cuda_graph_tokens": _cuda_graph_tokens,
+          "reserved_memory_fraction": _reserved_memory_fraction, "memory_fraction_by_tp": _memory_fraction_by_tp,
+          "request_pool": _no_gpu_effect}
 
 
 def _aliases() -> dict[str, str]:
@@ -152,18 +209,94 @@ def _raw(eid: str) -> dict:
     return read_yaml(_catalog_dir("engines") / f"{eid}.yaml", f"catalog engine {eid}.yaml")
 
 
+def version_tuple(v: str) -> tuple:
+    """A version string as a comparable tuple of its numbers ('0.5.6.post2' -> (0, 5, 6, 2); '1.3.0rc20' ->
+    (1, 3, 0, 20)); a release candidate sorts with its release's numbers."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(v)))
+
+
+def _release_ids(d: dict) -> tuple[str, ...]:
+    r = d.get("release")
+    return tuple(str(x) for x in (r if isinstance(r, list) else [r])) if r is not None else ()
+
+
+def _entries(eid: str) -> list[dict]:
+    """The engine's profiles, newest first: the file's top level, then each of `versions` laid over it (fields
+    replaced, `sources` merged, `rules` replaced whole)."""
+    base = _raw(eid)
+    out = [dict(base)]
+    for v in base.get("versions", []) or []:
+        d = {**base, **{k: x for k, x in v.items() if k != "sources"}}
+        d["sources"] = {**(base.get("sources") or {}), **(v.get("sources") or {})}
+        out.append(d)
+    return out
+
+
+def known_releases(name: str) -> tuple[str, ...]:
+    """Every release of an engine the catalog holds a profile for, newest first."""
+    eid = _aliases().get(str(name).strip().lower())
+    if eid is None:
+        raise UnknownNameError("engine", name, _aliases(), ENGINES)
+    return tuple(r for d in _entries(eid) for r in _release_ids(d)[:1])
+
+
+def parse_engine(name: str) -> tuple[str, str | None]:
+    """'vllm@0.10' -> ('vllm', '0.10'); 'vllm' -> ('vllm', None)."""
+    text = str(name).strip()
+    if text.count("@") > 1 or text.startswith("@") or text.endswith("@"):
+        raise InputError(f"engine must be NAME or NAME@VERSION (e.g. vllm@0.11), got {name!r}")
+    eng, _, ver = text.partition("@")
+    return eng.strip(), (ver.strip().lstrip("vV") or None) if ver else None
+
+
+def _match(entries: list[dict], version: str) -> int | None:
+    """Index of the profile whose release is `version` or a prefix of it, or that `version` is a prefix of
+    ('0.5' answers '0.5.4'); an exact release first."""
+    want = version_tuple(version)
+    if not want:
+        return None
+    best = None
+    for i, d in enumerate(entries):
+        for r in _release_ids(d):
+            have = version_tuple(r)
+            if have == want:
+                return i
+            n = min(len(have), len(want))
+            if best is None and have[:n] == want[:n]:
+                best = i
+    return best
+
+
 @lru_cache(maxsize=None)
 def load_engine(name: str) -> EngineProfile:
-    """An engine profile by id or alias ('vllm', 'sglang', 'trtllm', 'tensorrt-llm', 'trt-llm')."""
-    key = str(name).strip().lower()
+    """An engine profile by id or alias ('vllm', 'sglang', 'trtllm', 'tensorrt-llm', 'trt-llm'), optionally at a
+    release ('sglang@0.4', 'vllm@0.11'); without one, the newest release the catalog holds."""
+    eng, version = parse_engine(name)
+    key = eng.lower()
     aliases = _aliases()
     if key not in aliases:
-        raise UnknownNameError("engine", name, aliases, ENGINES)
-    d = _raw(aliases[key])
-    where = f"catalog engine {aliases[key]}.yaml"
+        raise UnknownNameError("engine", eng, aliases, ENGINES)
+    eid = aliases[key]
+    entries = _entries(eid)
+    releases = tuple(r for d in entries for r in _release_ids(d)[:1])
+    i = 0
+    if version is not None:
+        i = _match(entries, version)
+        if i is None:
+            raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)],
+                                   releases)
+    return _profile(entries[i], eid, releases, newest=i == 0)
+
+
+def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
+    where = f"catalog engine {eid}.yaml" + ("" if newest else f" (release {(_release_ids(d) or ('?',))[0]})")
     missing = [k for k in _REQUIRED if k not in d]
     if missing:
         raise SpecError(f"{where}: missing {', '.join(missing)}")
+    rules = tuple(MappingProxyType(dict(r)) for r in d.get("rules", []) or [])
+    unknown = [r.get("kind") for r in rules if r.get("kind") not in _RULES]
+    if unknown:
+        raise SpecError(f"{where}: unknown rule kind {unknown[0]!r} (known: {', '.join(_RULES)})")
     try:
         prof = EngineProfile(
             id=str(d["id"]), version=str(d["version"]), max_num_seqs=int(d["max_num_seqs"]),
@@ -176,9 +309,8 @@ def load_engine(name: str) -> EngineProfile:
             command=str(d["command"]), step_overhead_estimated=bool(d.get("step_overhead_estimated", True)),
             accepted_flags=tuple(d["accepted_flags"]), accepted_yaml_keys=tuple(d.get("accepted_yaml_keys", ())),
             kv_cache_dtypes=MappingProxyType(dict(d.get("kv_cache_dtypes", {}))),
-            speculative=MappingProxyType(dict(d.get("speculative", {}))),
-            rules=MappingProxyType({k: d[k] for k in ("gpu_rules", "cuda_graph_rule", "mem_fraction_rule",
-                                                      "max_running_rule") if k in d}))
+            speculative=MappingProxyType(dict(d.get("speculative", {}))), rules=rules,
+            release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest)
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
     if prof.kv_cache_memory_fraction_of not in ("total", "free") or not 0 < prof.kv_cache_memory_fraction <= 1:
@@ -190,9 +322,10 @@ def engine_defaults_table() -> list[dict]:
     """Every engine's defaults as rows (engine, field, value, source): the table a report prints."""
     rows = []
     for eid in ENGINES:
-        p = load_engine(eid)
-        for f in ("max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction", "chunked_prefill_tokens",
-                  "step_overhead_s"):
-            rows.append({"engine": eid, "version": p.version, "field": f, "value": getattr(p, f),
-                         "source": p.sources.get(f, "")})
+        for rel in known_releases(eid):
+            p = load_engine(f"{eid}@{rel}")
+            for f in ("max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction",
+                      "chunked_prefill_tokens", "step_overhead_s"):
+                rows.append({"engine": eid, "release": p.release, "version": p.version, "field": f,
+                             "value": getattr(p, f), "source": p.sources.get(f, "")})
     return rows
