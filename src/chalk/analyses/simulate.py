@@ -19,11 +19,19 @@ The train is solved in closed form: seats are a B-server FCFS queue on a tick cl
 stride-B chains when all outputs are equal, a heap otherwise) and per-tick batch contents come from
 difference arrays.
 
-Measured on the 2-core dev machine (`benchmarks/bench_simulate.py`; llama-3.1-8b on 8 x H100,
-1M Poisson requests, prompt 512, output 128): continuous, max batch 256, 600 req/s (96 % of the
-625 req/s it sustains in overload): 2.2 s (~450K req/s); with 512-token prefill chunks 2.1-2.3 s;
-in overload 0.7 s; at 20 req/s (67M decode steps, mostly jumped) 5-6 s. Train, T = 20 ms, 2048
-seats, 200 req/s: 0.15 s (equal outputs), 0.4-0.5 s (outputs 64-192, heap).
+The same loop runs compiled with numba when it is installed (`pip install 'chalk[fast]'`; chalk.analyses.
+simulate_compiled, statement for statement the loop below over numpy arrays, bit-identical answers, tested) for runs
+of at least COMPILED_MIN_REQUESTS requests; `simulate_continuous(..., loop='python')` keeps the reference loop.
+
+Measured on the 2-core dev machine, CPU seconds (`python benchmarks/bench_simulate.py [N] [python]`; llama-3.1-8b on
+8 x H100, 1M Poisson requests, prompt 512, output 128), compiled (Python loop): continuous, max batch 256, 600 req/s
+(96 % of the 625 req/s it sustains in overload): 0.37 s (3.95 s); with 512-token prefill chunks 0.21 s (3.76 s); in
+overload 0.12 s (1.94 s); at 20 req/s (67M decode steps, mostly jumped) 0.23 s (8.3 s); loading the compiled loop
+~0.5 s once per process (compiling it, once per machine, ~3 s). Train, T = 20 ms, 2048 seats, 200 req/s: 0.2 s
+(equal outputs), 0.6 s (outputs 64-192, heap). Streamed (`benchmarks/bench_simulate_stream.py`, one H100 at 30 req/s,
+~3 steps per request): 2e6 requests 1.1 s CPU (8.4 s Python), ~1.8M (240K) simulated requests per CPU-second;
+1e8 requests 20 CPU-s (442 s Python), 187 MB peak RSS (73 MB Python: numba and LLVM
+bring ~110 MB of their own; the requests in flight ~72 bytes each, the rest in log histograms).
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ from chalk.specs.workload import positive
 #: Most requests one simulation holds in memory with its per-request arrays (about 250 bytes each: ~250 MB).
 MAX_REQUESTS = 1_000_000
 #: Most requests one streamed simulation generates (`PoissonStream`): memory holds only the requests in flight, but
-#: time grows with the run: 1e8 requests (a day of a large provider's traffic) take ~8 CPU-minutes here.
+#: time grows with the run: 1e8 requests (a day of a large provider's traffic) take ~20 CPU-seconds here with the
+#: compiled loop (`chalk[fast]`), ~7.5 CPU-minutes with the Python one.
 MAX_STREAMED_REQUESTS = 100_000_000
 #: Latest arrival time: at 1e9 s float64 still resolves 1e-7 s, so a step of microseconds advances the clock.
 MAX_ARRIVAL_S = 1e9
@@ -625,7 +634,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                         kv_capacity_tokens: float | None = None,
                         prefill_chunk_tokens: int | None = None, closed_loop: bool = False,
                         client_latency_s: float = 0.0, concurrency: int | None = None, window: str = "steady",
-                        keep_requests: bool | None = None) -> SimulationResult:
+                        keep_requests: bool | None = None, loop: str = "auto") -> SimulationResult:
     """Continuous batching (Orca/vLLM) with optional chunked prefill (Sarathi-Serve).
 
     At each step start, waiting requests are admitted FCFS while fewer than `max_batch` run and
@@ -643,6 +652,8 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     `window`: 'steady' (default) measures the steady state (`steady_window`), 'all' every request.
     `requests`: a `Requests` (held) or a `PoissonStream` (generated as the run goes); `keep_requests` (default: when
     held) keeps the per-request arrays; a run without them keeps only the requests in flight and the histograms.
+    `loop`: 'python' (the reference loop), 'compiled' (the same loop compiled with numba, `chalk[fast]`; identical
+    answers) or 'auto' (compiled for runs of at least COMPILED_MIN_REQUESTS requests when numba is installed).
     """
     req = _check_requests(requests, stream=True)
     B = positive("max_batch", max_batch, integer=True)
@@ -669,6 +680,15 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     m_ctx, m_seq, m_w = (sc.kv_read_bytes_per_context_token * inv_bw, sc.kv_read_bytes_per_sequence * inv_bw,
                          sc.kv_write_bytes_per_token * inv_bw)
     ovh, moe, expm1 = sc.overhead_s, sc.expert_bytes_all > 0, math.expm1
+    common = dict(step_cost=sc, max_batch=B, kv_cap=cap, chunk=chunk, closed_loop=closed_loop,
+                  client_latency_s=lat if closed_loop else 0.0, window=window, seats=seats)
+    if _compiled(loop, n):
+        from chalk.analyses.simulate_compiled import run_compiled
+
+        consts = (f_tok, f_ctx, f_seq, f_att, m_dense, m_exp, l1k, m_ctx, m_seq, m_w, ovh)
+        out = run_compiled(req.chunks(CHUNK_REQUESTS), n, B, cap, chunk, closed_loop, seats, lat, wa, wb, consts,
+                           moe, CHUNK_REQUESTS, _check_chunk, None if keep else _Stream(lo, hi))
+        return _continuous_result(lo, hi, n, common, **out)
 
     # requests are read CHUNK_REQUESTS at a time: global index i lives at i - base in the lists below; a run that
     # keeps no arrays folds each chunk into `stream` once all its requests have finished, and drops it
@@ -684,10 +704,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     def load():
         nonlocal loaded
         a_, p_, o_, c_ = next(source)
-        if int((p_ + o_).max()) > cap:
-            j = int(np.argmax(p_ + o_))
-            raise InputError(f"a request needs {int(p_[j] + o_[j])} KV tokens but the capacity is {cap:.0f}; "
-                             "raise kv_capacity_tokens or shorten the request")
+        _check_chunk(p_, o_, cap)
         k = len(a_)
         al = a_.tolist()
         if closed_loop:  # the first `seats` requests are sent at t = 0, each later one when a seat frees
@@ -787,7 +804,8 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
             run = _DecodeRun((f_tok + f_seq) * n_dec + f_ctx * sum_ctx + ovh, f_ctx * n_dec,
                              w + m_seq * n_dec + m_ctx * sum_ctx + ovh, m_ctx * n_dec)
             k = kc
-            if head < loaded and n_run < B and reserved + need[head - base] <= cap:
+            # (a closed loop's next request may not be sent yet: its arrival is infinite)
+            if head < loaded and n_run < B and reserved + need[head - base] <= cap and arr[head - base] < math.inf:
                 k = min(kc, run.steps_to_reach(arr[head - base] - t))
             span = run.time_s(k)
             t += span
@@ -872,6 +890,43 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     while left and left[0] == 0:
         fold()
 
+    send = np.array(arr) - send_lag if keep else None
+    return _continuous_result(lo, hi, n, common, snap_a=snap_a, snap_b=snap_b, cached_total=cached_total,
+                              prompt_total=prompt_total, step=step, busy=busy, step_sum=step_sum, area=area,
+                              dec_sum=dec_sum, pf_sum=pf_sum, n_done=n_done, tok_out=tok_out, tok_in=tok_in,
+                              peak_kv=peak_kv, kept=kept, admit=admit, first=first, finish=finish, send=send,
+                              stream=stream)
+
+
+def _check_chunk(p_, o_, cap):
+    if int((p_ + o_).max()) > cap:
+        j = int(np.argmax(p_ + o_))
+        raise InputError(f"a request needs {int(p_[j] + o_[j])} KV tokens but the capacity is {cap:.0f}; "
+                         "raise kv_capacity_tokens or shorten the request")
+
+
+#: Shortest run `simulate_continuous(loop='auto')` hands to the compiled loop when numba is installed: below it,
+#: importing numba and loading the compiled loop (~0.5 s) costs more than the Python loop would take.
+COMPILED_MIN_REQUESTS = 200_000
+
+
+def _compiled(loop: str, n: int) -> bool:
+    if loop not in ("auto", "python", "compiled"):
+        raise InputError(f"loop must be 'auto', 'python' or 'compiled', got {loop!r}")
+    if loop == "python" or (loop == "auto" and n < COMPILED_MIN_REQUESTS):
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        if loop == "compiled":
+            raise InputError("loop='compiled' needs numba: pip install 'chalk[fast]'") from None
+        return False
+    return True
+
+
+def _continuous_result(lo, hi, n, common, *, snap_a, snap_b, cached_total, prompt_total, step, busy, step_sum, area,
+                       dec_sum, pf_sum, n_done, tok_out, tok_in, peak_kv, kept, admit, first, finish, send, stream):
+    """The result of a continuous-batching run from its loop's totals (either loop)."""
     rates = None
     if snap_a is not None and snap_b is not None and snap_b[0] > snap_a[0]:
         rates = {"start_s": snap_a[0], "end_s": snap_b[0], "completed": snap_b[1] - snap_a[1],
@@ -879,17 +934,16 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                  "steps": snap_b[5] - snap_a[5], "step_sum": snap_b[6] - snap_a[6], "busy": snap_b[7] - snap_a[7],
                  "dec_sum": snap_b[8] - snap_a[8], "pf_sum": snap_b[9] - snap_a[9]}
     hit = cached_total / prompt_total if prompt_total else None
-    common = dict(step_cost=sc, max_batch=B, kv_cap=cap, chunk=chunk, closed_loop=closed_loop,
-                  client_latency_s=lat if closed_loop else 0.0, window=window, seats=seats)
-    if keep:
+    if stream is None:
         held = Requests(*(np.concatenate([c[k] for c in kept]) for k in range(3)),
                         np.concatenate([c[3] for c in kept]))
-        res = _result("continuous", held, np.array(admit), np.array(first), np.array(finish), n_steps=step,
-                      busy=busy, step_sum=step_sum, peak_kv=peak_kv, rates=rates, send=np.array(arr) - send_lag,
-                      dec_sum=dec_sum, pf_sum=pf_sum, **common)
+        res = _result("continuous", held, np.asarray(admit, dtype=float), np.asarray(first, dtype=float),
+                      np.asarray(finish, dtype=float), n_steps=step, busy=busy, step_sum=step_sum, peak_kv=peak_kv,
+                      rates=rates, send=send, dec_sum=dec_sum, pf_sum=pf_sum, **common)
         return dataclasses.replace(res, prefix_hit_rate=hit)
     return _stream_result(stream, lo, hi, n, rates, step=step, busy=busy, step_sum=step_sum, area=area,
-                          dec_sum=dec_sum, pf_sum=pf_sum, n_done=n_done, tok_out=tok_out, tok_in=tok_in, peak_kv=peak_kv, hit=hit, **common)
+                          dec_sum=dec_sum, pf_sum=pf_sum, n_done=n_done, tok_out=tok_out, tok_in=tok_in,
+                          peak_kv=peak_kv, hit=hit, **common)
 
 
 def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, area, dec_sum, pf_sum, n_done, tok_out, tok_in,
