@@ -57,7 +57,9 @@ class SweepResult:
         """Write the rows as CSV with a header of column names (no pandas needed)."""
         import csv
 
-        with open(path, "w", newline="") as f:
+        from chalk.specs.files import atomic_path
+
+        with atomic_path(path, "--csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             w.writerow(list(self.columns))
             for r in self.rows():

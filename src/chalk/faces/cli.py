@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     cli_common.JSON_ERRORS = "--json" in args
+    cli_common.degrade_to_ascii()
     # typer may vendor its own click: take the exception classes from typer itself
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     click_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")

@@ -88,6 +88,53 @@ def fail(message: str) -> None:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+#: ASCII for the symbols chalk's text uses, where the output stream cannot encode them (PYTHONIOENCODING=ascii,
+#: a latin-1 terminal): the text degrades, it never stops on a UnicodeEncodeError.
+ASCII_FOR = {"\u00b7": "-", "\u00d7": "x", "\u2248": "~", "\u2014": "-", "\u2013": "-", "\u2212": "-",
+             "\u221a": "sqrt", "\u00f7": "/", "\u2605": "*", "\u00b5": "u", "\u03bc": "u", "\u201c": '"',
+             "\u201d": '"', "\u2018": "'", "\u2019": "'", "\u2264": "<=", "\u2265": ">=", "\u2192": "->",
+             "\u2026": "...", "\u00b1": "+/-", "\u2260": "!=", "\u00b2": "^2", "\u00b3": "^3", "\u2500": "-",
+             "\u2502": "|", "\u2501": "-", "\u2503": "|", "\u2588": "#", "\u00a0": " "}
+
+
+def _ascii_errors(e: UnicodeEncodeError):
+    """A codec error handler ("chalk-ascii"): each character the stream cannot encode as its ASCII stand-in
+    (ASCII_FOR, else its accent-free form, else '?')."""
+    import unicodedata
+
+    out = []
+    for ch in e.object[e.start:e.end]:
+        alt = ASCII_FOR.get(ch)
+        if alt is None:
+            alt = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode() or "?"
+        out.append(alt)
+    return "".join(out), e.end
+
+
+def degrade_to_ascii() -> None:
+    """Let stdout and stderr write what their encoding cannot hold in ASCII stand-ins instead of raising
+    (a stream that can encode chalk's symbols is left alone)."""
+    import codecs
+
+    try:
+        codecs.lookup_error("chalk-ascii")
+    except LookupError:
+        codecs.register_error("chalk-ascii", _ascii_errors)
+    for stream in (sys.stdout, sys.stderr):
+        enc = getattr(stream, "encoding", None)
+        if not enc or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            "".join(ASCII_FOR).encode(enc)
+        except UnicodeEncodeError:
+            try:
+                stream.reconfigure(errors="chalk-ascii")
+            except (ValueError, OSError):  # a closed or detached stream
+                pass
+        except LookupError:
+            pass
+
+
 def console():
     """A rich Console for chalk's output, which is figures, names and notes: no emoji codes (a `:name:` in a name
     stays as typed) and no repr highlighting (numbers in a note are not coloured, as in the tables). Both also
@@ -157,7 +204,9 @@ from chalk.faces.fmt import num, pct, seconds, si, usd  # noqa: E402,F401
 
 def wrote(path) -> None:
     """Say on stderr which file a command wrote (stdout stays clean for --json)."""
-    sys.stderr.write(f"wrote {path}\n")
+    from chalk.specs.files import shown
+
+    sys.stderr.write(f"wrote {shown(path)}\n")  # undecodable bytes in a name shown as escapes
 
 
 def out_file(option: str, suffixes: tuple[str, ...] | None = None):

@@ -331,17 +331,19 @@ def calibrate(
         import os
 
         out["objective"] = "unchanged (--range-only: the shipped fit, its range resized)"
-        if write and os.path.isfile(write):
-            with open(write) as f:
-                old = yaml.safe_load(f) or {}
+        if write and os.path.isfile(write) and os.path.getsize(write):
+            from chalk.specs.catalog import read_yaml
+
+            old = read_yaml(write, f"--write {write}")
             if isinstance(old, dict) and isinstance(old.get("fitted"), dict):
                 old["fitted"].update(residual_low=fitted["residual_low"], residual_high=fitted["residual_high"])
                 old["range"] = out["range"]
                 out = old
     if write:
-        with open(write, "w") as f:
-            yaml.safe_dump(out, f, sort_keys=False)
         from chalk.specs.catalog import in_catalog, write_compiled_catalog
+        from chalk.specs.files import atomic_write
+
+        atomic_write(write, yaml.safe_dump(out, sort_keys=False), "--write")
 
         if in_catalog(write):  # the package's own calibration.yaml: its compiled entry follows it
             write_compiled_catalog()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chalk.errors import InputError
+from chalk.specs.files import atomic_path
 # Re-exported so `chalk.faces.plots.X` keeps working for every name this module used to define (web_app,
 # report and the tests import the data helpers, `_plt` and `_bubble_from_analyses` from here).
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _field, _finite, _fmt_axes,
@@ -49,7 +50,8 @@ def plot(kind: str, output=None, *, model=None, hardware=None, context: float = 
     try:
         if path.parent and not path.parent.exists():
             raise InputError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
-        fig.savefig(path, dpi=kw.get("dpi", 150), bbox_inches="tight")
+        with atomic_path(path, "plot output") as tmp:
+            fig.savefig(tmp, dpi=kw.get("dpi", 150), bbox_inches="tight")
     finally:
         _plt().close(fig)
     return path

@@ -16,6 +16,7 @@ from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, FORMATS, STYLE, _accepts, _caption, _fmt_axes, _formatter, _need,
                                       _plt, _require, _sci, _tight, chips_label, default_batch, whole)
+from chalk.specs.files import atomic_path
 
 
 # ------------------------------------------------------------------ kinds: pipeline (drawing; bubble from parallel)
@@ -350,7 +351,8 @@ def plot_measured(result, output) -> Path:
                       f"{result.median_abs_error_held_out:.1%} over {result.n_held_out} steps")
         _tight(fig, (0, 0.06, 1, 1))
         try:
-            fig.savefig(path, dpi=150, bbox_inches="tight")
+            with atomic_path(path, "plot output") as tmp:
+                fig.savefig(tmp, dpi=150, bbox_inches="tight")
         finally:
             plt.close(fig)
     return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chalk.errors import InputError
+from chalk.specs.files import atomic_path
 from chalk.faces.fmt import num
 from chalk.faces.plots_common import FORMATS, STYLE, _caption, _fmt_axes, _plt, _tight
 
@@ -68,7 +69,8 @@ def plot_plan(result, output) -> Path:
     fig = plan_figure(result)
     plt = _plt()
     try:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        with atomic_path(path, "plot output") as tmp:
+            fig.savefig(tmp, dpi=150, bbox_inches="tight")
     finally:
         plt.close(fig)
     return path

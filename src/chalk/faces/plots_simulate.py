@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from chalk.errors import InputError
+from chalk.specs.files import atomic_path
 from chalk.faces.fmt import num, seconds
 from chalk.faces.plots_common import COLORS, FORMATS, STYLE, _plt
 
@@ -94,7 +95,8 @@ def plot_simulation(result, output, title: str = "") -> Path:
         raise InputError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
     fig = simulation_figure(result, title)
     try:
-        fig.savefig(path, dpi=130, bbox_inches="tight")
+        with atomic_path(path, "plot output") as tmp:
+            fig.savefig(tmp, dpi=130, bbox_inches="tight")
     finally:
         _plt().close(fig)
     return path

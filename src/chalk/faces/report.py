@@ -18,6 +18,7 @@ import numpy as np
 from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.specs.catalog import as_model, as_system
+from chalk.specs.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -415,8 +416,5 @@ def write_report(output, model, hardware, **kw) -> Path:
     if not path.parent.exists():
         raise InputError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
     text = build_report(model, hardware, **kw)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise ChalkError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+    atomic_write(path, text, "report output")
     return path

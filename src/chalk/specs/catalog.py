@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from functools import lru_cache
 from pathlib import Path
 
 from chalk.errors import SpecError, UnknownNameError
 from chalk.memo import by_identity
+from chalk.specs.files import MAX_SPEC_BYTES, read_bounded
 from chalk.specs.hardware import Chip, System
 from chalk.specs.model import ModelSpec, model_from_config
 from chalk.specs.validate import spec_int, spec_str, spec_str_list, spec_str_map
@@ -37,9 +39,12 @@ def _catalog_dir(kind: str = ""):
 
 
 def _read_bytes(path, where: str) -> bytes:
-    """A file's bytes (a Path, str or importlib resource), every failure as one SpecError line."""
+    """A file's bytes (a Path, str or importlib resource), every failure as one SpecError line. A path is read
+    bounded (specs/files.py): a regular file of at most MAX_SPEC_BYTES, never a device or a FIFO."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return read_bounded(path, where, MAX_SPEC_BYTES, what="a spec file")
     try:
-        return Path(path).read_bytes() if not hasattr(path, "read_bytes") else path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
     except (OSError, ValueError) as e:
@@ -147,7 +152,9 @@ def write_compiled_catalog(root: Path | None = None) -> Path:
     """Write `compile_catalog(root)` to `root`/COMPILED_FILE and forget the loaded one. Returns the path."""
     root = Path(root) if root is not None else _catalog_dir()
     out = root / COMPILED_FILE
-    out.write_text(json.dumps(compile_catalog(root), indent=0, sort_keys=False) + "\n")
+    from chalk.specs.files import atomic_write
+
+    atomic_write(out, json.dumps(compile_catalog(root), indent=0, sort_keys=False) + "\n", "compiled catalog")
     _compiled.cache_clear()
     return out
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from chalk.errors import InputError
+from chalk.specs.files import read_bounded_text
 from chalk.specs.workload import short
 
 #: Most concurrent users / requests per second a plan takes (beyond: GPU counts lose their meaning).
@@ -124,14 +125,7 @@ def read_diurnal(source) -> np.ndarray:
 
 
 def _diurnal_file(path: Path, where: str) -> list[float]:
-    try:
-        if path.stat().st_size > 1_000_000:
-            raise InputError(f"{where}: larger than 1 MB; expected 24 lines")
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"{where}: cannot read it ({e.__class__.__name__})") from None
+    text = read_bounded_text(path, where, 1_000_000, what="a diurnal curve (24 lines)", error=InputError)
     try:
         rows = [r for r in csv.reader(text.splitlines()) if any(c.strip() for c in r)]
     except csv.Error as e:

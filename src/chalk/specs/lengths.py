@@ -27,6 +27,7 @@ import numpy as np
 
 from chalk.equations import lengths as E
 from chalk.errors import InputError, UnknownNameError
+from chalk.specs.files import MAX_TABLE_BYTES, read_bounded_text, shown
 
 FAMILIES = ("constant", "lognormal", "uniform")
 _QUANTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)$")
@@ -266,13 +267,11 @@ def read_lengths_file(path, *, column: str | None = None) -> LengthDistribution:
     """Lengths from a text file: one number per line, or a CSV whose column is named by `column`
     (a single-column CSV needs no name). A first line that is not a number is a header."""
     p = Path(path)
-    try:
-        raw = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(f"lengths file {str(path)!r} not found (nor is it a number or "
-                         f"'family:key=value' distribution)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read lengths file {str(path)!r}: {e.__class__.__name__}") from None
+    if not os.path.lexists(p):
+        raise InputError(f"lengths file {shown(path)!r} not found (nor is it a number or "
+                         f"'family:key=value' distribution)")
+    raw = read_bounded_text(p, f"lengths file {shown(path)!r}", MAX_TABLE_BYTES, what="a lengths file",
+                            error=InputError)
     rows = [r for r in csv.reader(io.StringIO(raw)) if any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"lengths file {p.name!r} is empty")

@@ -20,13 +20,12 @@ import csv
 import io
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass
 
 import numpy as np
 
 from chalk.errors import InputError, SpecError
+from chalk.specs.files import read_bounded
 
 #: Largest trace file read (bytes): ~25M Azure rows or ~4M Mooncake rows, well past what one simulation takes.
 MAX_TRACE_BYTES = 1_000_000_000
@@ -142,25 +141,7 @@ def _speedup(v) -> float:
 
 
 def _read_bounded(path, where: str, max_bytes: int) -> str:
-    size = f"{max_bytes / 1e9:g} GB" if max_bytes >= 1e8 else f"{max_bytes:,} bytes"
-    limit = f"a trace must be a regular file of at most {size}"
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise SpecError(f"{where}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise SpecError(f"{where}: cannot read it ({e.__class__.__name__})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SpecError(f"{where}: not a regular file ({limit})")
-    if st.st_size > max_bytes:
-        raise SpecError(f"{where}: {st.st_size:,} bytes; {limit}")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)
-    except OSError as e:
-        raise SpecError(f"{where}: cannot read it ({e.__class__.__name__})") from None
-    if len(raw) > max_bytes:
-        raise SpecError(f"{where}: more than {max_bytes:,} bytes; {limit}")
+    raw = read_bounded(path, where, max_bytes, what="a trace")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -122,7 +122,7 @@ def _path_name_ok(path, option: str, what: str) -> Path:
         raise InputError(f"{option} needs a {what} name")
     p = Path(text)
     limit = 255  # NAME_MAX of the common Linux, macOS and Windows file systems
-    if any(len(part.encode()) > limit for part in p.parts):
+    if any(len(os.fsencode(part)) > limit for part in p.parts):  # fsencode: undecodable bytes kept as bytes
         raise InputError(f"{option}: a name in {text[:60]!r}... is longer than {limit} bytes")
     return p
 
@@ -138,6 +138,8 @@ def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> P
     try:
         if p.is_dir():
             raise InputError(f"{option}: {str(path)!r} is a folder, not a file")
+        if p.exists() and not p.is_file():  # a device (/dev/full), a FIFO, a socket: never renamed over
+            raise InputError(f"{option}: {str(path)!r} is not a regular file")
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.is_dir():
             raise InputError(f"{option}: folder {str(parent)!r} does not exist")

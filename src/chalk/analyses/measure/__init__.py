@@ -81,6 +81,7 @@ from chalk.analyses.measure.steps import (  # noqa: F401
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.errors import ChalkError, InputError
 from chalk.specs.hardware import Chip
+from chalk.specs.files import atomic_path, make_folder
 
 
 # =========================================================================== 4. run it all
@@ -353,8 +354,8 @@ CSV_FIELDS = ("phase", "batch", "context", "measured_s", "predicted_s", "held_ou
 
 def write_cases_csv(cases: Sequence[MeasuredCase], path) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", newline="") as f:
+    make_folder(p.parent, "measure output")
+    with atomic_path(p, "measure output") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for c in cases:

@@ -23,6 +23,7 @@ import yaml
 from chalk.analyses.measure.common import (TORCH_TO_CHALK, _THREAD_NOTE, _calibrate_inner, _check_device,
                                            _sync_fn, _time_fn, _torch)
 from chalk.errors import ChalkError, InputError
+from chalk.specs.files import atomic_write, make_folder
 from chalk.specs.hardware import Chip, System
 
 
@@ -251,8 +252,8 @@ def chip_yaml(chip: Chip) -> str:
 def write_chip_yaml(chip: Chip, path) -> Path:
     """Write `chip` as catalog YAML; `resolve_hardware(path)` loads it back."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(chip_yaml(chip))
+    make_folder(p.parent, "measure output")
+    atomic_write(p, chip_yaml(chip), "measure output")
     return p
 
 

@@ -1,0 +1,261 @@
+"""Hardening, round two (issue 26): atomic writes, bounded reads, odd paths and encodings, contradictions refused.
+
+Each command runs as a real process (`python -m chalk`), as a user meets it: a full disk is a file-size limit
+(RLIMIT_FSIZE: every write past it fails with EFBIG, as a full disk fails with ENOSPC) or, where this machine lets
+a test mount one, a small tmpfs filled to the last byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chalk.errors import InputError, SpecError
+from chalk.specs.files import atomic_path, atomic_write, read_bounded
+
+M, H = ["-m", "llama-3.1-8b"], ["-H", "h100-sxm"]
+OLD = b"an existing output that a failed write must leave byte-identical\n" * 40  # 2,640 bytes
+
+
+def _chalk(args, *, fsize: int | None = None, env: dict | None = None, cwd=None, timeout=120):
+    """Run `chalk args` (str or bytes items); `fsize`: no file may grow past that many bytes."""
+    def limit():
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), no signal kill
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    argv = [sys.executable.encode(), b"-m", b"chalk"] + [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return subprocess.run(argv, capture_output=True, timeout=timeout, preexec_fn=limit, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+
+
+def _one_error_line(r) -> str:
+    err = r.stderr.decode("utf-8", "replace")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert r.returncode == 2 and "Traceback" not in err and len(lines) == 1, (r.returncode, err[-2000:])
+    return lines[0]
+
+
+# ------------------------------------------------------------------ 1. atomic writes
+FULL_DISK = {  # command, the output option's value as a file name
+    "sweep --csv": (["sweep", *M, *H, "--batches", "1,2,4,8,16,32,64,128", "--contexts", "1000,2000,4000,8000",
+                     "--csv"], "out.csv"),
+    "plot -o": (["plot", "cost-vs-batch", *M, *H, "-o"], "out.png"),
+    "sweep --plot": (["sweep", *M, *H, "--plot"], "out.svg"),
+    "report -o": (["report", *M, *H, "-o"], "out.html"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FULL_DISK))
+def test_a_full_disk_leaves_an_existing_output_byte_identical(tmp_path, name):
+    args, fname = FULL_DISK[name]
+    out = tmp_path / fname
+    out.write_bytes(OLD)
+    r = _chalk(args + [out], fsize=len(OLD) // 2)  # the new file cannot grow past half the old one
+    line = _one_error_line(r)
+    assert "cannot write" in line and "File too large" in line and "left as it was" in line, line
+    assert out.read_bytes() == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fname]  # no temporary left behind
+    ok = _chalk(args + [out])  # and without the limit the same command replaces it
+    assert ok.returncode == 0, ok.stderr[-500:]
+    assert out.read_bytes() != OLD and out.stat().st_size > len(OLD) // 2
+
+
+def test_calibrate_write_on_a_full_disk_keeps_the_old_file(tmp_path):
+    """calibrate takes minutes: its fit and cross-validation are replaced by a fixed answer, the write is real."""
+    out = tmp_path / "cal.yaml"
+    out.write_bytes(OLD)
+    script = (
+        "import sys\n"
+        "from chalk.analyses import calibrate as C\n"
+        "C.cross_validate = lambda **kw: {'cv_range': (0.8, 1.3), 'range_quantiles': [0.1, 0.9],\n"
+        "    'cv_range_coverage': 0.8, 'n_families': 5, 'n': 40}\n"
+        "from chalk.faces.cli import main\n"
+        "main(sys.argv[1:])\n")
+
+    def run(fsize):
+        def limit():
+            if fsize:
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        return subprocess.run([sys.executable, "-c", script, "calibrate", "--range-only", "--json",
+                               "--write", str(out)],
+                              capture_output=True, timeout=120, preexec_fn=limit)
+
+    out.write_text("fitted: {residual_low: 0.5}\nrows: 3\n" + "# padding\n" * 200)
+    before = out.read_bytes()
+    line = _one_error_line(run(100))
+    assert "--write: cannot write" in line and "left as it was" in line
+    assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
+    r = run(None)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert b"residual_low: 0.8" in out.read_bytes()
+
+
+def _can_mount_tmpfs() -> bool:
+    if not shutil.which("unshare") or sys.platform != "linux":
+        return False
+    try:
+        return subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="no user namespace to mount a tmpfs in")
+def test_a_really_full_tmpfs_leaves_the_old_csv(tmp_path):
+    """A 256 kB tmpfs (in a private mount namespace) with an old CSV, then filled to the last byte."""
+    script = tmp_path / "full.sh"
+    script.write_text(
+        "set -e\n"
+        f"mount -t tmpfs -o size=256k tmpfs {tmp_path}/mnt\n"
+        f"cp {tmp_path}/old.csv {tmp_path}/mnt/out.csv\n"
+        f"dd if=/dev/zero of={tmp_path}/mnt/fill bs=4k 2>/dev/null || true\n"
+        f"{sys.executable} -m chalk sweep -m llama-3.1-8b -H h100-sxm --batches 1,2,4,8 --contexts 1000,2000 "
+        f"--csv {tmp_path}/mnt/out.csv 2>{tmp_path}/err || echo rc=$? >{tmp_path}/rc\n"
+        f"cmp {tmp_path}/old.csv {tmp_path}/mnt/out.csv && echo same >{tmp_path}/same\n"
+        f"ls -a {tmp_path}/mnt >{tmp_path}/ls\n")
+    (tmp_path / "mnt").mkdir()
+    (tmp_path / "old.csv").write_bytes(OLD)
+    r = subprocess.run(["unshare", "-rm", "sh", str(script)], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "rc").read_text().strip() == "rc=2"
+    err = (tmp_path / "err").read_text()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err, err
+    assert (tmp_path / "same").exists()
+    assert sorted((tmp_path / "ls").read_text().split()) == [".", "..", "fill", "out.csv"]
+
+
+def test_atomic_write_keeps_mode_and_refuses_devices(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_text("old")
+    p.chmod(0o640)
+    atomic_write(p, "new")
+    assert p.read_text() == "new" and (p.stat().st_mode & 0o777) == 0o640
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        atomic_write(fifo, "x")  # never renamed over a FIFO or a device
+    assert fifo.is_fifo()
+    fifo.unlink()
+    with pytest.raises(RuntimeError), atomic_path(p) as tmp:  # an error while writing: old file, no temporary
+        tmp.write_text("partial")
+        raise RuntimeError
+    assert p.read_text() == "new" and [q.name for q in tmp_path.iterdir()] == ["x.txt"]
+
+
+def test_output_on_dev_full_is_one_line():
+    for args in (["sweep", *M, *H, "--csv", "/dev/full"], ["plot", "cost-vs-batch", *M, *H, "-o", "/dev/full"],
+                 ["report", *M, *H, "-o", "/dev/full"]):
+        line = _one_error_line(_chalk(args))
+        assert "/dev/full" in line
+    assert Path("/dev/full").is_char_device()
+
+
+# ------------------------------------------------------------------ 2. bounded reads
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """/dev/zero, a FIFO, a 10 GB sparse file, a folder, and a model folder whose config.json is /dev/zero."""
+    d = tmp_path_factory.mktemp("hostile")
+    os.mkfifo(d / "fifo")
+    with open(d / "sparse.csv", "wb") as f:
+        f.truncate(10 * 10**9)
+    (d / "zero-model").mkdir()
+    os.symlink("/dev/zero", d / "zero-model" / "config.json")
+    (d / "fifo-model").mkdir()
+    os.mkfifo(d / "fifo-model" / "config.json")
+    return d
+
+
+SIM = ["simulate", *M, *H, "--requests", "100", "--rate", "1"]
+PLAN = ["plan", *M, *H, "--users", "20", "--input-len", "1000", "--output-len", "200"]
+FILE_OPTIONS = {  # option: (command before the value, command after the value)
+    "model config": (["estimate", *H, "-m"], []),
+    "hardware YAML": (["estimate", *M, "-H"], []),
+    "lengths file": (SIM + ["--output-len", "100", "--input-len"], []),
+    "trace": (["simulate", *M, *H, "--trace"], []),
+    "plan trace": (["plan", *M, *H, "--trace"], []),
+    "diurnal curve": (PLAN + ["--diurnal"], []),
+}
+
+
+@pytest.mark.parametrize("option", sorted(FILE_OPTIONS))
+@pytest.mark.parametrize("what", ["/dev/zero", "fifo", "sparse.csv", "folder", "model-folder"])
+def test_every_file_option_refuses_devices_fifos_and_huge_files_fast(hostile, option, what):
+    before, after = FILE_OPTIONS[option]
+    value = {"/dev/zero": "/dev/zero", "fifo": hostile / "fifo", "sparse.csv": hostile / "sparse.csv",
+             "folder": hostile, "model-folder": hostile / "zero-model"}[what]
+    if what == "model-folder" and option != "model config":
+        pytest.skip("a model folder is a model option")
+    t0 = time.perf_counter()
+    r = _chalk(before + [value] + after, timeout=20)
+    dt = time.perf_counter() - t0
+    line = _one_error_line(r)
+    assert dt < 3.0, dt  # the process start is ~0.4 s of it; the refusal itself is a stat
+    if what in ("/dev/zero", "fifo", "sparse.csv") or what == "model-folder":
+        assert "at most" in line or "unknown hardware" in line, line  # the limit is named
+
+
+def test_a_fifo_model_folder_does_not_hang(hostile):
+    line = _one_error_line(_chalk(["estimate", *H, "-m", hostile / "fifo-model"], timeout=20))
+    assert "not a regular file" in line
+
+
+def test_read_bounded_names_its_limit(tmp_path):
+    p = tmp_path / "x"
+    p.write_bytes(b"a" * 2000)
+    with pytest.raises(SpecError, match=r"2,000 bytes; a thing must be a regular file of at most 1,000 bytes"):
+        read_bounded(p, "x", 1000, what="a thing")
+    assert read_bounded(p, "x", 2000) == b"a" * 2000
+    with pytest.raises(InputError, match="not a regular file"):
+        read_bounded("/dev/zero", "z", 10, error=InputError)
+
+
+# ------------------------------------------------------------------ 3. paths and encodings
+@pytest.mark.parametrize("args,name", [
+    (["sweep", *M, *H, "--csv"], b"out\xff.csv"),
+    (["plot", "cost-vs-batch", *M, *H, "-o"], b"p\xfe.png"),
+    (["report", *M, *H, "-o"], b"r\xfe\x80.html"),
+    (["estimate", *M, *H, "--plot"], b"e\xff.svg"),
+])
+def test_undecodable_output_names_are_written(tmp_path, args, name):
+    r = _chalk(args + [name], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert os.listdir(bytes(tmp_path)) == [name]
+    assert b"Traceback" not in r.stderr and os.path.getsize(bytes(tmp_path) + b"/" + name) > 100
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+@pytest.mark.parametrize("args", [["lecture"], ["estimate", *M, *H, "--ops"], PLAN + ["--sim-requests", "2000"]],
+                         ids=["lecture", "estimate-ops", "plan"])
+def test_text_degrades_to_what_the_stream_can_encode(args, encoding):
+    from chalk.faces.cli_common import degrade_to_ascii
+
+    degrade_to_ascii()  # registers the "chalk-ascii" error handler here too
+    r = _chalk(args, env={"PYTHONIOENCODING": encoding}, timeout=240)
+    assert r.returncode == 0, r.stderr[-1500:]
+    text = r.stdout.decode(encoding)
+    assert len(text) > 200 and "Traceback" not in r.stderr.decode(encoding, "replace")
+    if encoding == "ascii":
+        assert "?" not in text  # every symbol has a stand-in (x, ~, -, sqrt ...), none is lost
+    ref = _chalk(args, env={"PYTHONIOENCODING": "utf-8"}, timeout=240).stdout.decode()
+    ref = ref.encode(encoding, "chalk-ascii").decode(encoding)  # its symbols as the stream's stand-ins
+    words = re.compile(r"[A-Za-z]{2,}")
+    assert words.findall(text) == words.findall(ref)  # the same words in the same order (boxes drawn in ASCII)
+
+
+def test_ascii_stand_ins():
+    from chalk.faces.cli_common import _ascii_errors, degrade_to_ascii
+
+    degrade_to_ascii()
+    assert "2×8 ≈ 16 · 3–4 µs — √x ★ é".encode("ascii", "chalk-ascii") == b"2x8 ~ 16 - 3-4 us - sqrtx * e"
+    assert _ascii_errors is not None
