@@ -376,12 +376,92 @@ def distil_allreduce(systems) -> int:
     return 0
 
 
+VERSIONS_FILE = OUT / "versions.csv"
+
+
+def table_versions(systems) -> dict:
+    """{system: {framework: {family: version}}} of the main tables as written in <system>.csv: which framework
+    version each table was measured under (recorded in index.yaml `table_versions`)."""
+    out: dict = {}
+    for system in systems:
+        f = OUT / f"{system}.csv"
+        if not f.exists():
+            continue
+        d = pd.read_csv(f, comment="#", usecols=["framework", "version", "family"]).drop_duplicates()
+        for r in d.itertuples():
+            out.setdefault(system, {}).setdefault(r.framework, {})[r.family] = str(r.version)
+    return out
+
+
+def write_table_versions(systems) -> None:
+    idx = yaml.safe_load((OUT / "index.yaml").read_text())
+    idx["table_versions"] = {"rule": "per system, framework and family: the installed version with the most usable "
+                                     "rows (other versions: extra_versions)", **table_versions(systems)}
+    (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
+
+
+def distil_extra_versions(specs) -> int:
+    """Tables of other framework versions than the main ones, kept side by side for `--engine NAME@VERSION`
+    (versions.csv, same columns as <system>.csv; index.yaml `extra_versions`). `specs`: SYSTEM:FAMILY:FRAMEWORK:
+    VERSION each. Same rows, holdout and fit as the main tables; the held-out error is reported per table."""
+    ver = pkg_version(PKG)
+    lines, report = [], {}
+    for spec in specs:
+        system, family, fw, fver = spec.split(":")
+        sub, name = SOURCE_DIRS[family]
+        path = data_root() / system / sub / fw / fver / f"{name}.parquet"
+        raw = pd.read_parquet(path)
+        rows_all = standardise(family, raw)
+        rel, device = os.path.relpath(path, data_root()), str(raw.device.iloc[0])
+        ref = reference(load_chip(SYSTEMS[system][0]))
+        for dt, rows in rows_all.groupby("dtype", sort=True):
+            rows = rows.reset_index(drop=True)
+            test = np.random.default_rng(SEED).random(len(rows)) < HOLDOUT
+            grid, passes = distil_one(family, rows, ref, ~test)
+            lines.append([system, fw, fver, family, dt, rel, device, int((~test).sum()), int(test.sum()), passes,
+                          " ".join(map(str, grid.ravel()))])
+            print(f"  {system:9s} {fw:6s} {fver:12s} {family:11s} {dt:4s} {len(rows):6d} rows", flush=True)
+            report[f"{system} {fw} {fver} {family} {dt}"] = rows[test]
+    df = pd.DataFrame(lines, columns=["system", "framework", "version", "family", "dtype", "table", "device",
+                                      "rows_fit", "rows_holdout", "routing_passes", "ln_eta_x100"])
+    with open(VERSIONS_FILE, "w") as fh:
+        fh.write(f"# kernel efficiency grids of other framework versions, distilled from {PKG} {ver} (Apache-2.0) "
+                 "measured tables as <system>.csv are; figures only. Written by scripts/distill_kernels.py "
+                 "--extra-versions.\n")
+        df.to_csv(fh, index=False)
+    idx = yaml.safe_load((OUT / "index.yaml").read_text())
+    idx["extra_versions"] = {"file": VERSIONS_FILE.name, "package_version": ver, "tables": list(specs)}
+    (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
+    KS.clear_cache()
+    held = {}
+    for key, g in report.items():
+        system, fw, fver, family, dt = key.split()
+        kp = KS.KernelProfile(load_chip(SYSTEMS[system][0]), fw, system, version=fver)
+        e = predict(kp, family, g.assign(dtype=dt)) / g.t.to_numpy() - 1
+        held[key] = stats(e)
+        print(f"  held-out {key}: {held[key]}")
+    idx["extra_versions"]["holdout_report"] = held
+    (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
+    KS.clear_cache()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", nargs="*", default=list(SYSTEMS))
     ap.add_argument("--sample-per-family", type=int, default=75)
-    ap.add_argument("--only", choices=["allreduce"], help="redo only this part")
+    ap.add_argument("--only", choices=["allreduce", "table-versions"], help="redo only this part")
+    ap.add_argument("--extra-versions", nargs="+", metavar="SYSTEM:FAMILY:FRAMEWORK:VERSION",
+                    help="distil only these other-version tables into versions.csv (e.g. h100_sxm:gemm:sglang:0.5.6.post2)")
     a = ap.parse_args(argv)
+    if a.only == "table-versions":  # from the written CSVs; needs no aiconfigurator-core
+        write_table_versions(a.systems)
+        print(f"wrote {write_compiled_catalog().relative_to(ROOT)} (index.yaml changed)")
+        return 0
+    if a.extra_versions:
+        code = distil_extra_versions(a.extra_versions)
+        print(f"wrote {write_compiled_catalog().relative_to(ROOT)} (index.yaml changed)")
+        return code
     if a.only == "allreduce":
         code = distil_allreduce(a.systems)
         print(f"wrote {write_compiled_catalog().relative_to(ROOT)} (index.yaml changed)")
@@ -467,6 +547,7 @@ def main(argv=None) -> int:
     idx["curve_leave_one_out_report"] = curve
     (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
     KS.clear_cache()
+    write_table_versions(a.systems)
     distil_allreduce(a.systems)
     # ---- a sample of held-out rows for the test suite
     rng = np.random.default_rng(SEED)

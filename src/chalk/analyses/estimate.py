@@ -15,8 +15,8 @@ import numpy as np
 from chalk.analyses import roofline as RF
 from chalk.analyses.calibration import Calibration, calibration, default_efficiency, eplb_mode
 from chalk.analyses.model_sizes import sizes
-from chalk.analyses.parallel import (Layout, default_kernels, kv_per_chip, model_costs, resolve_kv_precision,
-                                     stage_step, valid_tp, weights_per_chip)
+from chalk.analyses.parallel import (Layout, default_kernels, kernel_provenance, kv_per_chip, model_costs,
+                                     resolve_kv_precision, stage_step, valid_tp, weights_per_chip)
 from chalk.analyses.step_model import ops_table
 from chalk.equations import parallel as P
 from chalk.equations.parallel import kv_shard_fraction
@@ -228,6 +228,8 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
     # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
     notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
+    kp = kernel_provenance(su.kernels, model)  # which framework and version the kernel tables come from
+    notes += kp["notes"]
     cprec = chip.compute_precision(prec)
     tm_ec = 1.0 if cal.label == "ideal" else cal.compute
     tm_em = 1.0 if cal.label == "ideal" else cal.memory
@@ -266,7 +268,8 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
                 bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
                 mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
                 flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other),
-                comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp))
+                comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp),
+                kernels=kp["kernels"])
 
 
 def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",

@@ -296,16 +296,30 @@ def stage_step(costs: ModelCosts, system: System, tp, attn_dp, pp, ep, decode_se
                      prefill_rank_tokens=prefill_rank_tokens)
 
 
-def default_kernels(chip, cal: Calibration, framework: str | None = None):
+def default_kernels(chip, cal: Calibration, framework: str | None = None, version: str | None = None):
     """The kernel profile the step model times ops with: measured tables (or their curve family) unless the
-    calibration is ideal or asks for the plain roofline; False when none applies."""
+    calibration is ideal or asks for the plain roofline; False when none applies. `version`: the engine release
+    whose tables to prefer (None: the main tables)."""
     if cal.label == "ideal" or not cal.use_kernel_tables:
         return False
     try:
         from chalk.specs.kernels import kernel_profile
     except ImportError:
         return False
-    return kernel_profile(chip, framework)
+    return kernel_profile(chip, framework, version)
+
+
+def kernel_provenance(kernels, model=None) -> dict:
+    """{'kernels': which framework and version the kernel tables come from (one line), 'notes': [...]} for the
+    families `model` uses (all when None); {'kernels': 'roofline (no kernel tables)', 'notes': []} without
+    tables."""
+    if not kernels:
+        return {"kernels": "roofline (no kernel tables)", "notes": []}
+    fams = None
+    if model is not None:
+        fams = ("gemm", "mla_decode" if model.attention == "mla" else "mha_decode") + (("moe",) if model.is_moe
+                                                                                      else ())
+    return kernels.provenance(fams)
 
 
 # --------------------------------------------------------------------------- reports

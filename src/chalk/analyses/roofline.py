@@ -111,6 +111,8 @@ class RooflineResult:
     ops: tuple
     comm_time_s: object
     overhead_time_s: object
+    #: which framework and version the kernel tables come from (layout view; None: no tables used)
+    kernels: str | None
 
     #: field names in order; those after `notes` have defaults (`_DEFAULTS`: a fresh dict for `range`)
     FIELDS = ("model", "hardware", "chips", "phase", "batch", "context", "precision", "compute_precision",
@@ -119,9 +121,10 @@ class RooflineResult:
               "user_tokens_per_s", "cost_per_mtok_usd", "critical_batch", "critical_batch_with_kv",
               "balance_context", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_sequence",
               "memory_needed_bytes", "hbm_bytes", "max_batch_fit", "fits", "total_params", "active_params", "flops",
-              "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s")
+              "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s",
+              "kernels")
     _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
-                 "overhead_time_s": 0.0}
+                 "overhead_time_s": 0.0, "kernels": None}
     _NAMES = frozenset(FIELDS)
     __slots__ = FIELDS + ("_later",)
 

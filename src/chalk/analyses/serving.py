@@ -20,7 +20,7 @@ from chalk.analyses.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.claims import Claim
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.parallel import (Layout, check_reach, default_kernels, domains_to_hold, enumerate_layouts,
-                                     layout_arrays, memory_per_chip, model_costs, resolve_kv_precision, stage_step)
+                                     kernel_provenance, layout_arrays, memory_per_chip, model_costs, resolve_kv_precision, stage_step)
 from chalk.analyses.results import ServingResult
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
@@ -309,8 +309,20 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
     o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O
     L = I + o2 / (2 * O)
-    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None))
+    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
+                           getattr(eng, "kernel_version", None))
     return m, system, I, O, L, F, cal, eng, costs, kern
+
+
+def _kernel_answer(res: dict, system, cal, eng, m) -> None:
+    """Say in an answer which engine release it models and which framework version its kernel tables come from
+    (`kernels`, `engine_release`; a note where the tables are another version's or framework's than asked)."""
+    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
+                           getattr(eng, "kernel_version", None))
+    kp = kernel_provenance(kern, m)
+    res["kernels"] = kp["kernels"]
+    res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
+    res["notes"] = list(res.get("notes") or []) + kp["notes"]
 
 
 def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None,
@@ -565,6 +577,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
                mean_decode_context=s.L)
     res["tpot_p99_s"], res["ttft_p99_s"] = float(ev["tpot_p99_s"][i]), float(ev["ttft_p99_s"][i])
     res["tpot_p99_s_max"], res["ttft_p99_s_max"] = s.tpot_p99_s, s.ttft_p99_s
+    _kernel_answer(res, system, cal, s.eng, m)
     if tail is not None:  # the replayed tail is the answer's; the screen's closed form stays beside it
         res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
         res.update(tail)
@@ -788,6 +801,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "without decoding"] if lat > 0 else [])}
     res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
                                                     out_gpu * np.exp(cal.residual_high)]}
+    _kernel_answer(res, system, cal, eng, m)
     return ServingResult(res)
 
 

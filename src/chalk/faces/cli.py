@@ -199,6 +199,8 @@ def estimate(
                                 f" ({'fits' if r.fits else 'DOES NOT FIT'}; max batch {num(r.max_batch_fit)})"),
         ("parameters total / active", f"{si(r.total_params)} / {si(r.active_params)}"),
     ]
+    if getattr(r, "kernels", None):
+        rows.append(("kernel tables", r.kernels))
     if spec is not None:
         rows.append((f"with {mtp} draft token{'s' if mtp != 1 else ''} at acceptance {acceptance}",
                      f"{num(spec.tokens_per_step)} tokens/step, {num(spec.user_tokens_per_s)} tokens/s per user, "

@@ -231,6 +231,9 @@ def throughput(
                                               f"considered ({sp['draft_tokens']} draft token(s) at acceptance "
                                               f"{sp['acceptance']:g}), not used: no gain at this point")
                      + f"; {sp['source'].split(';')[0]}"))
+    if r.get("kernels"):
+        rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
+                                                     if r.get("engine") else "")))
     if "prefill" in r:
         p = r["prefill"]
         rows.append(("prefill pool", f"{p['layout']}: {num(p['input_tokens_per_s_per_gpu'])} input tokens/s per "
@@ -401,6 +404,9 @@ def _print_fixed(c, r, system):
             ("decoding per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
                                      f"in flight (cap {num(r['batch_cap_per_replica'])})"),
             ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
+    if r.get("kernels"):
+        rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
+                                                     if r.get("engine") else "")))
     if r.get("disaggregated"):
         pool = r["prefill_pool_requests_per_s"]
         rows.insert(0, ("GPUs", f"{num(r['decode_gpus'])} decode + {num(r['prefill_gpus'])} prefill "

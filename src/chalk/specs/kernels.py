@@ -190,6 +190,44 @@ def tables(system: str) -> dict:
     return out
 
 
+def _version_key(v: str) -> tuple:
+    """'0.5.6.post2' -> (0, 5, 6, 2): a version's numbers, for nearest-version matching."""
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", str(v)))
+
+
+@lru_cache(maxsize=None)
+def versioned_tables(system: str) -> dict:
+    """{(framework, family, dtype): {framework version: row}} of one measured system: the main tables (`tables`)
+    and the other versions distilled for comparison (`versions.csv`, index.yaml `extra_versions`)."""
+    out: dict = {}
+    for k, r in tables(system).items():
+        out.setdefault(k, {})[r["version"]] = r
+    meta = index().get("extra_versions") or {}
+    try:
+        text = (_data_dir() / meta.get("file", "versions.csv")).read_text()
+    except (FileNotFoundError, OSError):
+        return out
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        if r["system"] == system:
+            r["passes"] = float(r.get("routing_passes") or 0.0)
+            out.setdefault((r["framework"], r["family"], r["dtype"]), {}).setdefault(r["version"], r)
+    return out
+
+
+def nearest_version(want: str, have) -> str:
+    """The measured version nearest an engine release: one whose numbers start with the release's ('0.5.6' ->
+    '0.5.6.post2'), else the newest not newer than it, else the oldest."""
+    w = _version_key(want)
+    keyed = sorted(have, key=_version_key)
+    same = [v for v in keyed if _version_key(v)[:len(w)] == w]
+    if same:
+        return same[-1]
+    older = [v for v in keyed if _version_key(v) <= w]
+    return older[-1] if older else keyed[0]
+
+
 @lru_cache(maxsize=1)
 def allreduce_tables() -> dict:
     """{(system, framework): (GPU counts, ln seconds [counts x message sizes], provenance row)} of the measured
@@ -227,6 +265,7 @@ def clear_cache() -> None:
     index.cache_clear()
     axes.cache_clear()
     tables.cache_clear()
+    versioned_tables.cache_clear()
     _curve.cache_clear()
     _PROFILES.clear()
 
@@ -551,10 +590,13 @@ class KernelProfile:
     """Kernel times of one chip under one serving framework (see the module docstring).
 
     `system`: the measured system whose tables apply (None: the curve family scaled by the chip's peaks);
-    `exclude`: systems left out of the curve family (the distillation's leave-one-system-out check)."""
+    `exclude`: systems left out of the curve family (the distillation's leave-one-system-out check);
+    `version`: the engine release whose tables to prefer (None: the main tables; else, per table, the measured
+    version nearest it, `nearest_version`)."""
 
-    def __init__(self, chip, framework: str = DEFAULT_FRAMEWORK, system: str | None = None, exclude=()):
-        self.chip, self.framework, self.system = chip, framework, system
+    def __init__(self, chip, framework: str = DEFAULT_FRAMEWORK, system: str | None = None, exclude=(),
+                 version: str | None = None):
+        self.chip, self.framework, self.system, self.version = chip, framework, system, version
         self.exclude = tuple(exclude)
         ref = (index().get("systems") or {}).get(system, {}).get("reference") if system else None
         self._ref = ref or None  # rates the measured grids were normalised by
@@ -614,6 +656,9 @@ class KernelProfile:
             for d in chain:
                 for fw in dict.fromkeys((self.framework, DEFAULT_FRAMEWORK, *FRAMEWORKS)):
                     r = t.get((fw, family, d))
+                    if r is not None and self.version is not None and fw == self.framework:
+                        vs = versioned_tables(self.system).get((fw, family, d), {})
+                        r = vs.get(nearest_version(self.version, vs), r)
                     if r is not None:
                         return _ln_eta(r), r["passes"], {"kind": "measured", **r}
         for d in chain:
@@ -863,6 +908,45 @@ class KernelProfile:
             self._sources[kind] = self._source(kind)
         return self._sources[kind]
 
+    def provenance(self, families=None) -> dict:
+        """Which engine and version the kernel tables come from: {'kernels': one line, 'versions': {family:
+        'framework version'}, 'notes': [...]} (a note where a table is another framework's or another version's
+        than asked, or where the chip has no tables of its own)."""
+        idx = index()
+        pkg = f"{idx.get('package', 'aiconfigurator-core')} {idx.get('package_version', '?')}"
+        used: dict = {}
+        curve = None
+        for fam in families or ("gemm", "mha_decode", "mla_decode", "moe"):
+            found = self._lookup(fam, "bf16")
+            if found is None:
+                continue
+            d = found[2]
+            if d["kind"] == "measured":
+                used[fam] = f"{d['framework']} {d['version']}"
+            else:
+                curve = d
+                used[fam] = f"{d['framework']} (curve)"
+        notes = []
+        if curve is not None:
+            notes.append(f"{self.chip.id} has no measured kernel tables: times from the {curve['framework']} curve "
+                         f"family fitted on {'/'.join(curve['systems'])}, scaled by its peaks")
+        distinct = list(dict.fromkeys(used.values()))
+        label = ", ".join(distinct) if len(distinct) == 1 else \
+            "; ".join(f"{v} ({', '.join(f.replace('_', ' ') for f, x in used.items() if x == v)})" for v in distinct)
+        if self.version is not None:
+            off = sorted({v.split(" ", 1)[1] for v in distinct if v.startswith(self.framework + " ")
+                          and not v.endswith("(curve)")
+                          and _version_key(v.split(" ", 1)[1])[:len(_version_key(self.version))]
+                          != _version_key(self.version)})
+            if off:
+                notes.append(f"no {self.framework} {self.version} kernel tables for {self.system or self.chip.id}: "
+                             f"the nearest measured version ({', '.join(off)}) answers")
+        others = sorted({v.split(" ")[0] for v in distinct} - {self.framework})
+        if others:
+            notes.append(f"no {self.framework} tables for some kernels on {self.system or self.chip.id}: "
+                         f"{', '.join(others)}'s answer")
+        return {"kernels": f"{label} ({pkg} tables)" if used else "roofline", "versions": used, "notes": notes}
+
     def _source(self, kind: str) -> str:
         fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",)}.get(kind)
         if fams is None:
@@ -889,14 +973,14 @@ class KernelProfile:
 _PROFILES: dict = {}
 
 
-def kernel_profile(chip, framework: str | None = None) -> KernelProfile | None:
+def kernel_profile(chip, framework: str | None = None, version: str | None = None) -> KernelProfile | None:
     """The kernel profile of `chip` under `framework` (None: TensorRT-LLM's tables): measured tables when chalk has
     them for the chip, else the curve family scaled by the chip's peaks; None when no data applies (no distilled
     data installed, or a framework chalk has no tables for)."""
     fw = (framework or DEFAULT_FRAMEWORK).lower()
     if fw not in FRAMEWORKS or not index().get("systems"):
         return None
-    key = (chip.id, tuple(sorted(chip.flops_per_s.items())), chip.hbm_bandwidth_bytes_per_s, fw)
+    key = (chip.id, tuple(sorted(chip.flops_per_s.items())), chip.hbm_bandwidth_bytes_per_s, fw, version)
     if key not in _PROFILES:
-        _PROFILES[key] = KernelProfile(chip, fw, system_for_chip(chip))
+        _PROFILES[key] = KernelProfile(chip, fw, system_for_chip(chip), version=version)
     return _PROFILES[key]

@@ -1,0 +1,190 @@
+"""Engine releases as a dimension (issue 24 item 3): --engine NAME@VERSION, per-release defaults and rules, the
+kernel tables of the nearest measured framework version, and every answer naming where its kernels come from."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import chalk
+from chalk.errors import ChalkError, InputError, UnknownNameError
+from chalk.specs.catalog import load_chip
+from chalk.specs.engine import ENGINES, engine_defaults_table, known_releases, load_engine, parse_engine
+from chalk.specs.kernels import kernel_profile, nearest_version
+
+PKG = "aiconfigurator-core 0.12.0 tables"
+
+
+def cli(*args):
+    p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+# --------------------------------------------------------------------------- parsing and selection
+@pytest.mark.parametrize("text, want", [("vllm", ("vllm", None)), ("vllm@0.6", ("vllm", "0.6")),
+                                        (" SGLang@v0.4 ", ("SGLang", "0.4")), ("trt-llm@1.2", ("trt-llm", "1.2"))])
+def test_parse_engine(text, want):
+    assert parse_engine(text) == want
+
+
+@pytest.mark.parametrize("bad", ["vllm@", "@0.6", "vllm@0.6@1"])
+def test_parse_engine_rejects_malformed(bad):
+    with pytest.raises(InputError):
+        load_engine(bad)
+
+
+def test_name_alone_is_the_newest_release():
+    for eid in ENGINES:
+        p = load_engine(eid)
+        assert p.newest and p.kernel_version is None
+        assert p.release == known_releases(eid)[0]
+        assert load_engine(f"{eid}@{p.release}") == p  # naming the newest release changes nothing
+    assert known_releases("vllm") == ("0.11", "0.6")
+    assert known_releases("sglang") == ("0.5", "0.4")
+
+
+def test_release_prefix_matches():
+    """A patch release answers to its series: vllm@0.6.3 -> the 0.6 profile, sglang@0.5.4 -> 0.5; 0.1 is not 0.11."""
+    assert load_engine("vllm@0.6.3").release == "0.6"
+    assert load_engine("sglang@0.5.4").release == "0.5"
+    assert load_engine("trtllm@1.1").release == "1.2"  # one profile read from the 1.1/1.2 series
+    with pytest.raises(UnknownNameError):
+        load_engine("vllm@0.1")
+
+
+def test_unknown_version_is_one_typed_line_listing_the_known_ones():
+    with pytest.raises(UnknownNameError) as e:
+        load_engine("vllm@0.10")
+    msg = str(e.value)
+    assert isinstance(e.value, ChalkError) and "\n" not in msg
+    assert "vllm version '0.10'" in msg and "known: 0.11, 0.6" in msg
+
+
+def test_cli_unknown_version_exits_2_with_one_line():
+    code, out, err = cli("throughput", "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--input-len", "1000",
+                         "--output-len", "200", "--engine", "sglang@0.3")
+    assert code == 2
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "sglang version '0.3'" in lines[0] and "0.4, 0.5" in lines[0], err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- per-release defaults (sources in YAML)
+@pytest.mark.parametrize("tp, frac", [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)])
+def test_sglang_04_memory_fraction_by_tp(tp, frac):
+    """0.4-series ServerArgs.__post_init__: mem_fraction_static by tp_size (see sglang.yaml's 0.4 sources); the
+    0.5 rule computes it from the reserved MiB instead, so the two releases differ."""
+    old = load_engine("sglang@0.4").for_gpu(80e9, tp=tp)
+    assert old.kv_cache_memory_fraction == frac
+    assert (old.chunked_prefill_tokens, old.cuda_graph_max_batch) == (8192, 160)
+    assert load_engine("sglang").for_gpu(80e9, tp=tp).kv_cache_memory_fraction != frac
+
+
+def test_sglang_04_small_gpu_tier():
+    """Under 25,000 MiB: chunk 2048, graphs to 8 sequences (80 at TP >= 4)."""
+    s = load_engine("sglang@0.4")
+    assert (s.for_gpu(24e9, tp=1).chunked_prefill_tokens, s.for_gpu(24e9, tp=1).cuda_graph_max_batch) == (2048, 8)
+    assert s.for_gpu(24e9, tp=4).cuda_graph_max_batch == 80
+
+
+def test_vllm_06_defaults_and_graphs_count_sequences():
+    """V0: 256 sequences on every GPU, 512-token chunks, CUDA graphs up to 256 sequences (not tokens: a K = 3
+    speculative batch keeps all 256 in graphs, where V1 0.11 keeps 512 / 4 = 128)."""
+    old = load_engine("vllm@0.6").for_gpu(80e9, chip="h100-sxm")
+    assert (old.max_num_seqs, old.chunked_prefill_tokens, old.cuda_graph_max_batch) == (256, 512, 256)
+    assert old.decode_graph_batch(3) == 256
+    assert load_engine("vllm").for_gpu(80e9, chip="h100-sxm").decode_graph_batch(3) == 128
+    assert old.flags == load_engine("vllm").flags  # fields a release does not state are the newest's
+
+
+def test_every_release_default_has_a_source():
+    rows = engine_defaults_table()
+    assert {(r["engine"], r["release"]) for r in rows} >= {("vllm", "0.6"), ("sglang", "0.4"), ("trtllm", "1.2")}
+    for r in rows:
+        assert r["source"], r
+    old = {r["field"]: r["source"] for r in rows if (r["engine"], r["release"]) == ("sglang", "0.4")}
+    assert "0.4-series" in old["kv_cache_memory_fraction"] and "NOT re-read" in old["max_num_seqs"]
+
+
+def test_engine_module_has_no_engine_name_conditionals():
+    """issue 29: rules are data; specs/engine.py compares nothing with an engine's name or id."""
+    src = Path(chalk.__file__).parent / "specs" / "engine.py"
+    tree = ast.parse(src.read_text())
+    names = set(ENGINES) | {"tensorrt-llm", "trt-llm", "sgl", "vllm-v1"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
+            consts = {p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)}
+            assert not consts & names, ast.unparse(node)
+            assert not any(isinstance(p, ast.Attribute) and p.attr == "id" for p in parts), ast.unparse(node)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            assert node.slice.value not in names, ast.unparse(node)
+
+
+# --------------------------------------------------------------------------- kernel tables per version
+@pytest.mark.parametrize("want, have, nearest", [
+    ("0.5.6", ["0.5.14", "0.5.6.post2"], "0.5.6.post2"),   # same release, a post build
+    ("0.4", ["0.5.14", "0.5.6.post2"], "0.5.6.post2"),     # older than any measured: the oldest
+    ("0.5.12", ["0.5.10", "0.5.14"], "0.5.10"),            # between: the newest not newer
+    ("0.11", ["0.14.0", "0.24.0"], "0.14.0"),
+    ("1.3.0rc22", ["1.3.0rc20", "1.3.0rc23"], "1.3.0rc20"),
+])
+def test_nearest_version(want, have, nearest):
+    assert nearest_version(want, have) == nearest
+
+
+def test_older_release_uses_its_nearest_measured_tables_and_says_so():
+    h100 = load_chip("h100-sxm")
+    old = kernel_profile(h100, "sglang", "0.4").provenance(("gemm", "mha_decode", "moe"))
+    assert old["versions"] == {"gemm": "sglang 0.5.6.post2", "mha_decode": "sglang 0.5.14", "moe": "sglang 0.5.10"}
+    assert any("nearest measured version" in n and "0.5.6.post2" in n for n in old["notes"])
+    new = kernel_profile(h100, "sglang").provenance(("gemm", "mha_decode", "moe"))
+    assert new == {"kernels": f"sglang 0.5.14 ({PKG})", "versions": dict.fromkeys(("gemm", "mha_decode", "moe"),
+                                                                                   "sglang 0.5.14"), "notes": []}
+
+
+def test_versions_time_the_same_gemm_differently():
+    """h100_sxm SGLang 0.5.6.post2 and 0.5.14 GEMM tables are distinct measurements: the same bf16 shape
+    (Llama-3.1-8B's MLP up-projection at 64 rows) gets a different time from each, both within 2x."""
+    h100 = load_chip("h100-sxm")
+    t_old = kernel_profile(h100, "sglang", "0.4").gemm_time_s(64.0, 28672.0, 4096.0, "bf16")
+    t_new = kernel_profile(h100, "sglang").gemm_time_s(64.0, 28672.0, 4096.0, "bf16")
+    assert t_old != t_new and 0.5 < t_old / t_new < 2.0
+
+
+# --------------------------------------------------------------------------- answers name their kernels
+def test_throughput_names_engine_release_and_kernels():
+    kw = dict(input_len=1000, output_len=200)
+    new = chalk.throughput("llama-3.1-8b", "h100-sxm", engine="sglang", **kw)
+    old = chalk.throughput("llama-3.1-8b", "h100-sxm", engine="sglang@0.4", **kw)
+    assert new["kernels"] == f"sglang 0.5.14 ({PKG})" and new["engine_release"] == "0.5"
+    assert old["engine_release"] == "0.4" and "sglang 0.5.6.post2 (gemm)" in old["kernels"]
+    assert any("no sglang 0.4 kernel tables" in n for n in old["notes"])
+    plain = chalk.throughput("llama-3.1-8b", "h100-sxm", **kw)
+    assert plain["kernels"] == f"trtllm 1.3.0rc20 ({PKG})" and plain["engine_release"] is None
+
+
+def test_estimate_names_kernels():
+    r = chalk.estimate("llama-3.1-70b", "h100-sxm", batch=16)
+    assert r.kernels == f"trtllm 1.3.0rc20 ({PKG})"
+    mi = chalk.estimate("llama-3.1-8b", "mi300x", batch=16)
+    assert "(curve)" in mi.kernels and any("no measured kernel tables" in n for n in mi.notes)
+    assert chalk.estimate("llama-3.1-8b", "h100-sxm", batch=16, ideal=True).kernels == "roofline (no kernel tables)"
+
+
+def test_cli_json_and_text_name_kernels():
+    args = ("-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--input-len", "1000", "--output-len", "200",
+            "--engine", "vllm@0.6")
+    code, out, err = cli("throughput", *args, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["engine_release"] == "0.6" and d["kernels"].startswith("vllm 0.24.0")
+    code, out, err = cli("throughput", *args)
+    assert code == 0 and "kernel tables" in out and "vllm 0.6 defaults" in out.replace("\n", " "), out
+    code, out, err = cli("estimate", "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "8", "--json")
+    assert code == 0 and json.loads(out)["kernels"] == f"trtllm 1.3.0rc20 ({PKG})"
