@@ -93,19 +93,24 @@ def test_launch_commands_for_each_option_use_real_flags(llama, deepseek):
     for r in (llama, deepseek):
         for o in r["options"]:
             engines = {"vllm", "sglang"} | ({"trtllm"} if o["chip"] != "mi300x" else set())
-            assert set(o["launch"]) == engines, o["hardware"]
+            assert o["engine"] in engines and set(o["launch"]) == {o["engine"]}, o["hardware"]  # the engine that sized it
             for eng, text in o["launch"].items():
                 n = assert_launch_text_valid(eng, text)
                 assert n == (2 if o["prefill"] else 1)
-            vllm = o["launch"]["vllm"]
-            assert f"--tensor-parallel-size {o['parallelism']['tp']}" in vllm
-            assert f"--max-num-seqs {math.ceil(o['max_concurrency_per_replica'] / o['parallelism']['attn_dp'])}" in vllm
+            if o["engine"] == "vllm":
+                vllm = o["launch"]["vllm"]
+                assert f"--tensor-parallel-size {o['parallelism']['tp']}" in vllm
+                assert f"--max-num-seqs {math.ceil(o['max_concurrency_per_replica'] / o['parallelism']['attn_dp'])}" \
+                    in vllm
+        for chip in {o["chip"] for o in r["options"]}:  # each engine that runs on the chip sized its own options
+            assert {o["engine"] for o in r["options"] if o["chip"] == chip} == \
+                {"vllm", "sglang"} | ({"trtllm"} if chip != "mi300x" else set())
 
 
 def test_deepseek_has_a_disaggregated_option(deepseek):
     modes = {o["mode"] for o in deepseek["options"]}
     assert modes == {"aggregated", "disaggregated"}
-    d = next(o for o in deepseek["options"] if o["mode"] == "disaggregated")
+    d = next(o for o in deepseek["options"] if o["mode"] == "disaggregated" and o["engine"] == "vllm")
     assert d["prefill"]["replicas"] >= 1 and d["prefill"]["gpus"] > 0
     assert "prefill" in d["layout"] and "decode" in d["layout"]
     assert "--enable-expert-parallel" in d["launch"]["vllm"]
@@ -119,9 +124,9 @@ def test_plan_launches_the_expert_load_balancer_its_sizing_assumed(deepseek):
     for o in deepseek["options"]:
         pools = [o["parallelism"]] + ([o["prefill"]["parallelism"]] if o["prefill"] else [])
         wide = any(cal.balances_experts(p["ep"], p["attn_dp"]) for p in pools)
-        assert ("--enable-eplb" in o["launch"]["sglang"]) == wide, o["layout"]
-        assert ("--enable-eplb" in o["launch"]["vllm"]) == wide
-    assert any("--enable-eplb" in o["launch"]["sglang"] for o in deepseek["options"])
+        if o["engine"] in ("vllm", "sglang"):  # TensorRT-LLM sets its balancer in a config file (a note says so)
+            assert ("--enable-eplb" in o["launch"][o["engine"]]) == wide, o["layout"]
+    assert any("--enable-eplb" in o["launch"]["sglang"] for o in deepseek["options"] if o["engine"] == "sglang")
     off = plan("deepseek-v3", "gb200-nvl72", users=20000, min_user_tps=30, input_len=2000, output_len=1000,
                sim_requests=8000, eplb="off")
     assert all("--enable-eplb" not in t for o in off["options"] for t in o["launch"].values())
@@ -131,7 +136,7 @@ def test_plan_launches_the_expert_load_balancer_its_sizing_assumed(deepseek):
 def test_rate_demand_with_length_distributions():
     r = plan("llama-3.1-8b", "h100-sxm", rate=40, input_len="lognormal:mean=1000,p99=6000",
              output_len="lognormal:mean=300,p99=1500", tpot_p99_s=0.02, ttft_p99_s=2.0, sim_requests=5000,
-             precision="bf16,fp8", modes="aggregated")
+             precision="bf16,fp8", modes="aggregated", engine="vllm")
     o = r["options"][0]
     assert r["demand"]["kind"] == "rate" and o["demand_unit"] == "requests/s"
     assert o["replicas"] * o["capacity_per_replica"] >= 40
@@ -285,10 +290,11 @@ def test_speculative_and_engine_options_reach_the_launch():
     for o in used:
         for eng, text in o["launch"].items():
             assert_launch_text_valid(eng, text)
-        decode = o["launch"]["vllm"].split("# decode")[-1]
-        assert "deepseek_mtp" in decode
+        assert set(o["launch"]) == {"sglang"} and o["engine"] == "sglang"  # --engine: sized and launched by it
+        decode = o["launch"]["sglang"].split("# decode")[-1]
+        assert "--speculative-algorithm NEXTN" in decode
         if o["prefill"]:
-            assert "speculative" not in o["launch"]["vllm"].split("# decode")[0]
+            assert "speculative" not in o["launch"]["sglang"].split("# decode")[0]
     assert r["engine"] == "sglang" and all(o["efficiency"].endswith("profile") for o in r["options"])
 
 
@@ -300,8 +306,9 @@ def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
     assert r["options"][0]["meets_targets"] and r["unavailable"] == []
     assert any(o["parallelism"]["attn_dp"] > 1 and o["meets_targets"] for o in r["options"])
     # 671 GB of FP8 weights do not fit one 8-GPU H100 node: H100 is laid out over two nodes (issue 24)
-    h100 = [o for o in r["options"] if o["chip"] == "h100-sxm"]
-    assert len(h100) == 1 and h100[0]["replica_gpus"] == 16
+    h100 = [o for o in r["options"] if o["chip"] == "h100-sxm"]  # one option per engine that sized it
+    assert sorted(o["engine"] for o in h100) == ["sglang", "trtllm", "vllm"]
+    assert all(o["replica_gpus"] == 16 and o["replica_domains"] == 2 for o in h100)
 
 
 def test_web_plan_tab_runs_on_submit():

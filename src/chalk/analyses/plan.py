@@ -36,7 +36,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
          ttft_p99_s=None, tpot_p99_s=None, diurnal=None, prices=None, engine=None, precision=None,
          kv_precision="auto", speculative: Speculation | str | None = "auto", draft_model: str | None = None,
          modes=S.MODES, ideal: bool = False, sim_requests: int = DEFAULT_SIM_REQUESTS, seed: int = 0,
-         curves: bool = True, eplb: str | None = None, trace=None, speedup: float = 1.0) -> PlanResult:
+         curves: bool = True, eplb: str | None = None, trace=None, speedup: float = 1.0,
+         checkpoint: str | None = None) -> PlanResult:
     """The cheapest deployment on each candidate that serves the demand within the latency targets.
 
     Demand: `users` concurrent users (requests in flight), or `rate` requests/s; `input_len` / `output_len`
@@ -51,6 +52,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     'off'), for the search, the sizing and the replay alike.
     `trace`: a request trace file (`chalk.analyses.trace_demand`) giving the rate (its busiest minute) and the
     length distributions instead of `rate` / `users` and `input_len` / `output_len`; `speedup` scales its rate.
+    `engine`: size (and launch) with that engine only; None: size each engine that runs on the chip's vendor
+    (`ENGINES_BY_VENDOR`) with its own profile, one option per chip, mode and engine.
+    `checkpoint`: the user's own checkpoint (a repo id or folder) for the launch commands, loaded as given.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
     eplb = eplb_mode(eplb)  # checked before any work
@@ -79,13 +83,18 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
         from chalk.specs.engine import load_engine
 
         engine = load_engine(engine).id
+    if checkpoint is not None:
+        from chalk.specs.checkpoints import user_checkpoint
+
+        checkpoint = user_checkpoint(checkpoint)
     m = as_model(model)
     speculative = resolve_speculation(speculative, m)
     I, din = _length("input_len", input_len)
     O, dout = _length("output_len", output_len)
     names = candidate_list(hardware)
     systems = [as_system(h) for h in names]  # unknown names fail here, before any work
-    systems = _priced(systems, parse_prices(prices))
+    given_prices = parse_prices(prices)
+    systems = _priced(systems, given_prices)
     peak = float(curve.max()) if curve is not None else 1.0
     ask = S.Ask(model=m, input_len=din if din is not None else I, output_len=dout if dout is not None else O,
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
@@ -93,17 +102,27 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
     options, sized, unavailable = [], [], []
     for name, system in zip(names, systems):
-        for mode in modes:
-            try:
-                s, why = S.best(ask, system, mode)
-            except FitError as e:
-                s, why = None, str(e)
-            if s is None:
-                unavailable.append({"hardware": _name(name), "mode": mode, "why": why})
-                continue
-            v = S.verify(ask, system, s)
-            options.append(_option(ask, _name(name), system, v, model, draft_model, curve, demand))
-            sized.append(v)
+        runs = _engines(system)
+        if engine is not None and engine not in runs:
+            unavailable += [{"hardware": _name(name), "mode": mode, "engine": engine,
+                             "why": f"{engine} does not run on {system.chip.vendor} chips (chalk launches "
+                                    f"{', '.join(runs)} there)"} for mode in modes]
+            continue
+        for eng in (engine,) if engine is not None else runs:
+            ask_e = dataclasses.replace(ask, engine=eng)
+            for mode in modes:
+                try:
+                    s, why = S.best(ask_e, system, mode)
+                except FitError as e:
+                    s, why = None, str(e)
+                if s is None:
+                    unavailable.append({"hardware": _name(name), "mode": mode, "engine": eng, "why": why})
+                    continue
+                v = S.verify(ask_e, system, s)
+                o = _option(ask_e, _name(name), system, v, model, draft_model, curve, demand, checkpoint)
+                o["price"] = _price(system, given_prices)
+                options.append(o)
+                sized.append(v)
     if not any(o["meets_targets"] for o in options):
         raise FitError(_unmet(ask, systems, options, unavailable))
     order = sorted(range(len(options)), key=lambda i: (not options[i]["meets_targets"], options[i]["usd_per_hour"],
@@ -115,6 +134,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                      targets=_targets(demand), input_len=I, output_len=O,
                      input_dist=getattr(din, "label", None), output_dist=getattr(dout, "label", None), options=options,
                      unavailable=unavailable, engine=engine, sim_requests=sim_requests,
+                     engines=sorted({o["engine"] for o in options}),
                      efficiency=options[0]["efficiency"], notes=_notes(options, systems, curve))
     res["trace"] = None if from_trace is None else from_trace["derived"]
     if from_trace is not None:
@@ -126,6 +146,21 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
 
 def _name(h) -> str:
     return str(getattr(h, "id", h))
+
+
+def _engines(system) -> tuple:
+    return ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
+
+
+def _price(system, given: dict) -> dict:
+    """The $/GPU-hour an option is costed at, with its source and date, or marked as given with --price."""
+    chip = system.chip
+    if chip.id in given:
+        return {"usd_per_gpu_hour": float(chip.price_usd_per_hour), "given": True, "source": "given with --price",
+                "date": None, "assumption": False}
+    return {"usd_per_gpu_hour": float(chip.price_usd_per_hour), "given": False,
+            "source": chip.sources.get("price_usd_per_hour") or chip.price_note or None, "date": chip.price_date,
+            "assumption": bool(chip.price_is_assumption)}
 
 
 def _modes(modes) -> tuple:
@@ -171,10 +206,13 @@ def _targets(d: Demand) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- options
-def _option(ask, name, system, v, model_arg, draft_model, curve, demand) -> dict:
+def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpoint=None) -> dict:
+    from chalk.specs.engine import load_engine
+
     sim = v["simulated"]
     par = v["parallelism"]
-    o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
+    o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"], "engine": ask.engine,
+         "engine_version": load_engine(ask.engine).version if ask.engine else None,
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
          "replica_layout": v["layout"], "domain_chips": system.chips,
          "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),
@@ -196,7 +234,7 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand) -> dict
                         "gpus": int(v["prefill_replicas"] * p["replica_gpus"]),
                         "input_tokens_per_s_per_replica": float(v["prefill_tokens_per_s"]),
                         "lone_prompt_ttft_s": p["lone_prompt_s"]}
-    o["launch"], o["launch_notes"] = _launch(ask, system, v, model_arg, draft_model)
+    o["launch"], o["launch_notes"], o["checkpoint"] = _launch(ask, system, v, model_arg, draft_model, checkpoint)
     if curve is not None:
         o["diurnal"] = _diurnal(ask, demand, curve, v)
     return o
@@ -271,12 +309,13 @@ def _diurnal(ask, demand: Demand, curve, v) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- launch
-def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
-    """Engine -> launch text for this option, on each engine that runs on the chip's vendor."""
+def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[dict, list, dict]:
+    """Engine -> launch text for this option on the engine that sized it (each engine that runs on the chip's
+    vendor when none did), the notes, and engine -> the checkpoint each loads (`Checkpoint.to_dict`)."""
     from chalk.specs.engine import load_engine
     from chalk.specs.launch import Deployment, Speculation as LaunchSpec, render_launch
 
-    engines = ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
+    engines = (ask.engine,) if ask.engine else _engines(system)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:
@@ -292,18 +331,20 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,
                           max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
                           speculative=None if role == "prefill" else spec,
-                          eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])))
+                          eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])),
+                          precision=v["op"]["precision"], checkpoint=checkpoint)
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
         pools.insert(0, ("prefill", v["prefill"]["parallelism"], None, v["prefill_replicas"]))
-    out, notes = {}, []
+    out, notes, loads = {}, [], {}
     for e in engines:
         parts = []
         try:
             for role, par, seqs, n in pools:
                 prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
                 cmd = render_launch(e, dep(par, seqs, role), prof)
+                loads[e] = cmd.checkpoint.to_dict()
                 head = f"# {role}: run {n} of these" + (" behind a least-loaded router" if role != "prefill" else "")
                 parts.append(head + "\n" + cmd.text)
         except ChalkError as err:
@@ -316,7 +357,7 @@ def _launch(ask, system, v, model_arg, draft_model) -> tuple[dict, list]:
         if v["replica_gpus"] > system.chips or (v["replica_gpus"] > 8 and system.kind != "rack"):
             text += "\n# note: a replica spans several hosts: add the engine's multi-node flags"
         out[e] = text
-    return out, notes
+    return out, notes, loads
 
 
 def _profile(prof, system, par, speculative: bool):
@@ -346,8 +387,8 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
     out = {"demand": grid.tolist(), "demand_unit": demand.unit, "gpus_vs_demand": {}, "cost_vs_speed": {}}
     for o, v in zip(options, sized):
         if o["meets_targets"]:
-            out["gpus_vs_demand"][f"{o['hardware']} {o['mode']}"] = [int(S.fleet_for(x, demand.kind, v)[2])
-                                                                     for x in grid]
+            key = f"{o['hardware']} {o['mode']}" + (f" {o['engine']}" if o["engine"] else "")
+            out["gpus_vs_demand"][key] = [int(S.fleet_for(x, demand.kind, v)[2]) for x in grid]
     for name, system in zip(names, systems):
         mine = [o for o in options if o["hardware"] == _name(name)]
         if not mine:
@@ -356,7 +397,7 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
         try:
             r = throughput(ask.model, system, input_len=ask.input_len, output_len=ask.output_len,
                            precision=o["precision"], kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                           disaggregated=o["mode"] == "disaggregated", engine=ask.engine, eplb=ask.eplb)
+                           disaggregated=o["mode"] == "disaggregated", engine=o["engine"], eplb=ask.eplb)
         except ChalkError:
             continue
         front = sorted(r["frontier"], key=lambda f: f["user_tokens_per_s"])

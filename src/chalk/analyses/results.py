@@ -76,12 +76,16 @@ class PlanResult(Result):
     mode, why), demand, targets, input_len, output_len, engine, efficiency, notes, curves.
     """
 
-    FRAME_KEYS = ("hardware", "mode", "layout", "gpus", "replicas", "concurrency_per_replica", "usd_per_gpu_hour",
-                  "usd_per_hour", "usd_per_day", "usd_per_mtok_output", "headroom", "meets_targets", "why")
+    FRAME_KEYS = ("hardware", "mode", "engine", "engine_version", "precision", "layout", "gpus", "replicas",
+                  "concurrency_per_replica", "usd_per_gpu_hour", "usd_per_hour", "usd_per_day", "usd_per_mtok_output",
+                  "headroom", "meets_targets", "why")
 
     def to_frame(self):
-        """One row per option (the scalar columns plus the simulated p99s); pandas is imported only here."""
+        """One row per option (the scalar columns, the price's source and date, and the simulated p99s); pandas
+        is imported only here."""
         rows = [{**{k: o.get(k) for k in self.FRAME_KEYS},
+                 "price_source": (o.get("price") or {}).get("source"), "price_date": (o.get("price") or {}).get("date"),
+                 "price_given": (o.get("price") or {}).get("given"),
                  "simulated_ttft_p99_s": o["simulated"]["ttft_p99_s"],
                  "simulated_tpot_p99_s": o["simulated"]["tpot_p99_s"]} for o in self["options"]]
         df = _frame(rows)

@@ -62,8 +62,12 @@ def plan(
                                           "line, or hour,multiplier): size the peak, cost the day."),
     price: Optional[List[str]] = typer.Option(None, "--price", help="Price override CHIP=USD_PER_GPU_HOUR "
                                               "(repeat, or comma-separate)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: size with that engine's "
-                                         "scheduler cap, KV memory, prefill chunk and overhead."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: size and launch with that "
+                                         "engine only (default: each engine that runs on the chip, each sized with "
+                                         "its own scheduler cap, KV memory, prefill chunk and overhead)."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Your own checkpoint (Hugging Face repo "
+                                             "id or folder) for the launch commands, loaded as given (default: the "
+                                             "model's own, or a known one at the sized precision)."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weight precisions to choose from, "
                                             "comma-separated, e.g. bf16,fp8 (default: the checkpoint's)."),
     kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 with 8-bit "
@@ -97,7 +101,7 @@ def plan(
             engine=engine, precision=precision, kv_precision=kv_precision,
             speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
             modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
-            trace=trace, speedup=speedup)
+            trace=trace, speedup=speedup, checkpoint=checkpoint)
     if plot:
         from chalk.faces.plots_plan import plot_plan
 
@@ -131,6 +135,28 @@ def _short(o) -> str:
     return f"P {o['prefill']['layout']} x{o['prefill']['replicas']} / D {main}"
 
 
+def _engine_cell(o) -> str:
+    """'vllm 0.11.x fp4': the engine and version that sized the option, and its weight precision."""
+    eng = f"{o['engine']} {(o.get('engine_version') or '').split(' ')[0]}".strip() if o.get("engine") else "none"
+    return f"{eng} {o['precision']}"
+
+
+def _price_lines(options) -> list[str]:
+    """One line per chip: the $/GPU-hour each option is costed at, its source and date (* = given with --price)."""
+    out, seen = [], set()
+    for o in options:
+        p = o.get("price")
+        if not p or o["chip"] in seen:
+            continue
+        seen.add(o["chip"])
+        if p["given"]:
+            out.append(f"* {o['chip']} ${p['usd_per_gpu_hour']:.2f}/GPU-h: given with --price")
+        else:
+            out.append(f"{o['chip']} ${p['usd_per_gpu_hour']:.2f}/GPU-h ({p['date'] or 'undated'}"
+                       + (", an assumption" if p["assumption"] else "") + f"): {p['source'] or 'no source'}")
+    return out
+
+
 def _print(r, launch: bool) -> None:
     c = console()
     d, t = r["demand"], r["targets"]
@@ -143,23 +169,27 @@ def _print(r, launch: bool) -> None:
     lens = [r.get(f"{k}_dist") or num(r[f"{k}_len"]) for k in ("input", "output")]
     tab = table(f"{r['model']} · {num(d['value'])} {d['unit']}{peak} · {lens[0]} in / {lens[1]} out · "
                 f"{', '.join(want) or 'no latency targets'}",
-                ["chip", "deployment", "GPUs", "$/hour", "p99 TTFT/TPOT", "why it loses"])
+                ["chip", "engine", "deployment", "GPUs", "$/hour", "p99 TTFT/TPOT", "why it loses"])
     from rich import box
 
     tab.box = box.SIMPLE_HEAD  # no vertical rules: the table fits 80 columns
     tab.expand = True
-    for i in (0, 2, 3, 4):
+    for i in (0, 3, 4, 5):
         tab.columns[i].no_wrap = True
-    tab.columns[1].ratio, tab.columns[5].ratio = 2, 3
+    tab.columns[2].ratio, tab.columns[6].ratio = 2, 3
     for o in r["options"]:
         sim = o["simulated"]
-        tab.add_row(o["hardware"], _short(o), num(o["gpus"]), usd(o["usd_per_hour"]),
+        tab.add_row(o["hardware"], _engine_cell(o), _short(o), num(o["gpus"]),
+                    usd(o["usd_per_hour"]) + ("*" if (o.get("price") or {}).get("given") else ""),
                     f"{_ms(sim['ttft_p99_s'])}/{_ms(sim['tpot_p99_s'])}", o["why"])
     for u in r["unavailable"]:
-        tab.add_row(u["hardware"], "PD pools" if u["mode"] == "disaggregated" else "aggregated", "-", "-", "-",
-                    u["why"])
+        tab.add_row(u["hardware"], u.get("engine") or "-", "PD pools" if u["mode"] == "disaggregated" else
+                    "aggregated", "-", "-", "-", u["why"])
     c.print(tab)
-    c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router)[/dim]")
+    c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router); engine: "
+            "the engine, version and weight precision that sized the option[/dim]")
+    for line in _price_lines(r["options"]):
+        c.print(f"[dim]{line}[/dim]")
     b = r["options"][0]
     nodes = (f" on {b['domains']} scale-up domains of {b['domain_chips']} ({b['replica_domains']} per replica)"
              if b.get("replica_domains", 1) > 1 else "")
@@ -181,10 +211,11 @@ def _print(r, launch: bool) -> None:
     if launch:
         seen = set()
         for o in r["options"]:
-            if o["hardware"] in seen or not o["meets_targets"]:
+            if (o["hardware"], o.get("engine")) in seen or not o["meets_targets"]:
                 continue
-            seen.add(o["hardware"])
-            c.rule(f"{o['hardware']}: {o['mode']} {o['layout']}", style="dim")
+            seen.add((o["hardware"], o.get("engine")))
+            c.rule(f"{o['hardware']}: {o['mode']} {o['layout']}" + (f" · {o['engine']}" if o.get("engine") else ""),
+                   style="dim")
             for eng, text in o["launch"].items():
                 c.print(text, markup=False, highlight=False, soft_wrap=True)
             for n in o["launch_notes"]:

@@ -34,6 +34,13 @@ def plan_figures(res):
     return cost, gpus
 
 
+def _price(o) -> str:
+    p = o.get("price") or {}
+    if p.get("given"):
+        return f"{usd(o['usd_per_gpu_hour'])} (given with --price)"
+    return f"{usd(o['usd_per_gpu_hour'])} ({p.get('date') or 'undated'}; {p.get('source') or 'no source'})"
+
+
 def tab_plan(st, common, batch, context, r):
     from chalk.analyses.plan import plan
     from chalk.specs.catalog import chip_ids
@@ -64,8 +71,12 @@ def tab_plan(st, common, batch, context, r):
     m[2].metric("$ per hour", usd(best["usd_per_hour"]))
     m[3].metric("$ per M output tokens", usd(best["usd_per_mtok_output"]))
     st.dataframe({"chip": [o["hardware"] for o in res["options"]], "mode": [o["mode"] for o in res["options"]],
+                  "engine": [f"{o['engine']} {(o['engine_version'] or '').split(' ')[0]}" if o.get("engine") else "-"
+                             for o in res["options"]],
+                  "precision": [o["precision"] for o in res["options"]],
                   "layout": [o["layout"] for o in res["options"]], "GPUs": [o["gpus"] for o in res["options"]],
                   "$/hour": [usd(o["usd_per_hour"]) for o in res["options"]],
+                  "$/GPU-h (source, date)": [_price(o) for o in res["options"]],
                   "sim p99 TTFT": [seconds(o["simulated"]["ttft_p99_s"]) for o in res["options"]],
                   "sim p99 TPOT": [seconds(o["simulated"]["tpot_p99_s"]) for o in res["options"]],
                   "headroom": [pct(o["headroom"]) for o in res["options"]],

@@ -23,6 +23,7 @@ import yaml
 
 from chalk.errors import InputError
 from chalk.specs.catalog import load_model, model_meta
+from chalk.specs.checkpoints import Checkpoint, checkpoint_for
 from chalk.specs.engine import ENGINES, EngineProfile, load_engine
 from chalk.specs.precision import canonical
 
@@ -66,6 +67,8 @@ class Deployment:
     speculative: Speculation | None = None
     trust_remote_code: bool | None = None      # None: on for catalog models whose HF code needs it
     eplb: bool = False                         # an expert-load balancer on the EP group (ep > 1 only)
+    precision: str | None = None               # the weight precision it was sized at (None: the checkpoint's)
+    checkpoint: str | None = None              # the user's own checkpoint (repo id or folder), loaded as given
 
     def __post_init__(self):
         for name in ("tp", "pp", "ep", "attn_dp", "dp"):
@@ -99,6 +102,7 @@ class LaunchCommand:
     argv: tuple[str, ...]
     config_yaml: str | None
     notes: tuple[str, ...]
+    checkpoint: Checkpoint | None = None      # what it loads, at which precision, and why
 
     @property
     def command(self) -> str:
@@ -170,14 +174,31 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     """Render `dep` for one engine ('vllm' | 'sglang' | 'trtllm' or an alias). `profile`: the engine
     profile to take unset limits from (e.g. load_engine(...).for_gpu(...)); default: the catalog's."""
     prof = profile or load_engine(engine)
-    repo = hf_repo(dep.model)
+    ck = resolve_checkpoint(dep, prof.id)
     trust = _needs_remote_code(dep.model) if dep.trust_remote_code is None else dep.trust_remote_code
     render = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[prof.id]
-    argv, cfg, notes = render(prof, dep, repo, trust)
+    argv, cfg, notes = render(prof, dep, ck.repo, trust)
+    extra = ck.argv()
+    if extra:  # the quantisation flags go right after the model
+        at = argv.index(ck.repo) + 1
+        argv[at:at] = extra
+    if ck.note:
+        notes.append(ck.note)
     if dep.speculative is not None and dep.speculative.method == "mtp" and not _mtp_layers(dep.model):
         notes.append("MTP needs next-token heads (draft layers) in the checkpoint; this model's config.json declares "
                      "none (num_nextn_predict_layers / mtp_num_hidden_layers)")
-    return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes))
+    return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes), ck)
+
+
+def resolve_checkpoint(dep: Deployment, engine: str) -> Checkpoint:
+    """The checkpoint `engine` loads for `dep` at its sized precision (`chalk.specs.checkpoints.checkpoint_for`)."""
+    try:
+        spec = load_model(dep.model)
+    except Exception:  # a repo id outside the catalog: its precision is unknown, it loads as given
+        spec = None
+    known = model_meta(spec.id).get("checkpoints") if spec is not None else None
+    base = hf_repo(dep.model) if dep.checkpoint is None else ""
+    return checkpoint_for(spec, base, dep.precision, engine, user=dep.checkpoint, known=known)
 
 
 def launch_commands(dep: Deployment, engines=ENGINES, profiles: dict | None = None) -> dict[str, str]:

@@ -1,0 +1,182 @@
+"""Launch what was sized (issue 25): the checkpoint and flags match the precision a plan sized, per engine; every
+option says which engine and version sized it, and the price it is costed at with its source and date."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.plan import plan
+from chalk.errors import InputError
+from chalk.specs.catalog import as_model, as_system, model_ids, model_meta
+from chalk.specs.checkpoints import launch_rules, stored_precision, user_checkpoint
+from chalk.specs.engine import ENGINES, load_engine
+from chalk.specs.launch import Deployment, render_launch
+from chalk.specs.precision import canonical
+from test_launch import assert_launch_text_valid
+
+CHIPS = "h100-sxm,h200,b200,mi300x"
+GPTQ = "tests/data/llama-3.1-70b-gptq-int4"
+#: the done-when models: a dense BF16, an FP8 MoE, an FP4-capable MoE (its own checkpoint BF16, FP8 and NVFP4 ones
+#: known), a GPTQ 4-bit config; each planned over the four chips with the precisions it may run at
+MODELS = [("llama-3.3-70b", "bf16,fp8,fp4"), ("deepseek-r1", "fp8,fp4"), ("qwen3-235b-a22b", "bf16,fp8,fp4"),
+          (GPTQ, None)]
+
+
+@pytest.fixture(scope="module", params=MODELS, ids=[m for m, _ in MODELS])
+def planned(request):
+    m, prec = request.param
+    return m, plan(m, CHIPS, users=1000, min_user_tps=20, input_len=1000, output_len=500, precision=prec,
+                   sim_requests=1000, curves=False)
+
+
+def _weights_fit(model, precision, option) -> bool:
+    """The checkpoint's weights at `precision`, spread over a replica's GPUs, fit the chip's memory (a necessary
+    condition: replicated attention under EP only adds to a GPU's share)."""
+    hbm = as_system(option["chip"]).chip.hbm_bytes
+    pools = [(option["replica_gpus"], option["parallelism"])]
+    if option["prefill"]:
+        p = option["prefill"]["parallelism"]
+        pools.append((p["tp"] * p["attn_dp"] * p["pp"], p))
+    w = ModelSizes(model).weight_bytes(precision)
+    return all(w / g <= hbm for g, _ in pools)
+
+
+def test_every_option_loads_a_checkpoint_at_the_sized_precision_that_fits(planned):
+    mid, r = planned
+    m = as_model(mid)
+    known = model_meta(m.id).get("checkpoints") or {}
+    assert r["options"]
+    for o in r["options"]:
+        assert set(o["launch"]) == set(o["checkpoint"]) == {o["engine"]}
+        for eng, ck in o["checkpoint"].items():
+            assert ck["precision"] == o["precision"], (o["hardware"], eng, ck)  # never another precision
+            if ck["how"] == "native":
+                assert stored_precision(m) == o["precision"]
+            elif ck["how"] == "catalog":
+                assert ck["repo"] == known[o["precision"]]["repo"]
+            elif ck["how"] == "on_load":
+                assert ck["flags"] == ["--quantization fp8"] and o["precision"] == "fp8"
+            else:  # a placeholder only where nothing is known, and said so
+                assert ck["how"] == "placeholder" and o["precision"] not in known
+                assert any("FILL IN" in n for n in [o["launch"][eng]])
+            assert ck["repo"] in o["launch"][eng]
+            assert _weights_fit(m, o["precision"], o), (o["hardware"], o["layout"], o["precision"])
+            n = assert_launch_text_valid(eng, o["launch"][eng])
+            assert n == (2 if o["prefill"] else 1)
+
+
+def test_the_issue_case_loads_the_fp4_checkpoint_not_the_bf16_one():
+    """llama-3.3-70b FP4 on one B200: the 141 GB BF16 checkpoint does not leave room for the KV it was sized with;
+    the launch loads NVIDIA's NVFP4 checkpoint (Model Optimizer README, 2025/02/25) on every engine."""
+    for eng in ENGINES:
+        cmd = render_launch(eng, Deployment("llama-3.3-70b", tp=1, precision="fp4"))
+        assert cmd.checkpoint.repo == "nvidia/Llama-3.3-70B-Instruct-FP4" and cmd.checkpoint.how == "catalog"
+        assert "nvidia/Llama-3.3-70B-Instruct-FP4" in cmd.argv and "meta-llama/Llama-3.3-70B-Instruct" not in cmd.argv
+    r1 = render_launch("vllm", Deployment("deepseek-r1", tp=4, precision="fp4"))
+    assert r1.argv[2] == "nvidia/DeepSeek-R1-FP4"
+    own = render_launch("vllm", Deployment("deepseek-r1", tp=8, precision="fp8"))  # its own checkpoint is FP8
+    assert own.argv[2] == "deepseek-ai/DeepSeek-R1" and own.checkpoint.how == "native"
+
+
+def test_on_load_quantisation_where_the_engine_has_it_and_a_placeholder_where_not():
+    """mixtral-8x7b has no FP8 checkpoint in the catalog: vLLM and SGLang quantise its BF16 weights on load
+    (--quantization fp8); trtllm-serve has no such option, so its command carries a placeholder and a note."""
+    for eng in ("vllm", "sglang"):
+        cmd = render_launch(eng, Deployment("mixtral-8x7b", tp=2, precision="fp8"))
+        i = cmd.argv.index("--quantization")
+        assert cmd.argv[i + 1] == "fp8" and cmd.checkpoint.how == "on_load"
+        assert "mistralai/Mixtral-8x7B-v0.1" in cmd.argv
+    t = render_launch("trtllm", Deployment("mixtral-8x7b", tp=2, precision="fp8"))
+    assert t.checkpoint.placeholder and t.argv[1] == "<fp8-checkpoint-of-mistralai/Mixtral-8x7B-v0.1>"
+    assert any(n.startswith("FILL IN") for n in t.notes) and "FILL IN" in t.text
+    assert "'<fp8-checkpoint-of-mistralai/Mixtral-8x7B-v0.1>'" in t.command  # quoted: the shell cannot misread it
+
+
+def test_a_quantised_config_loads_as_given():
+    m = as_model(GPTQ)
+    assert stored_precision(m) == "w4a16-gptq-g128-zp"
+    cmd = render_launch("vllm", Deployment(GPTQ, precision="w4a16-gptq-g128-zp"))
+    assert cmd.argv[2] == GPTQ and cmd.checkpoint.how == "native" and "--quantization" not in cmd.argv
+
+
+def test_users_own_checkpoint_and_bad_schemes(tmp_path):
+    cmd = render_launch("sglang", Deployment("llama-3.3-70b", precision="fp4", checkpoint="me/my-llama-nvfp4"))
+    assert cmd.argv[cmd.argv.index("--model-path") + 1] == "me/my-llama-nvfp4" and cmd.checkpoint.how == "user"
+    assert any("fp4" in n for n in cmd.notes)
+    assert user_checkpoint(str(tmp_path)) == str(tmp_path)
+    for bad, msg in (("s3://bucket/llama", "unknown checkpoint scheme 's3'"), ("not a repo", "repo id"),
+                     ("", "repo id")):
+        with pytest.raises(InputError, match=msg):
+            user_checkpoint(bad)
+
+
+def test_catalog_checkpoints_and_launch_rules_are_sourced_and_use_recorded_flags():
+    n = 0
+    for mid in model_ids():
+        for prec, e in (model_meta(mid).get("checkpoints") or {}).items():
+            assert canonical(prec) == prec and re.match(r"^[\w.-]+/[\w.-]+$", e["repo"]) and len(e["source"]) > 20
+            assert prec != stored_precision(as_model(mid))  # another precision than the model's own
+            n += 1
+    assert n == 11  # 7 models: 5 FP8 and 6 NVFP4 checkpoints
+    rules = launch_rules()
+    assert set(rules) == set(ENGINES)
+    for eng, r in rules.items():
+        for prec, rule in (r.get("on_load_quantization") or {}).items():
+            assert rule["flag"] in load_engine(eng).accepted_flags and rule["source"]
+
+
+def test_engine_and_price_are_stated_per_option():
+    r = plan("llama-3.3-70b", "h100-sxm,mi300x", users=500, min_user_tps=20, input_len=1000, output_len=500,
+             precision="bf16,fp8", sim_requests=1000, curves=False, prices="mi300x=1.5", modes="aggregated")
+    assert r["engines"] == ["sglang", "trtllm", "vllm"]
+    for o in r["options"]:
+        assert o["engine_version"] == load_engine(o["engine"]).version
+        p = o["price"]
+        if o["chip"] == "mi300x":
+            assert p == {"usd_per_gpu_hour": 1.5, "given": True, "source": "given with --price", "date": None,
+                         "assumption": False}
+        else:  # the catalog's price, dated and sourced (h100-sxm.yaml: 2.50, 2026-05)
+            assert p["usd_per_gpu_hour"] == 2.5 and p["date"] == "2026-05" and "http" in p["source"]
+    assert {o["engine"] for o in r["options"] if o["chip"] == "mi300x"} == {"vllm", "sglang"}
+    df = pytest.importorskip("pandas") and r.to_frame()
+    assert {"engine", "engine_version", "precision", "price_source", "price_date", "price_given"} <= set(df.columns)
+    assert list(df["engine"]) == [o["engine"] for o in r["options"]]
+    one = plan("llama-3.3-70b", "h100-sxm,mi300x", users=500, min_user_tps=20, input_len=1000, output_len=500,
+               sim_requests=1000, curves=False, engine="trtllm", modes="aggregated")
+    assert {o["engine"] for o in one["options"]} == {"trtllm"}
+    assert [u["hardware"] for u in one["unavailable"]] == ["mi300x"] and "does not run" in one["unavailable"][0]["why"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "chalk", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_table_names_engine_precision_and_price():
+    p = _cli("plan", "-m", "llama-3.3-70b", "--users", "500", "--min-user-tps", "20", "--input-len", "1000",
+             "--output-len", "500", "-H", "b200", "-p", "bf16,fp4", "--mode", "aggregated", "--engine", "vllm",
+             "--sim-requests", "1000", "--price", "b200=4")
+    assert p.returncode == 0, p.stderr
+    assert "vllm 0.11.x fp4" in p.stdout and "given with --price" in p.stdout and "$4.00/GPU-h" in p.stdout
+    assert "vllm serve nvidia/Llama-3.3-70B-Instruct-FP4" in p.stdout
+    j = _cli("plan", "-m", "llama-3.3-70b", "--users", "500", "--min-user-tps", "20", "--input-len", "1000",
+             "--output-len", "500", "-H", "b200", "-p", "fp4", "--mode", "aggregated", "--engine", "sglang",
+             "--sim-requests", "1000", "--checkpoint", "me/llama-nvfp4", "--json")
+    o = json.loads(j.stdout)["options"][0]
+    assert o["checkpoint"]["sglang"]["repo"] == "me/llama-nvfp4" and "--model-path me/llama-nvfp4" in o["launch"]["sglang"]
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--engine", "tgi"], "tgi"),
+    (["--checkpoint", "s3://bucket/model"], "unknown checkpoint scheme"),
+    (["--checkpoint", "no such thing"], "--checkpoint must be"),
+])
+def test_bad_launch_input_is_one_line_and_exit_2(args, msg):
+    p = _cli("plan", "-m", "llama-3.3-70b", "--users", "100", "--input-len", "1000", "--output-len", "500",
+             "-H", "b200", *args)
+    assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
