@@ -686,8 +686,11 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         from chalk.analyses.simulate_compiled import run_compiled
 
         consts = (f_tok, f_ctx, f_seq, f_att, m_dense, m_exp, l1k, m_ctx, m_seq, m_w, ovh)
-        out = run_compiled(req.chunks(CHUNK_REQUESTS), n, B, cap, chunk, closed_loop, seats, lat, wa, wb, consts,
-                           moe, CHUNK_REQUESTS, _check_chunk, None if keep else _Stream(lo, hi))
+        # batch, chunk and seats past n (or 2^62) act as n would: clamped to fit the loop's 64-bit integers
+        out = run_compiled(req.chunks(CHUNK_REQUESTS), n, min(B, n), cap,
+                           None if chunk is None else min(chunk, 1 << 62), closed_loop,
+                           None if seats is None else min(seats, n), lat, wa, wb, consts, moe, CHUNK_REQUESTS,
+                           _check_chunk, None if keep else _Stream(lo, hi))
         return _continuous_result(lo, hi, n, common, **out)
 
     # requests are read CHUNK_REQUESTS at a time: global index i lives at i - base in the lists below; a run that
@@ -916,10 +919,10 @@ def _compiled(loop: str, n: int) -> bool:
     if loop == "python" or (loop == "auto" and n < COMPILED_MIN_REQUESTS):
         return False
     try:
-        import numba  # noqa: F401
-    except ImportError:
+        import chalk.analyses.simulate_compiled  # noqa: F401  (imports numba; compiles on first call, or loads)
+    except (ImportError, RuntimeError, OSError) as e:  # numba absent, or it cannot load here
         if loop == "compiled":
-            raise InputError("loop='compiled' needs numba: pip install 'chalk[fast]'") from None
+            raise InputError(f"loop='compiled' needs numba: pip install 'chalk[fast]' ({e})") from None
         return False
     return True
 
