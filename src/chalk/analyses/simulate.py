@@ -807,9 +807,12 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
             run = _DecodeRun((f_tok + f_seq) * n_dec + f_ctx * sum_ctx + ovh, f_ctx * n_dec,
                              w + m_seq * n_dec + m_ctx * sum_ctx + ovh, m_ctx * n_dec)
             k = kc
-            # (a closed loop's next request may not be sent yet: its arrival is infinite)
+            # (a closed loop's next request may not be sent yet: its arrival is infinite); time_s grows with k, so
+            # the arrival cuts the run short only if the first kc - 1 steps reach it (kc >= 2)
             if head < loaded and n_run < B and reserved + need[head - base] <= cap and arr[head - base] < math.inf:
-                k = min(kc, run.steps_to_reach(arr[head - base] - t))
+                x = arr[head - base] - t
+                if run.time_s(kc - 1) >= x:
+                    k = run.steps_to_reach(x)
             span = run.time_s(k)
             t += span
             step += k
