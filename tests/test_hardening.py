@@ -259,3 +259,81 @@ def test_ascii_stand_ins():
     degrade_to_ascii()
     assert "2×8 ≈ 16 · 3–4 µs — √x ★ é".encode("ascii", "chalk-ascii") == b"2x8 ~ 16 - 3-4 us - sqrtx * e"
     assert _ascii_errors is not None
+
+
+# ------------------------------------------------------------------ 6. contradictions refused
+LENS = ["--input-len", "1000", "--output-len", "200"]
+THR = ["throughput", *M, *H, *LENS]
+PLAN_ALL = ["plan", *M, "--users", "20", *LENS, "--sim-requests", "2000"]
+CONTRADICTIONS = {  # invocation: a phrase its one line must hold
+    "-H by id and system": (["estimate", *M, "-H", "h100-sxm,hgx-h100"], "'h100-sxm' and 'hgx-h100' are both hgx-h100"),
+    "-H twice in plan": (PLAN_ALL + ["-H", "h100-sxm,hgx-h100"], "names one system twice"),
+    "-H same id twice": (PLAN_ALL + ["-H", "h200,h200"], "'h200' is both"),
+    "--price twice": (PLAN_ALL + [*H, "--price", "h100-sxm=2,h100-sxm=3"], "h100-sxm two prices"),
+    "--price by alias": (PLAN_ALL + [*H, "--price", "h100-sxm=2", "--price", "hgx-h100=3"], "two prices"),
+    "--price empty item": (PLAN_ALL + [*H, "--price", "h100-sxm=2,"], "empty item"),
+    "--precision bf16,,fp8": (PLAN_ALL + [*H, "--precision", "bf16,,fp8"], "empty item"),
+    "--precision ,": (PLAN_ALL + [*H, "--precision", ","], "at least one item"),
+    "--batches 1,,2": (["sweep", *M, *H, "--batches", "1,,2"], "--batches has an empty item"),
+    "--contexts 1,": (["sweep", *M, *H, "--contexts", "1000,"], "--contexts has an empty item"),
+    "--kv-precision '' estimate": (["estimate", *M, *H, "--kv-precision", ""], "kv_precision must name"),
+    "--kv-precision '' layout": (["layout", *M, *H, "--kv-precision", ""], "kv_precision must name"),
+    "--kv-precision '' throughput": (THR + ["--kv-precision", ""], "kv_precision must name"),
+    "--speculative ''": (THR + ["--speculative", ""], "--speculative must be METHOD,K,A"),
+    "--speculative with --mtp": (THR + ["--speculative", "eagle,3,0.7", "--mtp", "2"], "drop --speculative"),
+    "--speculative with --acceptance": (THR + ["--speculative", "eagle,3,0.7", "--acceptance", "0.5"],
+                                        "drop --speculative"),
+    "--acceptance alone estimate": (["estimate", *M, *H, "--acceptance", "0.5"], "give --mtp K too"),
+    "--acceptance alone throughput": (THR + ["--acceptance", "0.5"], "give --mtp K too"),
+    "--acceptance alone plan": (PLAN_ALL + [*H, "--acceptance", "0.5"], "give --mtp K too"),
+    "--draft-model newline": (PLAN_ALL + [*H, "--draft-model", "org/draft\nrm -rf /"], "one line of printable"),
+}
+
+
+def _invoke(args, _unused=None):
+    """`chalk args` in this process: (exit code, stdout, stderr, seconds)."""
+    import contextlib
+    import io
+
+    from chalk.faces import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue(), time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("case", sorted(CONTRADICTIONS))
+def test_contradictions_are_refused_in_one_line(case):
+    args, phrase = CONTRADICTIONS[case]
+    code, out, err, dt = _invoke(tuple(args), [])
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0], (code, err)
+    assert dt < 5, dt  # refused before the work
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", *M, *H, "--mtp", "2", "--acceptance", "0.5"],
+    THR + ["--speculative", "eagle,3,0.7"],
+    ["sweep", *M, *H, "--batches", "1,2", "--contexts", "1000,2000"],
+    PLAN_ALL + ["-H", "h100-sxm,h200", "--precision", "bf16,fp8", "--price", "h100-sxm=2,h200=3"],
+], ids=["mtp+acceptance", "speculative", "sweep-lists", "plan-lists"])
+def test_the_consistent_forms_still_answer(args):
+    code, out, err, _ = _invoke(tuple(args), [])
+    assert code == 0, err
+
+
+def test_prices_and_hardware_lists_through_the_api():
+    from chalk.specs.demand import candidate_list, parse_prices
+
+    assert parse_prices({"h100-sxm": 2.5, "h200": 3}) == {"h100-sxm": 2.5, "h200": 3.0}
+    with pytest.raises(InputError, match="two prices"):
+        parse_prices({"h100-sxm": 2.5, "hgx-h100": 3})
+    assert candidate_list("h100-sxm,h200") == ["h100-sxm", "h200"]
+    with pytest.raises(InputError, match="twice"):
+        candidate_list(["h100-sxm", "hgx-h100"])

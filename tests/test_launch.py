@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shlex
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 
 from chalk.errors import ChalkError, InputError, UnknownNameError
 from chalk.specs.catalog import model_ids, model_meta
+from chalk.specs.checkpoints import launch_rules
 from chalk.specs.engine import ENGINES, load_engine
 from chalk.specs.launch import (TRTLLM_OPTIONS_FILE, Deployment, Speculation, hf_repo, launch_commands,
                                 render_launch, yaml_keys)
@@ -51,27 +53,33 @@ def assert_launch_text_valid(engine: str, text: str) -> int:
     heredoc) uses only flags and options-file keys the engine accepted at its recorded version. Returns the
     number of commands checked. Shared with tests/test_plan.py."""
     prof = load_engine(engine)
-    commands, yaml_text, in_yaml = 0, [], False
+    router = (launch_rules().get("disaggregation", {}).get(prof.id) or {}).get("router") or {}
+    commands, yaml_text, in_yaml, in_router = 0, [], False, False
     for line in text.splitlines():
         if in_yaml:
             if line.strip() == "EOF":
                 in_yaml = False
-                bad = [k for k in yaml_keys("\n".join(yaml_text)) if k not in prof.accepted_yaml_keys]
-                assert not bad, f"{engine} options file uses unknown keys {bad}"
+                keys = router.get("accepted_yaml_keys", ()) if in_router else prof.accepted_yaml_keys
+                bad = [k for k in yaml_keys("\n".join(yaml_text)) if k not in keys]
+                assert not bad, f"{engine} {'router' if in_router else 'options'} file uses unknown keys {bad}"
                 yaml_text = []
             else:
                 yaml_text.append(line)
             continue
+        if line.startswith("# router:"):  # the router/proxy of a disaggregated deployment: its own recorded flags
+            in_router = True
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.startswith("cat > ") and "<<'EOF'" in line:
             in_yaml = True
             continue
         argv = shlex.split(line)
-        flags = [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+        flags = [a.split("=", 1)[0] for i, a in enumerate(argv) if a.startswith("--")
+                 or (in_router and i >= 2 and re.fullmatch(r"-[A-Za-z]", a))]  # `python -m x` is not a flag
         assert flags, f"no flags in {line!r}"
-        unknown = [f for f in flags if f not in prof.accepted_flags]
-        assert not unknown, f"{engine} {prof.version} does not accept {unknown}"
+        accepted = router["accepted_flags"] if in_router else prof.accepted_flags
+        unknown = [f for f in flags if f not in accepted]
+        assert not unknown, f"{engine} {prof.version} {'router ' if in_router else ''}does not accept {unknown}"
         commands += 1
     assert not in_yaml, "unterminated options heredoc"
     return commands

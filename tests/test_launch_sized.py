@@ -68,7 +68,29 @@ def test_every_option_loads_a_checkpoint_at_the_sized_precision_that_fits(planne
             assert ck["repo"] in o["launch"][eng]
             assert _weights_fit(m, o["precision"], o), (o["hardware"], o["layout"], o["precision"])
             n = assert_launch_text_valid(eng, o["launch"][eng])
-            assert n == (2 if o["prefill"] else 1)
+            assert n == (3 if o["prefill"] else 1)
+            _assert_wired(eng, o)
+
+
+ROLE_MARKS = {"vllm": ('"kv_connector":"NixlConnector"', '"kv_connector":"NixlConnector"'),
+              "sglang": ("--disaggregation-mode prefill", "--disaggregation-mode decode"),
+              "trtllm": ("disable_overlap_scheduler: true", "cache_transceiver_config:")}
+
+
+def _assert_wired(eng, o):
+    """A disaggregated option wires its pools (each pool's role flags or options, and the router/proxy naming every
+    replica of both pools); an aggregated one has none of that."""
+    text = o["launch"][eng]
+    if not o["prefill"]:
+        assert "# router" not in text and "disaggregation" not in text and "kv_transfer" not in text
+        return
+    prefill, decode = text.split("# decode:")[0], text.split("# decode:")[1].split("# router:")[0]
+    assert ROLE_MARKS[eng][0] in prefill and ROLE_MARKS[eng][1] in decode
+    if eng == "trtllm":
+        assert "disable_overlap_scheduler" not in decode and "trtllm-serve disaggregated -c disagg_config.yaml" in text
+    router = text.split("# router:")[1]
+    assert len(set(re.findall(r"PREFILL_HOST_\d+", router))) == o["prefill"]["replicas"]
+    assert len(set(re.findall(r"DECODE_HOST_\d+", router))) == o["replicas"]
 
 
 def test_the_issue_case_loads_the_fp4_checkpoint_not_the_bf16_one():
@@ -125,8 +147,8 @@ def test_catalog_checkpoints_and_launch_rules_are_sourced_and_use_recorded_flags
             n += 1
     assert n == 11  # 7 models: 5 FP8 and 6 NVFP4 checkpoints
     rules = launch_rules()
-    assert set(rules) == set(ENGINES)
-    for eng, r in rules.items():
+    assert set(rules) == set(ENGINES) | {"disaggregation"}
+    for eng, r in ((e, rules[e]) for e in ENGINES):
         for prec, rule in (r.get("on_load_quantization") or {}).items():
             assert rule["flag"] in load_engine(eng).accepted_flags and rule["source"]
 

@@ -96,7 +96,7 @@ def test_launch_commands_for_each_option_use_real_flags(llama, deepseek):
             assert o["engine"] in engines and set(o["launch"]) == {o["engine"]}, o["hardware"]  # the engine that sized it
             for eng, text in o["launch"].items():
                 n = assert_launch_text_valid(eng, text)
-                assert n == (2 if o["prefill"] else 1)
+                assert n == (3 if o["prefill"] else 1)  # prefill pool, decode pool and their router
             if o["engine"] == "vllm":
                 vllm = o["launch"]["vllm"]
                 assert f"--tensor-parallel-size {o['parallelism']['tp']}" in vllm

@@ -7,11 +7,12 @@ from chalk.errors import ChalkError, FitError, InputError
 
 def hardware_list(text) -> list[str]:
     """'h100-sxm,h200' -> ['h100-sxm', 'h200']; a single name stays a one-element list."""
+    from chalk.specs.demand import same_hardware_twice
+
     names = [h.strip() for h in str(text).split(",")]
     if any(not n for n in names):
         raise InputError(f"hardware list has an empty name: {text!r}")
-    if len(set(names)) != len(names):
-        raise InputError(f"hardware list names a chip twice: {text!r}")
+    same_hardware_twice(names, text)
     return names
 
 

@@ -176,6 +176,8 @@ def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system
     """'auto' (or None): an 8-bit KV cache when weights run at 8 bits or fewer on a chip with an FP8 rate
     (TensorRT-LLM's ModelOpt FP8/FP4 checkpoints and MLPerf submissions do this), else BF16. Without a system
     (a model on its own), the chip is taken to have an FP8 rate."""
+    if kv_precision is not None and not str(kv_precision).strip():  # "" is a slip, not a request for 'auto'
+        raise InputError("kv_precision must name a precision or 'auto', got ''")
     if kv_precision and str(kv_precision).lower() != "auto":
         return canonical(kv_precision)
     narrow = bytes_per_element(weight_precision) <= 1 and not weight_only(weight_precision)  # W4A16: 16-bit math

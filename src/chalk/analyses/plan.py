@@ -24,6 +24,7 @@ from chalk.errors import ChalkError, FitError, InputError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.demand import Demand, candidate_list, parse_prices, read_diurnal
 from chalk.specs.precision import canonical
+from chalk.specs.validate import list_items, single_line
 from chalk.specs.workload import count, positive
 
 #: Requests each option's replay simulates by default (more when a replica holds many in flight).
@@ -58,6 +59,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
     eplb = eplb_mode(eplb)  # checked before any work
+    if draft_model is not None:
+        single_line(draft_model, "draft_model")  # it is printed into a launch command
     from_trace = None
     if trace is not None:
         if users is not None or rate is not None or input_len is not None or output_len is not None:
@@ -176,7 +179,7 @@ def _modes(modes) -> tuple:
 def _precisions(precision) -> tuple:
     if precision is None:
         return (None,)
-    items = precision.split(",") if isinstance(precision, str) else list(precision)
+    items = list_items(precision, "precision") if isinstance(precision, str) else list(precision)
     out = tuple(dict.fromkeys(canonical(p.strip()) if isinstance(p, str) and p.strip() not in ("", "default")
                               else None for p in items))
     return out or (None,)
@@ -313,7 +316,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     """Engine -> launch text for this option on the engine that sized it (each engine that runs on the chip's
     vendor when none did), the notes, and engine -> the checkpoint each loads (`Checkpoint.to_dict`)."""
     from chalk.specs.engine import load_engine
-    from chalk.specs.launch import Deployment, Speculation as LaunchSpec, render_launch
+    from chalk.specs.launch import Deployment, Speculation as LaunchSpec, render_launch, router_launch
 
     engines = (ask.engine,) if ask.engine else _engines(system)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
@@ -332,7 +335,8 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
                           max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
                           speculative=None if role == "prefill" else spec,
                           eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])),
-                          precision=v["op"]["precision"], checkpoint=checkpoint)
+                          precision=v["op"]["precision"], checkpoint=checkpoint,
+                          role=None if role == "replica" else role)
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
@@ -345,15 +349,15 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
                 prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
                 cmd = render_launch(e, dep(par, seqs, role), prof)
                 loads[e] = cmd.checkpoint.to_dict()
-                head = f"# {role}: run {n} of these" + (" behind a least-loaded router" if role != "prefill" else "")
+                head = f"# {role}: run {n} of these" + ("" if role == "prefill" else " (decode pool)" if
+                                                            role == "decode" else " behind a least-loaded router")
                 parts.append(head + "\n" + cmd.text)
+            if v["prefill"] is not None:  # the router/proxy that sends each request to a prefill then a decode replica
+                parts.append(router_launch(e, v["prefill_replicas"], v["replicas"]))
         except ChalkError as err:
             notes.append(f"{e}: not rendered ({err})")
             continue
         text = "\n".join(parts)
-        if v["prefill"] is not None:
-            text += ("\n# note: connect the pools with the engine's prefill/decode disaggregation (KV transfer) "
-                     "setup; chalk renders only the flags it has checked")
         if v["replica_gpus"] > system.chips or (v["replica_gpus"] > 8 and system.kind != "rack"):
             text += "\n# note: a replica spans several hosts: add the engine's multi-node flags"
         out[e] = text

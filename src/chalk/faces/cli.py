@@ -10,8 +10,9 @@ import typer
 from typer.core import TyperGroup
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num,
-                                    out_file, pct, seconds, si, table, usd, whole, write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, acceptance_for,
+                                    console, emit_json, fail, num, out_file, pct, seconds, si, table, usd, whole,
+                                    write_plot)
 
 
 def _flag_type_hidden() -> None:
@@ -112,7 +113,7 @@ def estimate(
     sparse_law: Optional[str] = typer.Option(None, "--sparse-law", help="'sqrt': the lecture's square-root law "
                                              "(implies --aggregate)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
-    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    acceptance: Optional[float] = ACCEPTANCE_OPT,
     show_ops: bool = typer.Option(False, "--ops", help="Print the step op by op: FLOPs, bytes, intensity, bound, "
                                   "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
@@ -122,6 +123,8 @@ def estimate(
 ):
     """One decode step (or prefill) on a real layout, timed op by op; --aggregate for the lecture's bound."""
     from chalk import api
+
+    acceptance = acceptance_for(mtp, acceptance)
 
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")

@@ -25,6 +25,25 @@ EPLB_OPT = typer.Option("auto", "--eplb", metavar="auto|on|off", help="MoE: an e
                         "deployments run one; off: served traffic's uneven expert loads.")
 
 
+#: The per-token draft acceptance rate `--mtp` assumes when `--acceptance` is not given.
+DEFAULT_ACCEPTANCE = 0.7
+ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help=f"Per-token draft acceptance rate with --mtp (default "
+                              f"{DEFAULT_ACCEPTANCE}).")
+
+
+def acceptance_for(mtp, acceptance, speculative=None) -> float:
+    """The acceptance rate `--mtp` runs at; `--acceptance` without `--mtp`, or `--speculative` with `--mtp` or
+    `--acceptance` (it carries its own K and A), is a contradiction refused in one line, not a flag dropped."""
+    from chalk.errors import InputError
+
+    if speculative is not None and (mtp is not None or acceptance is not None):
+        raise InputError("--speculative METHOD,K,A gives the draft tokens and the acceptance: drop --mtp and "
+                         "--acceptance, or drop --speculative")
+    if acceptance is not None and mtp is None:
+        raise InputError("--acceptance is the acceptance rate of --mtp's draft tokens: give --mtp K too")
+    return DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+
+
 class Phase(str, Enum):
     decode = "decode"
     prefill = "prefill"

@@ -59,6 +59,8 @@ def sweep(
 def _parse_grid(text: str, name: str):
     import numpy as np
 
+    from chalk.errors import InputError
+    from chalk.specs.validate import list_items
     from chalk.specs.workload import MAX_GRID_POINTS
 
     text = text.strip()
@@ -69,7 +71,9 @@ def _parse_grid(text: str, name: str):
             if not 1 <= points <= MAX_GRID_POINTS:
                 fail(f"--{name}: points must be between 1 and {MAX_GRID_POINTS:,}, got {n}")
             return np.unique(np.round(np.geomspace(float(a), float(b), points)))
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in list_items(text, f"--{name}")]
+    except InputError:
+        raise
     except (ValueError, OverflowError):
         fail(f"--{name} must be comma-separated numbers or start:stop:points, got {text!r}")
     if name == "batches" and values:

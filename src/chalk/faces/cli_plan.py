@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from chalk.faces.cli_common import EPLB_OPT, PLOT_FORMATS, console, emit_json, num, out_file, pct, table, usd, wrote
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, num,
+                                    out_file, pct, table, usd, wrote)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,7 +75,7 @@ def plan(
                                      "weights, else bf16."),
     mode: str = typer.Option("all", "--mode", help="all | aggregated | disaggregated (prefill/decode pools)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Allow speculative decoding / MTP: draft tokens per step."),
-    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    acceptance: Optional[float] = ACCEPTANCE_OPT,
     draft_model: Optional[str] = typer.Option(None, "--draft-model", help="EAGLE draft model (HF repo) for the "
                                               "launch commands of a model without MTP heads."),
     sim_requests: int = typer.Option(12_000, "--sim-requests", help="Requests each option's replay simulates."),
@@ -96,6 +97,7 @@ def plan(
              "disaggregated": ("disaggregated",)}.get(mode.strip().lower())
     if modes is None:
         raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode[:40]!r}")
+    acceptance = acceptance_for(mtp, acceptance)
     r = run(model, hardware, users=users, rate=rate, input_len=_len_arg(input_len), output_len=_len_arg(output_len),
             min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
             engine=engine, precision=precision, kv_precision=kv_precision,

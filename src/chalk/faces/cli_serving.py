@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (EPLB_OPT, PLOT_FORMATS, console, emit_json, fail, num, out_file, pct, seconds, si,
-                                    table, usd, write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, fail,
+                                    num, out_file, pct, seconds, si, table, usd, write_plot)
 from chalk.faces.cli_plan import _duration
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
@@ -147,7 +147,7 @@ def throughput(
     prefill_gpus: Optional[int] = typer.Option(None, "--prefill-gpus", help="With --disaggregated --concurrency: "
                                                "GPUs of the prefill pool (--gpus: the decode pool)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
-    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token draft acceptance rate with --mtp."),
+    acceptance: Optional[float] = ACCEPTANCE_OPT,
     speculative: Optional[str] = typer.Option(None, "--speculative", help="METHOD,K,A, e.g. eagle,3,0.7 "
                                               "(same as --mtp K --acceptance A)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: that engine's scheduler "
@@ -165,7 +165,7 @@ def throughput(
     --concurrency, what that exact deployment does."""
     from chalk.analyses.serving import throughput as run
 
-    spec = _speculation(mtp, acceptance, speculative)
+    spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative), speculative)
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
@@ -374,7 +374,7 @@ def _speculation(mtp, acceptance, speculative):
     from chalk.analyses.serving import Speculation
     from chalk.errors import InputError
 
-    if speculative:
+    if speculative is not None:
         parts = speculative.split(",")
         if len(parts) != 3:
             raise InputError(f"--speculative must be METHOD,K,A (e.g. eagle,3,0.7), got {speculative!r}")

@@ -175,7 +175,7 @@ def parse_prices(prices) -> dict[str, float]:
         items = []
         for p in (x for s in parts for x in str(s).split(",")):
             if not p.strip():
-                continue
+                raise InputError(f"--price has an empty item in {short(','.join(map(str, parts)))}")
             if "=" not in p:
                 raise InputError(f"--price must be CHIP=USD_PER_HOUR (e.g. h100-sxm=2.5), got {short(p)}")
             k, v = p.split("=", 1)
@@ -183,12 +183,15 @@ def parse_prices(prices) -> dict[str, float]:
                 items.append((k.strip(), float(v.replace("$", "").strip())))
             except ValueError:
                 raise InputError(f"--price {short(p)}: the price must be a number of $ per GPU-hour") from None
-    out = {}
+    out, given = {}, {}
     for k, v in items:
         ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
         if not ok or not math.isfinite(float(v)) or not 0 < float(v) <= 1e6:
             raise InputError(f"price of {short(k, 40)} must be a number of $ per GPU-hour in (0, 1e6], got {short(v)}")
-        out[resolve_hardware(str(k)).chip.id] = float(v)
+        chip = resolve_hardware(str(k)).chip.id
+        if chip in out:  # a chip priced twice, by any spelling: which one is meant is not for chalk to guess
+            raise InputError(f"--price gives {chip} two prices ({given[chip]} and {short(k, 40)}={short(v)})")
+        out[chip], given[chip] = float(v), f"{short(k, 40)}={short(v)}"
     return out
 
 
@@ -207,6 +210,22 @@ def candidate_list(hardware) -> list:
     names = [str(getattr(h, "id", h)).strip() for h in items]
     if not names or any(not n for n in names):
         raise InputError(f"hardware list has an empty name: {short(hardware)}")
-    if len(set(names)) != len(names):
-        raise InputError(f"hardware list names a chip twice: {short(hardware)}")
+    same_hardware_twice(items, hardware)
     return items
+
+
+def same_hardware_twice(items, given) -> None:
+    """Refuse a hardware list that names one system twice, by any spelling: `h100-sxm,hgx-h100` (a chip and its
+    default system), an alias and its id, a YAML file and its catalog twin are one candidate, not two."""
+    from chalk.specs.catalog import resolve_hardware
+
+    seen: dict = {}
+    for h in items:
+        name = str(getattr(h, "id", h)).strip()
+        s = h if hasattr(h, "chip") else resolve_hardware(name)
+        key = (s.id, s.chip.id, s.chips)
+        if key in seen:
+            same = f"'{seen[key]}' and '{name}' are" if seen[key] != name else f"'{name}' is"
+            raise InputError(f"hardware list names one system twice: {same} both {s.id} "
+                             f"({s.chips} x {s.chip.id}) in {short(given)}")
+        seen[key] = name

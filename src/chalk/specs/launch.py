@@ -23,7 +23,7 @@ import yaml
 
 from chalk.errors import InputError
 from chalk.specs.catalog import load_model, model_meta
-from chalk.specs.checkpoints import Checkpoint, checkpoint_for
+from chalk.specs.checkpoints import Checkpoint, checkpoint_for, launch_rules
 from chalk.specs.engine import ENGINES, EngineProfile, load_engine
 from chalk.specs.precision import canonical
 
@@ -69,8 +69,11 @@ class Deployment:
     eplb: bool = False                         # an expert-load balancer on the EP group (ep > 1 only)
     precision: str | None = None               # the weight precision it was sized at (None: the checkpoint's)
     checkpoint: str | None = None              # the user's own checkpoint (repo id or folder), loaded as given
+    role: str | None = None                    # 'prefill' | 'decode': one pool of a disaggregated deployment
 
     def __post_init__(self):
+        if self.role not in (None, "prefill", "decode"):
+            raise InputError(f"role must be 'prefill' or 'decode' (or None), got {self.role!r}")
         for name in ("tp", "pp", "ep", "attn_dp", "dp"):
             _whole(name, getattr(self, name))
         for name in ("max_num_seqs", "max_model_len", "chunked_prefill_tokens", "cuda_graph_max_batch"):
@@ -103,6 +106,7 @@ class LaunchCommand:
     config_yaml: str | None
     notes: tuple[str, ...]
     checkpoint: Checkpoint | None = None      # what it loads, at which precision, and why
+    config_file: str = TRTLLM_OPTIONS_FILE    # where `config_yaml` is written
 
     @property
     def command(self) -> str:
@@ -113,7 +117,7 @@ class LaunchCommand:
         head = f"# {self.engine} {self.version.split(' (')[0]}\n" + "".join(f"# note: {n}\n" for n in self.notes)
         if self.config_yaml is None:
             return head + self.command
-        return head + f"cat > {TRTLLM_OPTIONS_FILE} <<'EOF'\n{self.config_yaml}EOF\n{self.command}"
+        return head + f"cat > {self.config_file} <<'EOF'\n{self.config_yaml}EOF\n{self.command}"
 
     @property
     def flags(self) -> list[str]:
@@ -184,10 +188,54 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
         argv[at:at] = extra
     if ck.note:
         notes.append(ck.note)
+    if dep.role is not None:  # wire the pool for disaggregation: the engine's role flags or options-file keys
+        rule = _disaggregation(prof.id)
+        for flag, value in (rule.get("flags") or {}).get(dep.role, ()):
+            argv += [flag] if value is None else [flag, str(value)]
+        extra_opts = (rule.get("options") or {}).get(dep.role)
+        if extra_opts:
+            cfg = yaml.safe_dump({**(yaml.safe_load(cfg or "") or {}), **extra_opts}, sort_keys=False)
+            if prof.flags["extra_options"] not in argv:
+                argv += [prof.flags["extra_options"], TRTLLM_OPTIONS_FILE]
+    conf_file = TRTLLM_OPTIONS_FILE
+    if cfg is not None and dep.role is not None:  # one options file per pool, so one snippet can write both
+        conf_file = TRTLLM_OPTIONS_FILE.replace(".yaml", f"_{dep.role}.yaml")
+        argv = [conf_file if a == TRTLLM_OPTIONS_FILE else a for a in argv]
     if dep.speculative is not None and dep.speculative.method == "mtp" and not _mtp_layers(dep.model):
         notes.append("MTP needs next-token heads (draft layers) in the checkpoint; this model's config.json declares "
                      "none (num_nextn_predict_layers / mtp_num_hidden_layers)")
-    return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes), ck)
+    return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes), ck, conf_file)
+
+
+def _disaggregation(engine: str) -> dict:
+    rule = launch_rules().get("disaggregation", {}).get(engine)
+    if not rule:
+        raise InputError(f"chalk has no disaggregated-serving wiring for {engine}")
+    return rule
+
+
+def router_launch(engine: str, prefill_replicas: int, decode_replicas: int) -> str:
+    """The router (proxy) that fronts a disaggregated deployment's prefill and decode pools, as a shell snippet
+    (`catalog/launch.yaml` disaggregation.<engine>.router); the pools' addresses are placeholders PREFILL_HOST_i /
+    DECODE_HOST_i to fill."""
+    eng = load_engine(engine).id
+    rule = _disaggregation(eng)
+    r, port = rule["router"], int(rule["server_port"])
+    P, D = _whole("prefill replicas", int(prefill_replicas)), _whole("decode replicas", int(decode_replicas))
+    hosts = {"prefill": [f"PREFILL_HOST_{i + 1}" for i in range(P)], "decode": [f"DECODE_HOST_{i + 1}" for i in range(D)]}
+    each = r.get("each") or {}
+    fill = {f"{k}_hosts": " ".join(v) for k, v in hosts.items()} | \
+        {f"{k}_ports": " ".join([str(port)] * len(v)) for k, v in hosts.items()} | \
+        {f"{k}_each": " ".join(each.get(k, "").format(host=h, port=port) for h in v) for k, v in hosts.items()}
+    head = (f"# router: one in front of the pools (replace PREFILL_HOST_i / DECODE_HOST_i with the replicas' "
+            f"addresses, each serving on port {port})\n")
+    cmd = r["command"].format(**fill)
+    if r.get("config_file"):
+        conf = {"hostname": "0.0.0.0", "port": 8000, "backend": "pytorch",
+                "context_servers": {"num_instances": P, "urls": [f"{h}:{port}" for h in hosts["prefill"]]},
+                "generation_servers": {"num_instances": D, "urls": [f"{h}:{port}" for h in hosts["decode"]]}}
+        return head + f"cat > {r['config_file']} <<'EOF'\n{yaml.safe_dump(conf, sort_keys=False)}EOF\n{cmd}"
+    return head + cmd
 
 
 def resolve_checkpoint(dep: Deployment, engine: str) -> Checkpoint:

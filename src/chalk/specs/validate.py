@@ -175,3 +175,24 @@ def _is_virtual_fs(folder: Path) -> bool:
     except OSError:
         return False
     return len(parts) > 1 and parts[1] in ("proc", "sys")
+
+
+# ------------------------------------------------------------------ lists and names given on a command line
+def list_items(text, option: str) -> list[str]:
+    """The items of a comma-separated list, stripped. An empty item ('bf16,,fp8', 'a,') or an empty list (',',
+    '') is one InputError line: a typo is never read as a shorter list."""
+    s = str(text)
+    items = [p.strip() for p in s.split(",")]
+    if not any(items):
+        raise InputError(f"{option} needs at least one item, got {_short(s)}")
+    if not all(items):
+        raise InputError(f"{option} has an empty item in {_short(s)} (two commas, or one at an end)")
+    return items
+
+
+def single_line(value, option: str) -> str:
+    """A name printed into a command line or a file (a model repo, a path): one line of printable text."""
+    s = str(value)
+    if not s.strip() or any(ord(c) < 32 or ord(c) == 127 for c in s):
+        raise InputError(f"{option} must be one line of printable text, got {_short(s)}")
+    return s
