@@ -205,8 +205,13 @@ _TRACE_COLUMNS = ("arrival_s", "input_len", "output_len")
 def load_trace(path) -> Requests:
     """Requests from a CSV with header `arrival_s,input_len,output_len` (extra columns ignored)."""
     import csv
+    import io
+
+    from chalk.specs.files import read_bounded_text
+    from chalk.specs.traces import MAX_TRACE_BYTES
 
     where = str(path)
+    text = read_bounded_text(path, where, MAX_TRACE_BYTES, what="a trace")  # never a device, a FIFO, 10 GB
     try:
         with open(path, newline="") as f:
             rows = [(n, row) for n, row in _csv_rows(csv.reader(f, skipinitialspace=True))]
