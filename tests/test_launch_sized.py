@@ -16,7 +16,7 @@ from chalk.errors import InputError
 from chalk.specs.catalog import as_model, as_system, model_ids, model_meta
 from chalk.specs.checkpoints import launch_rules, stored_precision, user_checkpoint
 from chalk.specs.engine import ENGINES, load_engine
-from chalk.specs.launch import Deployment, render_launch
+from chalk.specs.launch import Deployment, nodes_to_launch, render_launch
 from chalk.specs.precision import canonical
 from test_launch import assert_launch_text_valid
 
@@ -68,8 +68,21 @@ def test_every_option_loads_a_checkpoint_at_the_sized_precision_that_fits(planne
             assert ck["repo"] in o["launch"][eng]
             assert _weights_fit(m, o["precision"], o), (o["hardware"], o["layout"], o["precision"])
             n = assert_launch_text_valid(eng, o["launch"][eng])
-            assert n == (3 if o["prefill"] else 1)
+            assert n == _commands(mid, eng, o), o["launch"][eng]
             _assert_wired(eng, o)
+
+
+def _commands(mid, eng, o) -> int:
+    """Commands a launch holds: per pool, one per node a replica spans (one where the engine launches from the head
+    node only), plus the router of a disaggregated option."""
+    n = 0
+    for par, G in [(o["parallelism"], o["replica_gpus"])] + (
+            [(o["prefill"]["parallelism"], None)] if o["prefill"] else []):
+        G = G or par["tp"] * par["attn_dp"] * par["pp"]
+        nodes = -(-G // o["domain_chips"])
+        n += nodes_to_launch(eng, Deployment(mid, tp=par["tp"], attn_dp=par["attn_dp"], ep=par["ep"], pp=par["pp"],
+                                             nodes=nodes))
+    return n + (1 if o["prefill"] else 0)
 
 
 ROLE_MARKS = {"vllm": ('"kv_connector":"NixlConnector"', '"kv_connector":"NixlConnector"'),
@@ -147,10 +160,17 @@ def test_catalog_checkpoints_and_launch_rules_are_sourced_and_use_recorded_flags
             n += 1
     assert n == 11  # 7 models: 5 FP8 and 6 NVFP4 checkpoints
     rules = launch_rules()
-    assert set(rules) == set(ENGINES) | {"disaggregation"}
-    for eng, r in ((e, rules[e]) for e in ENGINES):
-        for prec, rule in (r.get("on_load_quantization") or {}).items():
-            assert rule["flag"] in load_engine(eng).accepted_flags and rule["source"]
+    assert set(rules) == set(ENGINES) | {"disaggregation", "multi_node"}
+    for eng in ENGINES:
+        accepted = load_engine(eng).accepted_flags
+        for prec, rule in (rules[eng].get("on_load_quantization") or {}).items():
+            assert rule["flag"] in accepted and rule["source"]
+        d, m = rules["disaggregation"][eng], rules["multi_node"][eng]
+        assert len(d["router"]["source"]) > 40  # where the wiring and the router were read
+        assert all(f in accepted for role in (d.get("flags") or {}).values() for f, _ in role)
+        assert all(k in load_engine(eng).accepted_yaml_keys for o in (d.get("options") or {}).values() for k in o)
+        rows = (m.get("all") or []) + (m.get("workers") or []) + ((m.get("otherwise") or {}).get("flags") or [])
+        assert all(f in accepted for f, _ in rows) and m["source"]
 
 
 def test_engine_and_price_are_stated_per_option():
@@ -202,3 +222,36 @@ def test_bad_launch_input_is_one_line_and_exit_2(args, msg):
     p = _cli("plan", "-m", "llama-3.3-70b", "--users", "100", "--input-len", "1000", "--output-len", "500",
              "-H", "b200", *args)
     assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_deepseek_r1_on_h100_launches_over_two_nodes():
+    """671 GB of FP8 weights do not fit one 8 x H100 node: every option spans two nodes, and the vLLM and SGLang
+    launches carry the node count, each node's rank and the rendezvous address (a placeholder to fill)."""
+    r = plan("deepseek-r1", "h100-sxm", users=1000, min_user_tps=20, input_len=1000, output_len=500,
+             sim_requests=1000, curves=False, engine=None)
+    seen = set()
+    for o in r["options"]:
+        assert o["replica_gpus"] == 16 and o["replica_domains"] == 2
+        text = o["launch"][o["engine"]]
+        heads = re.findall(r"(?m)^# node (\d) of 2$", text)
+        if o["engine"] == "sglang":
+            lines = [ln for ln in text.splitlines() if ln.startswith("python -m sglang.launch_server")]
+            assert [re.search(r"--node-rank (\d)", ln).group(1) for ln in lines] == ["0", "1"] * (len(lines) // 2)
+            assert all("--nnodes 2" in ln and "--dist-init-addr HEAD_NODE_IP:5000" in ln for ln in lines)
+            seen.add("sglang")
+        elif o["engine"] == "vllm":
+            lines = [ln for ln in text.splitlines() if ln.startswith("vllm serve")]
+            par = o["parallelism"]
+            local = par["attn_dp"] // 2
+            assert all(f"--data-parallel-size-local {local}" in ln and "--data-parallel-address HEAD_NODE_IP" in ln
+                       for ln in lines)
+            assert sum("--headless" in ln for ln in lines) == len(lines) // 2
+            assert f"--headless --data-parallel-start-rank {local}" in text
+            seen.add("vllm")
+        if o["engine"] in ("vllm", "sglang"):
+            assert heads and set(heads) == {"1", "2"}
+    assert seen == {"vllm", "sglang"}
+    ray = render_launch("vllm", Deployment("llama-3.1-405b", tp=16, nodes=2))  # TP across nodes: a Ray cluster
+    assert "--distributed-executor-backend" in ray.argv and any("ray start --head" in n for n in ray.notes)
+    with pytest.raises(InputError, match="node_rank"):
+        Deployment("llama-3.1-70b", tp=8, nodes=2, node_rank=2)

@@ -316,7 +316,8 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     """Engine -> launch text for this option on the engine that sized it (each engine that runs on the chip's
     vendor when none did), the notes, and engine -> the checkpoint each loads (`Checkpoint.to_dict`)."""
     from chalk.specs.engine import load_engine
-    from chalk.specs.launch import Deployment, Speculation as LaunchSpec, render_launch, router_launch
+    from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
+                                    router_launch)
 
     engines = (ask.engine,) if ask.engine else _engines(system)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
@@ -330,13 +331,13 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     # the expert-load balancer the sizing assumed (the step model's rule, `Calibration.balances_experts`)
     cal = calibration(ask.ideal, system.chip, ask.eplb)
 
-    def dep(par, seqs, role):  # a prefill pool drafts nothing: speculation is a decode-side setting
+    def dep(par, seqs, role, rank=0):  # a prefill pool drafts nothing: speculation is a decode-side setting
         return Deployment(mid, tp=par["tp"], pp=par["pp"], ep=par["ep"], attn_dp=par["attn_dp"], dp=1,
                           max_num_seqs=seqs, max_model_len=mml, kv_cache_dtype=kvp,
                           speculative=None if role == "prefill" else spec,
                           eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])),
                           precision=v["op"]["precision"], checkpoint=checkpoint,
-                          role=None if role == "replica" else role)
+                          role=None if role == "replica" else role, nodes=_nodes(par, system), node_rank=rank)
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
@@ -347,21 +348,31 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
         try:
             for role, par, seqs, n in pools:
                 prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
-                cmd = render_launch(e, dep(par, seqs, role), prof)
-                loads[e] = cmd.checkpoint.to_dict()
+                d0 = dep(par, seqs, role)
                 head = f"# {role}: run {n} of these" + ("" if role == "prefill" else " (decode pool)" if
                                                             role == "decode" else " behind a least-loaded router")
-                parts.append(head + "\n" + cmd.text)
+                if d0.nodes > 1:
+                    head += f", each over {d0.nodes} nodes"
+                for rank in range(nodes_to_launch(e, d0)):
+                    cmd = render_launch(e, dep(par, seqs, role, rank), prof)
+                    loads[e] = cmd.checkpoint.to_dict()
+                    node = f"\n# node {rank + 1} of {d0.nodes}" if d0.nodes > 1 else ""
+                    parts.append((head if rank == 0 else "") + node + "\n" + cmd.text)
             if v["prefill"] is not None:  # the router/proxy that sends each request to a prefill then a decode replica
                 parts.append(router_launch(e, v["prefill_replicas"], v["replicas"]))
         except ChalkError as err:
             notes.append(f"{e}: not rendered ({err})")
             continue
-        text = "\n".join(parts)
-        if v["replica_gpus"] > system.chips or (v["replica_gpus"] > 8 and system.kind != "rack"):
-            text += "\n# note: a replica spans several hosts: add the engine's multi-node flags"
-        out[e] = text
+        out[e] = "\n".join(parts).lstrip("\n")
     return out, notes, loads
+
+
+def _nodes(par, system) -> int:
+    """Nodes one replica of layout `par` spans: its GPUs over a scale-up domain's (a host's 8 where the domain is
+    a rack that is not one host)."""
+    G = par["tp"] * par["attn_dp"] * par["pp"]
+    per_node = system.chips if system.kind != "rack" else max(system.chips, 1)
+    return max(-(-G // per_node), 1)
 
 
 def _profile(prof, system, par, speculative: bool):

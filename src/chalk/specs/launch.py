@@ -70,8 +70,14 @@ class Deployment:
     precision: str | None = None               # the weight precision it was sized at (None: the checkpoint's)
     checkpoint: str | None = None              # the user's own checkpoint (repo id or folder), loaded as given
     role: str | None = None                    # 'prefill' | 'decode': one pool of a disaggregated deployment
+    nodes: int = 1                             # nodes one replica spans
+    node_rank: int = 0                         # which of them this command runs on
 
     def __post_init__(self):
+        _whole("nodes", self.nodes)
+        if isinstance(self.node_rank, bool) or not isinstance(self.node_rank, int) or \
+                not 0 <= self.node_rank < self.nodes:
+            raise InputError(f"node_rank must be an integer in [0, {self.nodes}), got {self.node_rank!r}")
         if self.role not in (None, "prefill", "decode"):
             raise InputError(f"role must be 'prefill' or 'decode' (or None), got {self.role!r}")
         for name in ("tp", "pp", "ep", "attn_dp", "dp"):
@@ -197,6 +203,8 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
             cfg = yaml.safe_dump({**(yaml.safe_load(cfg or "") or {}), **extra_opts}, sort_keys=False)
             if prof.flags["extra_options"] not in argv:
                 argv += [prof.flags["extra_options"], TRTLLM_OPTIONS_FILE]
+    if dep.nodes > 1:
+        _multi_node(prof.id, dep, argv, notes)
     conf_file = TRTLLM_OPTIONS_FILE
     if cfg is not None and dep.role is not None:  # one options file per pool, so one snippet can write both
         conf_file = TRTLLM_OPTIONS_FILE.replace(".yaml", f"_{dep.role}.yaml")
@@ -205,6 +213,34 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
         notes.append("MTP needs next-token heads (draft layers) in the checkpoint; this model's config.json declares "
                      "none (num_nextn_predict_layers / mtp_num_hidden_layers)")
     return LaunchCommand(prof.id, prof.version, tuple(argv), cfg, tuple(notes), ck, conf_file)
+
+
+def _multi_node(engine: str, dep: Deployment, argv: list, notes: list) -> None:
+    """Add the node count, rank and rendezvous flags of one node's command (`catalog/launch.yaml` multi_node)."""
+    rule = launch_rules().get("multi_node", {}).get(engine) or {}
+    ranks = dep.attn_dp * dep.dp
+    if rule.get("needs_dp_split") and ranks % dep.nodes:
+        rule = rule.get("otherwise") or {}
+        rows = rule.get("flags") or []
+    else:
+        rows = list(rule.get("all") or []) + (list(rule.get("workers") or []) if dep.node_rank > 0 else [])
+    fill = {"nodes": dep.nodes, "rank": dep.node_rank, "local_ranks": ranks // dep.nodes,
+            "start_rank": dep.node_rank * (ranks // dep.nodes)}
+    for flag, value in rows:
+        argv += [flag] if value is None else [flag, str(value).format(**fill)]
+    if rule.get("note"):
+        notes.append(rule["note"])
+    if not rule.get("head_only"):
+        notes.append(f"node {dep.node_rank + 1} of {dep.nodes}: HEAD_NODE_IP is the first node's address")
+
+
+def nodes_to_launch(engine: str, dep: Deployment) -> int:
+    """How many per-node commands a replica of `dep` over `dep.nodes` nodes takes (1 where the engine launches
+    from the head node only)."""
+    rule = launch_rules().get("multi_node", {}).get(load_engine(engine).id) or {}
+    if rule.get("needs_dp_split") and (dep.attn_dp * dep.dp) % dep.nodes:
+        rule = rule.get("otherwise") or {}
+    return 1 if rule.get("head_only") else dep.nodes
 
 
 def _disaggregation(engine: str) -> dict:
