@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from chalk.analyses.model_sizes import ModelSizes
 from chalk.analyses.plan import plan
@@ -160,7 +161,7 @@ def test_catalog_checkpoints_and_launch_rules_are_sourced_and_use_recorded_flags
             n += 1
     assert n == 11  # 7 models: 5 FP8 and 6 NVFP4 checkpoints
     rules = launch_rules()
-    assert set(rules) == set(ENGINES) | {"disaggregation", "multi_node"}
+    assert set(rules) == set(ENGINES) | {"disaggregation", "multi_node", "images", "gpu_resource"}
     for eng in ENGINES:
         accepted = load_engine(eng).accepted_flags
         for prec, rule in (rules[eng].get("on_load_quantization") or {}).items():
@@ -255,3 +256,97 @@ def test_deepseek_r1_on_h100_launches_over_two_nodes():
     assert "--distributed-executor-backend" in ray.argv and any("ray start --head" in n for n in ray.notes)
     with pytest.raises(InputError, match="node_rank"):
         Deployment("llama-3.1-70b", tp=8, nodes=2, node_rank=2)
+
+
+# ----------------------------------------------------------------------------------------------- --emit
+def _validate_k8s(folder):
+    """Every manifest passes the Kubernetes OpenAPI schema (kubernetes-validate, strict); a LeaderWorkerSet, a CRD
+    the schema set lacks, has its leader and worker pod templates checked as core PodTemplates."""
+    kv = pytest.importorskip("kubernetes_validate.utils")
+    kinds = []
+    for f in sorted(folder.glob("*.yaml")):
+        d = yaml.safe_load(f.read_text())
+        kinds.append(d["kind"])
+        if d["kind"] == "LeaderWorkerSet":
+            assert d["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and d["spec"]["leaderWorkerTemplate"]["size"] >= 2
+            for k in ("leaderTemplate", "workerTemplate"):
+                kv.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                             "template": d["spec"]["leaderWorkerTemplate"][k]}, "1.30", strict=True)
+        else:
+            kv.validate(d, "1.30", strict=True)
+    return kinds
+
+
+@pytest.fixture(scope="module")
+def r1_h100():
+    return plan("deepseek-r1", "h100-sxm", users=1000, min_user_tps=20, input_len=1000, output_len=500,
+                sim_requests=1000, curves=False, engine="sglang")
+
+
+def test_emit_k8s_single_and_multi_node(tmp_path, r1_h100):
+    from chalk.faces.emit_plan import emit
+
+    r = plan("llama-3.3-70b", "b200", users=500, min_user_tps=20, input_len=1000, output_len=500, precision="fp4",
+             sim_requests=1000, curves=False, engine="vllm", modes="aggregated")
+    out = emit(r, "k8s", tmp_path / "one")
+    kinds = _validate_k8s(out)
+    assert kinds == ["Deployment", "Service"]
+    dep = yaml.safe_load(next(out.glob("*deployment*")).read_text())
+    o = r["options"][0]
+    assert dep["spec"]["replicas"] == o["replicas"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] + c["args"] == o["launch_steps"]["vllm"][0]["argv"]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": o["replica_gpus"]}
+    assert "nvidia/Llama-3.3-70B-Instruct-FP4" in c["args"]
+    # DeepSeek-R1 on H100: each replica over two nodes -> LeaderWorkerSets, ranks and the leader address from LWS
+    multi = emit(r1_h100, "k8s", tmp_path / "multi")
+    kinds = _validate_k8s(multi)
+    assert "LeaderWorkerSet" in kinds
+    lws = [yaml.safe_load(f.read_text()) for f in multi.glob("*leaderworkerset*")]
+    for d in lws:
+        t = d["spec"]["leaderWorkerTemplate"]
+        lead, work = (t[k]["spec"]["containers"][0]["args"] for k in ("leaderTemplate", "workerTemplate"))
+        assert lead[lead.index("--node-rank") + 1] == "0" and work[work.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert "$(LWS_LEADER_ADDRESS):5000" in lead and t["leaderTemplate"]["spec"]["containers"][0]["resources"][
+            "limits"] == {"nvidia.com/gpu": 8}
+    if r1_h100["options"][0]["prefill"]:
+        assert "Deployment" in kinds  # the router
+
+
+def test_emit_compose_one_node_and_refusals(tmp_path, r1_h100):
+    from chalk.faces.emit_plan import emit
+
+    r = plan("llama-3.1-8b", "h100-sxm", users=200, min_user_tps=20, input_len=1000, output_len=500,
+             sim_requests=1000, curves=False, engine="trtllm", modes="aggregated")
+    out = emit(r, "compose", tmp_path / "c")
+    d = yaml.safe_load((out / "compose.yaml").read_text())
+    o = r["options"][0]
+    assert len(d["services"]) == min(o["replicas"], 8 // o["replica_gpus"])
+    svc = next(iter(d["services"].values()))
+    assert svc["command"][0] == "trtllm-serve" and d["configs"]  # the options file travels as a compose config
+    with pytest.raises(InputError, match="span 2 nodes"):
+        emit(r1_h100, "compose", tmp_path / "no")
+    assert not (tmp_path / "no").exists() and not list(tmp_path.glob(".no.*"))  # nothing half-written
+    (tmp_path / "file").write_text("x")
+    for target, msg in ((tmp_path / "file", "is a file"), (tmp_path / "c", "not empty"),
+                        (tmp_path / "missing" / "deeper", "does not exist")):
+        with pytest.raises(InputError, match=msg):
+            emit(r, "k8s", target)
+    with pytest.raises(InputError, match="k8s or compose"):
+        emit(r, "helm", tmp_path / "h")
+
+
+@pytest.mark.parametrize("kind,target,msg", [("k8s", "FILE", "is a file"), ("helm", "NEW", "k8s or compose"),
+                                             ("k8s", "RO/sub", "not writable")])
+def test_cli_emit_bad_folder_is_one_line_exit_2(tmp_path, kind, target, msg):
+    import os
+
+    (tmp_path / "FILE").write_text("x")
+    (tmp_path / "RO").mkdir()
+    os.chmod(tmp_path / "RO", 0o500)
+    if os.access(tmp_path / "RO", os.W_OK):
+        pytest.skip("running as a user who writes anywhere (root)") if target.startswith("RO") else None
+    p = _cli("plan", "-m", "llama-3.1-8b", "--users", "100", "--input-len", "1000", "--output-len", "500",
+             "-H", "h100-sxm", "--emit", kind, str(tmp_path / target))
+    assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "NEW").exists()

@@ -237,7 +237,8 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
                         "gpus": int(v["prefill_replicas"] * p["replica_gpus"]),
                         "input_tokens_per_s_per_replica": float(v["prefill_tokens_per_s"]),
                         "lone_prompt_ttft_s": p["lone_prompt_s"]}
-    o["launch"], o["launch_notes"], o["checkpoint"] = _launch(ask, system, v, model_arg, draft_model, checkpoint)
+    o["launch"], o["launch_notes"], o["checkpoint"], o["launch_steps"] = _launch(ask, system, v, model_arg,
+                                                                                 draft_model, checkpoint)
     if curve is not None:
         o["diurnal"] = _diurnal(ask, demand, curve, v)
     return o
@@ -342,9 +343,9 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
         pools.insert(0, ("prefill", v["prefill"]["parallelism"], None, v["prefill_replicas"]))
-    out, notes, loads = {}, [], {}
+    out, notes, loads, steps = {}, [], {}, {}
     for e in engines:
-        parts = []
+        parts, mine = [], []
         try:
             for role, par, seqs, n in pools:
                 prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
@@ -356,6 +357,10 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
                 for rank in range(nodes_to_launch(e, d0)):
                     cmd = render_launch(e, dep(par, seqs, role, rank), prof)
                     loads[e] = cmd.checkpoint.to_dict()
+                    mine.append({"role": role, "replicas": int(n), "gpus_per_replica": _gpus(par),
+                                 "nodes": d0.nodes, "node_rank": rank, "argv": list(cmd.argv),
+                                 "config_file": cmd.config_file if cmd.config_yaml is not None else None,
+                                 "config_yaml": cmd.config_yaml})
                     node = f"\n# node {rank + 1} of {d0.nodes}" if d0.nodes > 1 else ""
                     parts.append((head if rank == 0 else "") + node + "\n" + cmd.text)
             if v["prefill"] is not None:  # the router/proxy that sends each request to a prefill then a decode replica
@@ -364,7 +369,12 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
             notes.append(f"{e}: not rendered ({err})")
             continue
         out[e] = "\n".join(parts).lstrip("\n")
-    return out, notes, loads
+        steps[e] = mine
+    return out, notes, loads, steps
+
+
+def _gpus(par) -> int:
+    return int(par["tp"] * par["attn_dp"] * par["pp"])
 
 
 def _nodes(par, system) -> int:

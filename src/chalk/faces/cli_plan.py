@@ -3,7 +3,7 @@ A thin face on `chalk.analyses.plan.plan`: no formulas here."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import typer
 
@@ -83,6 +83,9 @@ def plan(
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     eplb: str = EPLB_OPT,
     launch: bool = typer.Option(True, "--launch/--no-launch", help="Print the launch commands."),
+    emit: Tuple[str, str] = typer.Option((None, None), "--emit", help="Also write the cheapest option: --emit k8s DIR "
+                                             "(Kubernetes manifests) or --emit compose DIR (docker-compose, one "
+                                             "node). DIR must not exist or be empty.", metavar="KIND DIR"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {\"options\": [...]}, cheapest first."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                        help="Also draw cost vs per-user speed and GPUs vs demand to this .png/.svg."),
@@ -92,6 +95,11 @@ def plan(
     from chalk.analyses.plan import plan as run
     from chalk.analyses.serving import Speculation
     from chalk.errors import InputError
+
+    if emit[0] is not None:  # a bad kind or folder is refused before the plan runs
+        from chalk.faces.emit_plan import check_target
+
+        check_target(emit[0], emit[1])
 
     modes = {"all": ("aggregated", "disaggregated"), "aggregated": ("aggregated",),
              "disaggregated": ("disaggregated",)}.get(mode.strip().lower())
@@ -104,6 +112,10 @@ def plan(
             speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
             modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
             trace=trace, speedup=speedup, checkpoint=checkpoint)
+    if emit[0] is not None:
+        from chalk.faces.emit_plan import emit as write
+
+        wrote(write(r, emit[0], emit[1]))
     if plot:
         from chalk.faces.plots_plan import plot_plan
 

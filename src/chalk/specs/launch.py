@@ -250,28 +250,39 @@ def _disaggregation(engine: str) -> dict:
     return rule
 
 
-def router_launch(engine: str, prefill_replicas: int, decode_replicas: int) -> str:
+def router_launch(engine: str, prefill_replicas: int, decode_replicas: int, hosts: dict | None = None) -> str:
     """The router (proxy) that fronts a disaggregated deployment's prefill and decode pools, as a shell snippet
     (`catalog/launch.yaml` disaggregation.<engine>.router); the pools' addresses are placeholders PREFILL_HOST_i /
     DECODE_HOST_i to fill."""
+    argv, conf_file, conf, port = router_parts(engine, prefill_replicas, decode_replicas, hosts)
+    head = (f"# router: one in front of the pools (replace PREFILL_HOST_i / DECODE_HOST_i with the replicas' "
+            f"addresses, each serving on port {port})\n")
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    if conf_file:
+        return head + f"cat > {conf_file} <<'EOF'\n{conf}EOF\n{cmd}"
+    return head + cmd
+
+
+def router_parts(engine: str, prefill_replicas: int, decode_replicas: int, hosts: dict | None = None):
+    """(argv, config file name or None, its YAML text or None, the pools' server port) of the router; `hosts`:
+    {'prefill': [...], 'decode': [...]} addresses (default: PREFILL_HOST_i / DECODE_HOST_i placeholders)."""
     eng = load_engine(engine).id
     rule = _disaggregation(eng)
     r, port = rule["router"], int(rule["server_port"])
     P, D = _whole("prefill replicas", int(prefill_replicas)), _whole("decode replicas", int(decode_replicas))
-    hosts = {"prefill": [f"PREFILL_HOST_{i + 1}" for i in range(P)], "decode": [f"DECODE_HOST_{i + 1}" for i in range(D)]}
+    hosts = hosts or {"prefill": [f"PREFILL_HOST_{i + 1}" for i in range(P)],
+                      "decode": [f"DECODE_HOST_{i + 1}" for i in range(D)]}
     each = r.get("each") or {}
     fill = {f"{k}_hosts": " ".join(v) for k, v in hosts.items()} | \
         {f"{k}_ports": " ".join([str(port)] * len(v)) for k, v in hosts.items()} | \
         {f"{k}_each": " ".join(each.get(k, "").format(host=h, port=port) for h in v) for k, v in hosts.items()}
-    head = (f"# router: one in front of the pools (replace PREFILL_HOST_i / DECODE_HOST_i with the replicas' "
-            f"addresses, each serving on port {port})\n")
-    cmd = r["command"].format(**fill)
+    argv = shlex.split(r["command"].format(**fill))
     if r.get("config_file"):
         conf = {"hostname": "0.0.0.0", "port": 8000, "backend": "pytorch",
                 "context_servers": {"num_instances": P, "urls": [f"{h}:{port}" for h in hosts["prefill"]]},
                 "generation_servers": {"num_instances": D, "urls": [f"{h}:{port}" for h in hosts["decode"]]}}
-        return head + f"cat > {r['config_file']} <<'EOF'\n{yaml.safe_dump(conf, sort_keys=False)}EOF\n{cmd}"
-    return head + cmd
+        return argv, r["config_file"], yaml.safe_dump(conf, sort_keys=False), port
+    return argv, None, None, port
 
 
 def resolve_checkpoint(dep: Deployment, engine: str) -> Checkpoint:

@@ -1,0 +1,240 @@
+"""`chalk plan --emit k8s|compose DIR`: the cheapest option written as Kubernetes manifests or a docker-compose file.
+
+Thin: every command, count and GPU number comes from the plan's option (`launch_steps`, rendered by
+`chalk.specs.launch`); this module only lays them out. Kubernetes: a Deployment per pool whose replica fits one node,
+a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) per pool whose replica spans several (the leader runs node 0's
+command, the workers the others', `$(LWS_LEADER_ADDRESS)` standing in for HEAD_NODE_IP and `$(LWS_WORKER_INDEX)` for
+the rank), a Service per pool, ConfigMaps for options files, and the router of a disaggregated option. Compose: one
+node's services. The folder is written whole or not at all: into a temporary sibling, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from chalk.errors import InputError
+
+KINDS = ("k8s", "compose")
+#: Container port each engine's server listens on by default (vLLM 8000, SGLang 30000, trtllm-serve 8000) comes from
+#: catalog/launch.yaml disaggregation.<engine>.server_port.
+ROUTER_PORT = 8000
+
+
+def _rules() -> dict:
+    from chalk.specs.checkpoints import launch_rules
+
+    return launch_rules()
+
+
+def _name(*parts) -> str:
+    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(str(p) for p in parts).lower()).strip("-")
+    return s[:63].strip("-") or "chalk"
+
+
+def _image(engine: str) -> str:
+    return f"{_rules()['images'][engine]['repository']}:ENGINE_TAG"
+
+
+def _gpu(option) -> str:
+    from chalk.specs.catalog import as_system
+
+    vendor = as_system(option["chip"]).chip.vendor.lower()
+    return _rules()["gpu_resource"].get(vendor, {"name": "nvidia.com/gpu"})["name"]
+
+
+def _pools(option, engine: str) -> list[dict]:
+    """The option's pools for `engine`: role, replicas, nodes and the per-node commands."""
+    steps = option["launch_steps"][engine]
+    out: dict[str, dict] = {}
+    for s in steps:
+        p = out.setdefault(s["role"], {"role": s["role"], "replicas": s["replicas"], "nodes": s["nodes"],
+                                       "gpus": s["gpus_per_replica"], "commands": []})
+        p["commands"].append(s)
+    return list(out.values())
+
+
+def _container(engine, cmd, gpu_name, gpus_per_node, env=None, config=None) -> dict:
+    argv = [_k8s_vars(a) for a in cmd["argv"]]
+    c = {"name": "engine", "image": _image(engine), "command": argv[:1], "args": argv[1:],
+         "ports": [{"containerPort": int(_rules()["disaggregation"][engine]["server_port"])}],
+         "resources": {"limits": {gpu_name: gpus_per_node}, "requests": {gpu_name: gpus_per_node}}}
+    if env:
+        c["env"] = env
+    if config:
+        c["workingDir"] = "/chalk-config"
+        c["volumeMounts"] = [{"name": "config", "mountPath": "/chalk-config"}]
+    return c
+
+
+def _k8s_vars(arg: str) -> str:
+    """Placeholders a multi-node workload fills itself: the leader's address and the worker's index."""
+    return arg.replace("HEAD_NODE_IP", "$(LWS_LEADER_ADDRESS)")
+
+
+def _pod(container, config_map=None) -> dict:
+    spec = {"containers": [container]}
+    if config_map:
+        spec["volumes"] = [{"name": "config", "configMap": {"name": config_map}}]
+    return spec
+
+
+def k8s_manifests(result, option=None, engine=None) -> list[dict]:
+    """The Kubernetes objects of `option` (default: the cheapest) launched with `engine` (default: its own)."""
+    o = option or result["options"][0]
+    eng = engine or o["engine"] or next(iter(o["launch_steps"]))
+    if eng not in o["launch_steps"]:
+        raise InputError(f"this option has no {eng} launch (it was sized with {', '.join(o['launch_steps'])})")
+    gpu = _gpu(o)
+    base = _name(result["model"].split("/")[-1], o["chip"], eng)
+    objs: list[dict] = []
+    hosts: dict[str, list[str]] = {}
+    for pool in _pools(o, eng):
+        name = _name(base, pool["role"])
+        labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": base,
+                  "chalk/role": pool["role"]}
+        per_node = -(-pool["gpus"] // pool["nodes"])
+        cfg = next((c for c in pool["commands"] if c["config_yaml"]), None)
+        cm = None
+        if cfg is not None:
+            cm = _name(name, "config")
+            objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": labels},
+                         "data": {cfg["config_file"]: cfg["config_yaml"]}})
+        port = int(_rules()["disaggregation"][eng]["server_port"])
+        if pool["nodes"] == 1:
+            c = _container(eng, pool["commands"][0], gpu, per_node, config=cm)
+            objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                         "spec": {"replicas": pool["replicas"], "selector": {"matchLabels": labels},
+                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm)}}})
+        else:
+            leader = pool["commands"][0]
+            worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
+            lt = {"metadata": {"labels": labels}, "spec": _pod(_container(eng, leader, gpu, per_node, config=cm), cm)}
+            wcmd = worker or leader
+            wt = {"metadata": {"labels": labels},
+                  "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm)}
+            objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                         "metadata": {"name": name, "labels": labels},
+                         "spec": {"replicas": pool["replicas"], "leaderWorkerTemplate": {
+                             "size": pool["nodes"], "leaderTemplate": lt, "workerTemplate": wt}}})
+        objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+                     "spec": {"selector": labels, "ports": [{"name": "http", "port": port, "targetPort": port}]}})
+        hosts[pool["role"]] = [name] * pool["replicas"]
+    if o["prefill"]:
+        from chalk.specs.launch import router_parts
+
+        argv, conf_file, conf, _ = router_parts(eng, len(hosts["prefill"]), len(hosts["decode"]),
+                                                hosts={"prefill": hosts["prefill"][:1], "decode": hosts["decode"][:1]})
+        name = _name(base, "router")
+        labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": base, "chalk/role": "router"}
+        c = {"name": "router", "image": _image(eng), "command": argv[:1], "args": argv[1:],
+             "ports": [{"containerPort": ROUTER_PORT}]}
+        spec = {"containers": [c]}
+        if conf_file:
+            cm = _name(name, "config")
+            objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": labels},
+                         "data": {conf_file: conf}})
+            c["workingDir"] = "/chalk-config"
+            c["volumeMounts"] = [{"name": "config", "mountPath": "/chalk-config"}]
+            spec["volumes"] = [{"name": "config", "configMap": {"name": cm}}]
+        objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                     "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                              "template": {"metadata": {"labels": labels}, "spec": spec}}})
+        objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+                     "spec": {"selector": labels, "ports": [{"name": "http", "port": ROUTER_PORT,
+                                                             "targetPort": ROUTER_PORT}]}})
+    return objs
+
+
+def _worker_argv(cmd: dict, nodes: int) -> dict:
+    """A worker's command for any rank: the rendered rank 1 command with its rank numbers taken from the pod."""
+    argv = list(cmd["argv"])
+    for i, a in enumerate(argv[:-1]):
+        if a == "--node-rank":
+            argv[i + 1] = "$(LWS_WORKER_INDEX)"
+    return {**cmd, "argv": argv}
+
+
+def compose_file(result, option=None, engine=None) -> dict:
+    """A docker-compose file for one node of `option` (default: the cheapest): one service per pool replica and
+    the router; an option whose replica spans nodes is refused (use k8s)."""
+    o = option or result["options"][0]
+    eng = engine or o["engine"] or next(iter(o["launch_steps"]))
+    pools = _pools(o, eng)
+    if any(p["nodes"] > 1 for p in pools):
+        raise InputError(f"--emit compose writes one node, and this option's replicas span "
+                         f"{max(p['nodes'] for p in pools)} nodes: use --emit k8s")
+    services, gpu_at = {}, 0
+    chips = o["domain_chips"]
+    for p in pools:
+        for i in range(p["replicas"]):
+            if gpu_at + p["gpus"] > chips:
+                break  # one node: the replicas that fit it
+            cmd = p["commands"][0]
+            ids = [str(g) for g in range(gpu_at, gpu_at + p["gpus"])]
+            gpu_at += p["gpus"]
+            port = int(_rules()["disaggregation"][eng]["server_port"])
+            svc = {"image": _image(eng), "command": list(cmd["argv"]), "ipc": "host",
+                   "ports": [f"{port + len(services)}:{port}"],
+                   "deploy": {"resources": {"reservations": {"devices": [
+                       {"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]}}}}
+            if cmd["config_yaml"]:
+                svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
+                svc["working_dir"] = "/"
+            services[_name(p["role"], i + 1)] = svc
+    out = {"name": _name(result["model"].split("/")[-1], o["chip"], eng), "services": services}
+    cfgs = {_name(p["role"], "options"): {"content": p["commands"][0]["config_yaml"]} for p in pools
+            if p["commands"][0]["config_yaml"]}
+    if cfgs:
+        out["configs"] = cfgs
+    return out
+
+
+def check_target(kind: str, folder) -> tuple[Path, Path]:
+    """Refuse, in one line, a kind other than k8s / compose and a folder that is a file, is not empty, or whose
+    parent is missing or not writable; returns (folder, its parent)."""
+    if kind not in KINDS:
+        raise InputError(f"--emit must be k8s or compose, got {str(kind)[:40]!r}")
+    dest = Path(folder)
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"--emit folder {str(dest)[:200]!r} is a file")
+    if dest.is_dir() and any(dest.iterdir()):
+        raise InputError(f"--emit folder {str(dest)[:200]!r} exists and is not empty")
+    parent = dest.resolve().parent
+    if not parent.is_dir():
+        raise InputError(f"--emit folder's parent {str(parent)[:200]!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"--emit folder's parent {str(parent)[:200]!r} is not writable")
+    return dest, parent
+
+
+def emit(result, kind: str, folder) -> Path:
+    """Write the cheapest option as `kind` ('k8s' | 'compose') into `folder` atomically: a temporary sibling
+    folder filled, then renamed into place. `folder` must not exist, or be an empty folder."""
+    dest, parent = check_target(kind, folder)
+    files = {}
+    if kind == "k8s":
+        for i, obj in enumerate(k8s_manifests(result)):
+            files[f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"] = obj
+    else:
+        files["compose.yaml"] = compose_file(result)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=parent))
+    except OSError as e:
+        raise InputError(f"cannot write the --emit folder {str(dest)[:200]!r}: {e.strerror or e}") from None
+    try:
+        for name, obj in files.items():
+            (tmp / name).write_text(yaml.safe_dump(obj, sort_keys=False))
+        os.chmod(tmp, 0o755)
+        if dest.is_dir():
+            dest.rmdir()  # empty: replaced by the filled folder
+        os.rename(tmp, dest)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"cannot write the --emit folder {str(dest)[:200]!r}: {e.strerror or e}") from None
+    return dest
