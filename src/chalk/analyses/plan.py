@@ -338,7 +338,8 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
                           speculative=None if role == "prefill" else spec,
                           eplb=bool(ask.model.is_moe and cal.balances_experts(par["ep"], par["attn_dp"])),
                           precision=v["op"]["precision"], checkpoint=checkpoint,
-                          role=None if role == "replica" else role, nodes=_nodes(par, system), node_rank=rank)
+                          role=None if role == "replica" else role, nodes=_nodes(par, system), node_rank=rank,
+                          vendor=system.chip.vendor.lower())
 
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:

@@ -90,10 +90,11 @@ def stored_precision(model) -> str | None:
 
 
 def checkpoint_for(model, base_repo: str, precision: str | None, engine: str, user: str | None = None,
-                   known: dict | None = None) -> Checkpoint:
+                   known: dict | None = None, vendor: str | None = None) -> Checkpoint:
     """The checkpoint `engine` loads to run `model` (a ModelSpec, or None where unknown) at `precision` (None: the
-    checkpoint's own). `base_repo`: the model's own checkpoint; `known`: its catalog `checkpoints` mapping;
-    `user`: the user's own (`user_checkpoint`)."""
+    checkpoint's own). `base_repo`: the model's own checkpoint; `known`: its catalog `checkpoints` mapping (an entry
+    with `vendors` serves only those chips' vendors); `user`: the user's own (`user_checkpoint`); `vendor`: the
+    chip's vendor where known."""
     want = canonical(precision) if precision else None
     if user is not None:
         note = (f"the given checkpoint must store {want} weights, the precision this plan sized" if want else None)
@@ -102,6 +103,8 @@ def checkpoint_for(model, base_repo: str, precision: str | None, engine: str, us
     if want is None or own is None or want == own:
         return Checkpoint(base_repo, want or own, "native", source="the model's own checkpoint")
     entry = (known or {}).get(want)
+    if entry and vendor and entry.get("vendors") and vendor.lower() not in entry["vendors"]:
+        entry = None  # e.g. NVIDIA's NVFP4 checkpoints on an AMD chip
     if entry:
         return Checkpoint(str(entry["repo"]), want, "catalog", source=str(entry.get("source", "")))
     rule = (launch_rules().get(engine, {}).get("on_load_quantization") or {}).get(want)
@@ -110,6 +113,7 @@ def checkpoint_for(model, base_repo: str, precision: str | None, engine: str, us
                           source=str(rule.get("source", "")),
                           note=f"{engine} quantises the {own} checkpoint to {want} while loading it")
     return Checkpoint(f"<{want}-checkpoint-of-{base_repo}>", want, "placeholder",
-                      note=f"FILL IN: chalk knows no {want} checkpoint of {base_repo} that {engine} loads, and "
+                      note=f"FILL IN: chalk knows no {want} checkpoint of {base_repo} that {engine} loads"
+                           + (f" on {vendor} chips" if vendor else "") + ", and "
                            f"{engine} does not quantise {own} weights to {want} on load; replace the placeholder "
                            f"with a repo or folder storing {want} weights (or pass --checkpoint)")

@@ -70,6 +70,7 @@ class Deployment:
     precision: str | None = None               # the weight precision it was sized at (None: the checkpoint's)
     checkpoint: str | None = None              # the user's own checkpoint (repo id or folder), loaded as given
     role: str | None = None                    # 'prefill' | 'decode': one pool of a disaggregated deployment
+    vendor: str | None = None                  # the chip's vendor (a known checkpoint may serve only some)
     nodes: int = 1                             # nodes one replica spans
     node_rank: int = 0                         # which of them this command runs on
 
@@ -293,7 +294,7 @@ def resolve_checkpoint(dep: Deployment, engine: str) -> Checkpoint:
         spec = None
     known = model_meta(spec.id).get("checkpoints") if spec is not None else None
     base = hf_repo(dep.model) if dep.checkpoint is None else ""
-    return checkpoint_for(spec, base, dep.precision, engine, user=dep.checkpoint, known=known)
+    return checkpoint_for(spec, base, dep.precision, engine, user=dep.checkpoint, known=known, vendor=dep.vendor)
 
 
 def launch_commands(dep: Deployment, engines=ENGINES, profiles: dict | None = None) -> dict[str, str]:
