@@ -166,6 +166,9 @@ def compose_file(result, option=None, engine=None) -> dict:
     o = option or result["options"][0]
     eng = engine or o["engine"] or next(iter(o["launch_steps"]))
     pools = _pools(o, eng)
+    if _gpu(o) != "nvidia.com/gpu":
+        raise InputError(f"--emit compose reserves GPUs through the NVIDIA container runtime; {o['chip']} is not an "
+                         f"NVIDIA chip: use --emit k8s")
     if any(p["nodes"] > 1 for p in pools):
         raise InputError(f"--emit compose writes one node, and this option's replicas span "
                          f"{max(p['nodes'] for p in pools)} nodes: use --emit k8s")
