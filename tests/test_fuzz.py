@@ -52,6 +52,15 @@ GOOD_BY_COMMAND = {("models", "show"): {"name": "llama-3.1-8b"}, ("report",): {"
 BASE_OPTIONAL = {("plan",): {"--users": "20", "--hardware": "h100-sxm", "--sim-requests": "2000"}}
 MOE_MODEL = "qwen3-30b-a3b"
 PATH_OPTIONS = {"--csv", "--plot", "--output", "--output-dir", "--trace"}
+#: Options that read a user file (issue 26): each also gets /dev/zero, a FIFO, a 10 GB sparse file and a folder,
+#: refused by a stat before any read (a read would hang or run out of memory).
+READ_OPTIONS = {"--model", "--hardware", "--trace", "--diurnal", "--input-len", "--output-len"}
+#: Contradictions and empty list items (issue 26), each refused in one line: values added to these options.
+CONTRADICTIONS = {"--hardware": ["h100-sxm,hgx-h100", "h200,h200", "h100-sxm,"],
+                  "--price": ["h100-sxm=2,h100-sxm=3", "h100-sxm=2,", ",", "hgx-h100=2,h100-sxm=3"],
+                  "--precision": ["bf16,,fp8", ",", "bf16,"], "--batches": ["1,,2", ","], "--contexts": ["1000,,2"],
+                  "--speculative": ["", ",,", "eagle,3,0.7,"], "--draft-model": ["org/draft\nrm -rf /", "\x1b[2J"],
+                  "--kv-precision": ["", " "]}
 
 
 # ------------------------------------------------------------------ malformed spec files
@@ -181,6 +190,17 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
     bad_paths = [str(tmp / "missing" / "x.png"), str(tmp / "a-folder.png"), "/proc/chalk-fuzz.png", "",
                  str(tmp / "x.nosuffix"), str(tmp / ("x" * 300 + ".png"))]
     (tmp / "a-file.txt").write_text("not a folder")
+    import os
+
+    hostile = tmp / "hostile"
+    hostile.mkdir(exist_ok=True)
+    if not (hostile / "fifo.png").exists():
+        os.mkfifo(hostile / "fifo.png")  # as an output too: never opened, never renamed over
+        with open(hostile / "sparse.csv", "wb") as f:
+            f.truncate(10 * 10**9)
+    hostile_reads = ["/dev/zero", str(hostile / "fifo.png"), str(hostile / "sparse.csv"), str(hostile)]
+    #: output names that are valid but odd: bytes that are not UTF-8 (as a POSIX argv delivers them), a FIFO
+    odd_outputs = [str(tmp / "out-\udcff\udcfe.png"), str(hostile / "fifo.png")]
     #: output folders that must be refused (an existing or creatable folder is a valid --output-dir)
     bad_dirs = [str(tmp / "missing" / "deeper" / "x"), str(tmp / "a-file.txt"), "/proc/chalk-fuzz", "",
                 str(tmp / ("x" * 300))]
@@ -204,6 +224,11 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
             is_arg = getattr(p, "param_type_name", "") == "argument"
             values = {"int": INTS, "float": FLOATS, "path": bad_dirs if key == "--output-dir" else bad_paths,
                       "choice": ["nosuch", ""]}.get(kind, NAMES)
+            if kind == "path" and key != "--output-dir" and key not in READ_OPTIONS:
+                values = values + odd_outputs[0 if not only_bad else 1:]  # a valid odd name would run the work
+            if key in READ_OPTIONS:
+                values = values + hostile_reads
+            values = values + CONTRADICTIONS.get(key, [])
             if key == "--model" or (is_arg and path == ("models", "show")):
                 values = values + files["models"] + ([] if only_bad else files["good_models"])
             if key in ("--hardware", "--compare") or (is_arg and path == ("hardware", "show")):
