@@ -336,3 +336,15 @@ def test_prices_and_hardware_lists_through_the_api():
     assert candidate_list("h100-sxm,h200") == ["h100-sxm", "h200"]
     with pytest.raises(InputError, match="twice"):
         candidate_list(["h100-sxm", "hgx-h100"])
+
+
+def test_plan_emit_on_a_full_disk_leaves_the_folder_as_it_was(tmp_path):
+    """plan --emit (issue 25) fills a temporary sibling folder and renames it: a write that fails leaves the empty
+    target folder as it was and no temporary behind."""
+    dest = tmp_path / "out"
+    dest.mkdir()
+    args = PLAN_ALL + [*H, "--emit", "k8s", dest]
+    line = _one_error_line(_chalk(args, fsize=100))
+    assert "--emit" in line and "File too large" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(dest.iterdir()) == []
+    assert _chalk(args).returncode == 0 and len(list(dest.iterdir())) >= 2
