@@ -281,7 +281,7 @@ def chalk_ops(row, layout, batch_per_rank: int) -> dict:
     tp, dp, pp, mtp_, mep = layout
     lay = f"tp={tp},attn_dp={dp},pp={pp}"
     if mep:
-        lay += f",ep={mep}" + (f",etp={mtp_}" if mtp_ and mtp_ > 1 and mep > 1 else "")
+        lay += f",ep={mep}" + (f",etp={mtp_}" if mtp_ and mtp_ > 1 else "")
     ctx = row.input_len + row.output_len / 2
     cmd = [sys.executable, "-m", "chalk", "estimate", "-m", row.model, "-H", row.hardware, "-b",
            str(int(batch_per_rank * dp)), "-c", str(ctx), "--layout", lay, "--ops", "--json"]
