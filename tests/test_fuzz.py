@@ -321,6 +321,7 @@ def _problem(args, code, out, err, nonfinite) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_fuzz_every_command(tmp_path, monkeypatch):
     nonfinite: list[str] = []
     clean = cli_common._clean

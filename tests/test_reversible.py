@@ -111,6 +111,7 @@ def test_rejects_odd_width_and_zero_depth():
 
 
 # -- measured memory and compute ---------------------------------------------------------
+@pytest.mark.slow
 def test_standard_memory_grows_linearly_reversible_stays_flat(sweep):
     ms = _by_depth(sweep[0])
     std = [ms[d].standard_peak_bytes for d in DEPTHS]

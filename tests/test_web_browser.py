@@ -17,7 +17,7 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def _have_playwright() -> bool:
