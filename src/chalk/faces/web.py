@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,56 @@ APP = Path(__file__).with_name("web_app.py")
 DEFAULT_PORT = 8501
 #: The environment variable naming the server's private upload folder (read by web_app).
 UPLOADS_ENV = "CHALK_WEB_UPLOADS"
+#: The largest upload the explorer takes: 1 MiB (a config.json is a few KB). Streamlit's limit is set from it
+#: (--server.maxUploadSize, in MB) and web_app checks the bytes again before parsing.
+MAX_UPLOAD_BYTES = 1 << 20
+
+
+# ------------------------------------------------------------------ what the page may show
+_PRIVATE_UPLOADS: list[str] = []
+
+
+def upload_root() -> Path:
+    """This server's private upload folder: the one `chalk web` made (and removes on exit), else one made
+    here with tempfile.mkdtemp (mode 0700) and removed when this process exits."""
+    given = os.environ.get(UPLOADS_ENV)
+    if given and Path(given).is_dir():
+        return Path(given)
+    if not _PRIVATE_UPLOADS:
+        import atexit
+        import shutil
+
+        _PRIVATE_UPLOADS.append(tempfile.mkdtemp(prefix="chalk-web-"))
+        atexit.register(shutil.rmtree, _PRIVATE_UPLOADS[0], True)
+    return Path(_PRIVATE_UPLOADS[0])
+
+
+#: Saved upload path -> the name the user gave it: what messages show instead of the server's folder.
+_UPLOAD_NAMES: dict[str, str] = {}
+
+
+def md_escape(text) -> str:
+    """Text shown inside st.markdown with every ASCII punctuation character backslash-escaped (CommonMark
+    allows it for all of them), so no link, image, autolink, HTML tag, emoji/colour directive or math survives."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", str(text))
+
+
+def scrub_paths(text) -> str:
+    """`text` with the server's folders removed: an uploaded config's saved path becomes the file's own name,
+    any other path under the upload folder or the chalk package becomes a placeholder."""
+    out = str(text)
+    for saved, name in sorted(_UPLOAD_NAMES.items(), key=lambda kv: -len(kv[0])):
+        out = out.replace(saved, name)
+    roots = {str(upload_root()), os.path.realpath(upload_root()), str(Path(__file__).resolve().parents[1])}
+    for root in sorted(roots, key=len, reverse=True):
+        out = out.replace(root, "<server>")
+    return out
+
+
+def shown(text) -> str:
+    """The one way a user-derived string reaches st.error / st.warning / st.info / st.markdown / st.caption /
+    st.subheader: server paths scrubbed, then markdown and HTML escaped."""
+    return md_escape(scrub_paths(text))
 
 
 def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 50) -> int:
@@ -38,7 +89,8 @@ def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 5
 def command(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> list[str]:
     """The argv that serves the app: headless, no usage statistics, bound to `host`."""
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--server.maxUploadSize", str(max(1, MAX_UPLOAD_BYTES >> 20))]
 
 
 def environment() -> dict:
@@ -119,8 +171,24 @@ def launch(host: str = "127.0.0.1", port: int | None = None, open_browser: bool 
     return 0
 
 
+def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
+    """SIGTERM the server's whole process group, SIGKILL it after `grace_s`; returns the server's exit code."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            return proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
 def _serve(host: str, port: int, url: str, shown: str, env: dict, open_browser: bool) -> int:
-    proc = subprocess.Popen(command(host, port), env=env)
+    # Its own session and process group, so SIGTERM / SIGINT / SIGHUP to `chalk web` end the server and anything
+    # it started (a terminal's Ctrl-C reaches only our group; we forward it).
+    proc = subprocess.Popen(command(host, port), env=env, start_new_session=True)
     if open_browser:
         def _open():
             if wait_until_up(shown, port, proc=proc):
@@ -129,16 +197,20 @@ def _serve(host: str, port: int, url: str, shown: str, env: dict, open_browser: 
                 webbrowser.open(url)
 
         threading.Thread(target=_open, daemon=True).start()
-    try:  # SIGTERM stops the server too, not only Ctrl-C
-        signal.signal(signal.SIGTERM, _interrupt)
-    except ValueError:  # not the main thread
-        pass
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            signal.signal(sig, _interrupt)
+        except ValueError:  # not the main thread
+            pass
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
+        return _end_group(proc)
+    finally:
+        if proc.poll() is None:
+            _end_group(proc)
+        else:  # the server is gone; end anything it left in its group
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

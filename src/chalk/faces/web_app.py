@@ -7,10 +7,8 @@ No formulas: every number comes from `chalk.api`, the analyses, and `chalk.faces
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +19,10 @@ except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalk.analyses.calibration import EPLB_MODES
-from chalk.errors import ChalkError
+from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
+from chalk.faces.web import _UPLOAD_NAMES, MAX_UPLOAD_BYTES, md_escape, scrub_paths, shown, upload_root  # noqa: F401
 
 #: Batch choices: half-octave steps 1 .. 262,144 (a log slider).
 BATCHES = sorted({int(round(2 ** (k / 2))) for k in range(0, 37)})
@@ -182,42 +181,29 @@ def pipeline_figure(stages, microbatches, schedule):
 
 
 # ------------------------------------------------------------------ the app
-_PRIVATE_UPLOADS: list[str] = []
-
-
-def upload_root() -> Path:
-    """This server's private upload folder: the one `chalk web` made (and removes on exit), else one made
-    here with tempfile.mkdtemp (mode 0700) and removed when this process exits."""
-    given = os.environ.get("CHALK_WEB_UPLOADS")
-    if given and Path(given).is_dir():
-        return Path(given)
-    if not _PRIVATE_UPLOADS:
-        import atexit
-        import shutil
-
-        _PRIVATE_UPLOADS.append(tempfile.mkdtemp(prefix="chalk-web-"))
-        atexit.register(shutil.rmtree, _PRIVATE_UPLOADS[0], True)
-    return Path(_PRIVATE_UPLOADS[0])
-
-
 def _safe_stem(name: str) -> str:
     """An upload's file name reduced to letters, digits, '-', '_' and '.', so it is never read as markdown."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(name)).stem).strip("._") or "config"
     return stem[:40]
 
 
-def md_escape(text) -> str:
-    """Text shown inside st.markdown with markdown and HTML characters escaped."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", str(text))
-
-
 def _uploaded_model(up) -> str:
-    """Save an uploaded config.json where the catalog loader can read it; returns its path."""
+    """Save an uploaded config.json where the catalog loader can read it; returns its path.
+    Refuses (InputError) more than MAX_UPLOAD_BYTES before anything is parsed or written."""
+    size = getattr(up, "size", None)
+    if size is not None and size > MAX_UPLOAD_BYTES:
+        raise InputError(f"the upload is {size:,} bytes; the explorer takes a config.json of at most "
+                         f"{MAX_UPLOAD_BYTES:,} bytes")
     data = up.getvalue()
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise InputError(f"the upload is {len(data):,} bytes; the explorer takes a config.json of at most "
+                         f"{MAX_UPLOAD_BYTES:,} bytes")
     d = upload_root() / f"{_safe_stem(up.name)}-{hashlib.sha1(data).hexdigest()[:10]}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_bytes(data)
-    return str(d / "config.json")
+    saved = str(d / "config.json")
+    _UPLOAD_NAMES[saved] = Path(str(up.name)).name[:80] or "config.json"
+    return saved
 
 
 def sidebar(st):
@@ -234,7 +220,11 @@ def sidebar(st):
         if up is None:
             st.info("Upload a Hugging Face config.json, or pick a catalog model.")
             st.stop()
-        model = _uploaded_model(up)
+        try:
+            model = _uploaded_model(up)
+        except ChalkError as e:
+            st.error(shown(e))
+            st.stop()
     hw = catalog.system_ids() + catalog.chip_ids()
     hardware = st.sidebar.selectbox("chip or system", hw, index=hw.index(DEFAULT_HARDWARE)
                                     if DEFAULT_HARDWARE in hw else 0,
@@ -263,11 +253,11 @@ def _guard(st, fn, *args):
     try:
         fn(st, *args)
     except ChalkError as e:
-        st.error(str(e))
+        st.error(shown(e))
     except ImportError as e:
-        st.info(f"This tab needs {e.name or 'an analysis'} that is not in this build of chalk yet.")
+        st.info(f"This tab needs {shown(e.name or 'an analysis')} that is not in this build of chalk yet.")
     except Exception as e:  # noqa: BLE001 - keep the rest of the page alive
-        st.warning(f"This view could not be drawn: {type(e).__name__}: {e}")
+        st.warning(f"This view could not be drawn: {type(e).__name__}: {shown(e)}")
 
 
 def tab_roofline(st, common, batch, context, r):
@@ -282,8 +272,8 @@ def tab_roofline(st, common, batch, context, r):
     dense = roofline_over_context(common["model"], common["hardware"], batch, **_layout_opts(common))
     sparse = roofline_over_context(common["model"], common["hardware"], batch, sparse_law="sqrt", **_opts(common))
     st.plotly_chart(context_figure(dense, sparse, context), width="stretch")
-    st.caption(f"efficiency: {r.efficiency}; weights read: {r.weights_read}. Pink marks the sidebar's batch and "
-               "context; grey is where the KV cache no longer fits in HBM.")
+    st.caption(f"efficiency: {shown(r.efficiency)}; weights read: {shown(r.weights_read)}. Pink marks the "
+               "sidebar's batch and context; grey is where the KV cache no longer fits in HBM.")
 
 
 def tab_serving(st, common, batch, context, r):
@@ -320,8 +310,8 @@ def tab_serving(st, common, batch, context, r):
     c[1].metric("Tokens/s per user", num(res["user_tokens_per_s"]))
     c[2].metric("Cost per M output tokens", usd(res["cost_per_mtok_output_usd"]))
     c[3].metric("Time to first token", seconds(res["ttft_s"]))
-    st.caption(f"Best layout: {res['layout']} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
-               f"{num(context)} tokens in, {num(out_len)} out; {res['efficiency']} efficiency. "
+    st.caption(f"Best layout: {shown(res['layout'])} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
+               f"{num(context)} tokens in, {num(out_len)} out; {shown(res['efficiency'])} efficiency. "
                "chalk.analyses.serving.throughput.")
     st.plotly_chart(fig, width="stretch")
 
@@ -347,7 +337,7 @@ def tab_layout(st, common, batch, context, r):
 
     rep = layout_report(load_model(common["model"]), resolve_hardware(common["hardware"]),
                         precision=common["precision"], context=float(context), ideal=common["ideal"])
-    st.subheader(f"Layouts of {rep['model']} on {num(rep['gpus'])} × {rep['hardware']}")
+    st.subheader(f"Layouts of {shown(rep['model'])} on {num(rep['gpus'])} × {shown(rep['hardware'])}")
     rows = rep["layouts"]
     st.dataframe({"layout": [str(x.get("label", "")) for x in rows],
                   "weights per GPU": [si(x["weight_bytes_per_gpu"], "B") for x in rows],
@@ -380,7 +370,7 @@ def tab_pricing(st, common, batch, context, r):
     c[3].metric("margin on the day", pct(m["margin"]))
     st.caption(f"A day of {si(m['input_tokens'])} input ({pct(m['cache_hit_fraction'])} cache hits) and "
                f"{si(m['output_tokens'])} output tokens, decode at batch {num(m['decode_batch'])}, context "
-               f"{num(m['context'])}; {m['efficiency']} efficiency. chalk.analyses.pricing.pricing_margin.")
+               f"{num(m['context'])}; {shown(m['efficiency'])} efficiency. chalk.analyses.pricing.pricing_margin.")
     d = analyze_sheet(sheet)
     rows = [(k, _show(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
     st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, width="stretch")
@@ -400,7 +390,8 @@ def tab_training(st, common, batch, context, r):
     c[1].metric("wall clock", f"{e.wall_clock_days:.3g} days")
     c[2].metric("cost", usd(e.cost_usd))
     c[3].metric("MFU", pct(e.mfu))
-    st.caption(f"{e.model} on {num(e.gpus)} × {e.chip}, {si(e.tokens)} tokens, {e.precision}; "
+    st.caption(f"{shown(e.model)} on {num(e.gpus)} × {shown(e.chip)}, {si(e.tokens)} tokens, "
+               f"{shown(e.precision)}; "
                "chalk.analyses.training.train_estimate (defaults: the model's published run if any).")
     import plotly.graph_objects as go
 
@@ -459,13 +450,13 @@ def main():
     try:
         r = api.estimate(common["model"], common["hardware"], batch, context, **_layout_opts(common))
     except ChalkError as e:
-        st.error(str(e))
+        st.error(shown(e))
         st.stop()
     except Exception as e:  # noqa: BLE001 - a malformed upload is one line, never a traceback with paths
         st.error(f"chalk could not read this model ({type(e).__name__})")
         st.stop()
-    st.markdown(f"#### {md_escape(r.model)} on {r.chips} × {md_escape(r.hardware)} · {r.precision} weights, "
-                f"{r.kv_precision} KV · batch {num(batch)} · context {num(context)}")
+    st.markdown(f"#### {shown(r.model)} on {r.chips} × {shown(r.hardware)} · {shown(r.precision)} weights, "
+                f"{shown(r.kv_precision)} KV · batch {num(batch)} · context {num(context)}")
     m = st.columns(6)
     m[0].metric("Step time", seconds(r.step_time_s))
     m[1].metric("Cost per M tokens", usd(r.cost_per_mtok_usd))

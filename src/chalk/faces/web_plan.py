@@ -43,6 +43,7 @@ def _price(o) -> str:
 
 def tab_plan(st, common, batch, context, r):
     from chalk.analyses.plan import plan
+    from chalk.faces.web import shown
     from chalk.specs.catalog import chip_ids
 
     chips = chip_ids()
@@ -55,7 +56,7 @@ def tab_plan(st, common, batch, context, r):
         hw = st.multiselect("candidate chips", chips, default=[h for h in DEFAULT_CHIPS if h in chips])
         go = st.form_submit_button("Plan")
     if not go and "plan_result" not in st.session_state:
-        st.info(f"Plan {common['model']} for a demand: pick the chips and targets, then press Plan "
+        st.info(f"Plan {shown(common['model'])} for a demand: pick the chips and targets, then press Plan "
                 f"(prompts of {num(context)} tokens, the sidebar's context).")
         return
     if go:
@@ -87,6 +88,7 @@ def tab_plan(st, common, batch, context, r):
     b.plotly_chart(gpus, width="stretch")
     for eng, text in best["launch"].items():
         st.code(text, language="bash")
-    st.caption(f"{res['model']}: {num(res['demand']['value'])} {res['demand']['unit']}, {num(res['input_len'])} "
+    st.caption(f"{shown(res['model'])}: {num(res['demand']['value'])} {shown(res['demand']['unit'])}, "
+               f"{num(res['input_len'])} "
                f"in / {num(res['output_len'])} out; latencies measured in a replay of the fleet. "
                "chalk.analyses.plan.plan.")
