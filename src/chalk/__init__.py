@@ -22,14 +22,14 @@ __version__ = "0.1.0"
 _LAZY = {
     "estimate": ("chalk.api", "estimate"),
     "sweep": ("chalk.api", "sweep"),
-    "Session": ("chalk.analyses.estimate", "Session"),
-    "throughput": ("chalk.analyses.serving", "throughput"),
+    "Session": ("chalk.api", "Session"),
+    "throughput": ("chalk.api", "throughput"),
     "layout": ("chalk.api", "layout"),
     "simulate": ("chalk.api", "simulate"),
-    "train": ("chalk.analyses.training", "train_estimate"),
-    "pricing": ("chalk.analyses.pricing", "pricing_report"),
-    "validate": ("chalk.analyses.validate", "validate"),
-    "plan": ("chalk.analyses.plan", "plan"),
+    "train": ("chalk.api", "train"),
+    "pricing": ("chalk.api", "pricing"),
+    "validate": ("chalk.api", "validate"),
+    "plan": ("chalk.api", "plan"),
 }
 
 __all__ = [*_LAZY, "__version__"]
