@@ -179,3 +179,150 @@ def test_uploaded_config_is_loadable(tmp_path):
     path = _uploaded_model(Upload())
     m = load_model(path)
     assert m.num_layers == load_model("llama-3.1-8b").num_layers
+
+
+HOSTILE_TYPE = "![t](http://host/x.png) [CLICK](http://evil.example)"
+
+
+def _hostile_config() -> bytes:
+    import json
+
+    src = Path(__file__).resolve().parents[1] / "src/chalk/catalog/models/llama-3.1-8b/config.json"
+    cfg = json.loads(src.read_text())
+    cfg["model_type"] = HOSTILE_TYPE
+    return json.dumps(cfg).encode()
+
+
+def _foreign(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return u.scheme not in ("data", "blob", "about") and (u.hostname or "") not in ("127.0.0.1", "localhost")
+
+
+def _upload(page, server, name, data):
+    page.goto(server, wait_until="domcontentloaded", timeout=120_000)
+    page.wait_for_selector('[data-testid="stMetric"]', timeout=120_000)
+    page.get_by_text("upload config.json").click()
+    page.wait_for_selector('input[type="file"]', state="attached", timeout=60_000)
+    page.set_input_files('input[type="file"]', files=[{"name": name, "mimeType": "application/json",
+                                                        "buffer": data}])
+
+
+@needs_browser
+def test_hostile_upload_is_shown_as_text_with_no_outbound_request_and_no_server_path(server):
+    """Issue 26: a model_type holding markdown image/link markup rendered an <img> fetched from a foreign host and
+    a link inside st.error, next to the server's private upload folder."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            outbound = []
+            page.on("request", lambda req: outbound.append(req.url) if _foreign(req.url) else None)
+            _upload(page, server, "hostile.json", _hostile_config())
+            alert = page.locator('[data-testid="stAlert"]').filter(has_text="unsupported model_type")
+            alert.first.wait_for(timeout=120_000)
+            _wait_idle(page)
+            page.wait_for_timeout(1500)  # give any image or prefetch the time to leave
+            text = alert.first.inner_text()
+            assert HOSTILE_TYPE.lower() in text.lower()  # literal: brackets, parentheses and URLs as typed
+            assert text.lstrip().startswith("hostile.json")  # the file's own name, not where the server kept it
+            assert outbound == []
+            assert page.locator('img[src*="host/x.png"], img[src*="://host"]').count() == 0
+            assert page.locator('a[href*="evil.example"]').count() == 0
+            assert alert.first.locator("img, a").count() == 0
+            body = page.locator("body").inner_text()
+            html = page.content()
+            for leak in ("chalk-web-", "/tmp/", str(Path(__file__).resolve().parents[1])):
+                assert leak not in body and leak not in html
+            assert page.locator('[data-testid="stException"]').count() == 0
+        finally:
+            browser.close()
+
+
+@needs_browser
+def test_oversized_upload_is_refused(server):
+    from playwright.sync_api import sync_playwright
+
+    from chalk.faces.web import MAX_UPLOAD_BYTES
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            _upload(page, server, "big.json", b"{" + b" " * (2 * MAX_UPLOAD_BYTES) + b"}")
+            page.get_by_text("1.0MB or smaller").first.wait_for(timeout=60_000)
+            assert page.locator('[data-testid="stException"]').count() == 0
+        finally:
+            browser.close()
+
+
+def _children(pid: int) -> list[int]:
+    """Every live descendant of `pid` (from /proc)."""
+    kids = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            kids.setdefault(int(fields[1]), []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.parametrize("sigs", ["SIGTERM", "SIGINT", "SIGTERM,SIGTERM"])
+def test_signal_to_chalk_web_ends_the_streamlit_process_group(tmp_path, sigs):
+    """Issue 26: SIGTERM to `chalk web` left the Streamlit child running. The server runs in its own process
+    group, which chalk web ends on SIGTERM / SIGINT (a second signal does not cut the shutdown short)."""
+    import signal
+    import time
+
+    from chalk.faces.web import free_port, wait_until_up
+
+    if not _module("streamlit"):
+        pytest.skip("streamlit not installed")
+    port = free_port("127.0.0.1", 8700)
+    log = open(tmp_path / "web.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "chalk.faces.cli", "web", "--port", str(port), "--no-browser"],
+                            env=_env(), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    try:
+        assert wait_until_up("127.0.0.1", port, timeout_s=90, proc=proc), (tmp_path / "web.log").read_text()[-3000:]
+        kids = _children(proc.pid)
+        assert kids, "chalk web started no server process"
+        groups = {os.getpgid(k) for k in kids}
+        assert os.getpgid(proc.pid) not in groups  # the server runs in its own process group
+        for sig in sigs.split(","):
+            proc.send_signal(getattr(signal, sig))
+            time.sleep(0.2)
+        assert proc.wait(timeout=20) == 0
+        end = time.monotonic() + 5
+        while time.monotonic() < end and any(_alive(k) for k in kids):
+            time.sleep(0.1)
+        assert not [k for k in kids if _alive(k)]
+        for g in groups:
+            with pytest.raises(ProcessLookupError):
+                os.killpg(g, 0)
+        assert "Traceback" not in (tmp_path / "web.log").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

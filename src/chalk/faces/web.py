@@ -66,10 +66,22 @@ def scrub_paths(text) -> str:
     return out
 
 
+def code_span(text) -> str:
+    """`text` as one markdown inline code span: nothing inside is read as a link, image, HTML, emoji/colour
+    directive or math, and GFM's autolinks (which a backslash escape does not stop: Streamlit links
+    `http\\:\\/\\/a\\.example`) do not apply. Line breaks become spaces, so the span cannot be cut by a new block."""
+    flat = re.sub(r"[\r\n\v\f\x85\u2028\u2029]", " ", str(text))
+    if not flat:
+        return ""
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", flat)), default=0) + 1)
+    return f"{fence} {flat} {fence}"
+
+
 def shown(text) -> str:
     """The one way a user-derived string reaches st.error / st.warning / st.info / st.markdown / st.caption /
-    st.subheader: server paths scrubbed, then markdown and HTML escaped."""
-    return md_escape(scrub_paths(text))
+    st.subheader: server paths scrubbed (an upload's saved path becomes its own file name), then shown as a
+    literal inline code span."""
+    return code_span(scrub_paths(text))
 
 
 def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 50) -> int:
@@ -144,6 +156,9 @@ def banner_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def _interrupt(*_):
     raise KeyboardInterrupt
 
@@ -172,7 +187,13 @@ def launch(host: str = "127.0.0.1", port: int | None = None, open_browser: bool 
 
 
 def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
-    """SIGTERM the server's whole process group, SIGKILL it after `grace_s`; returns the server's exit code."""
+    """SIGTERM the server's whole process group, SIGKILL it after `grace_s`; returns the server's exit code.
+    Further SIGTERM / SIGINT / SIGHUP are ignored meanwhile, so a second signal cannot cut the shutdown short."""
+    for sig in _STOP_SIGNALS:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
@@ -188,6 +209,11 @@ def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
 def _serve(host: str, port: int, url: str, shown: str, env: dict, open_browser: bool) -> int:
     # Its own session and process group, so SIGTERM / SIGINT / SIGHUP to `chalk web` end the server and anything
     # it started (a terminal's Ctrl-C reaches only our group; we forward it).
+    for sig in _STOP_SIGNALS:  # before the child exists, so no signal finds it unowned
+        try:
+            signal.signal(sig, _interrupt)
+        except ValueError:  # not the main thread
+            pass
     proc = subprocess.Popen(command(host, port), env=env, start_new_session=True)
     if open_browser:
         def _open():
@@ -197,11 +223,6 @@ def _serve(host: str, port: int, url: str, shown: str, env: dict, open_browser: 
                 webbrowser.open(url)
 
         threading.Thread(target=_open, daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        try:
-            signal.signal(sig, _interrupt)
-        except ValueError:  # not the main thread
-            pass
     try:
         return proc.wait()
     except KeyboardInterrupt:
