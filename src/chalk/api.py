@@ -117,6 +117,9 @@ def _session_class():
         def __init__(self, model, hardware, **options):
             check_value("model", model)
             check_value("hardware", hardware)
+            asked = [k for k in ("batch", "context") if k in options]
+            if asked:
+                raise InputError(f"Session takes {' and '.join(asked)} in .estimate(...), not when it is made")
             for k, v in options.items():
                 _check_option(k, v)
             super().__init__(model, hardware, **options)
