@@ -258,7 +258,11 @@ def test_plot_two_panels(tmp_path):
 def test_frame_and_python_api(llama):
     import chalk
 
-    assert chalk.plan is plan
+    import chalk.api
+
+    assert chalk.plan is chalk.api.plan  # the public face: arguments checked, then analyses.plan answers
+    assert chalk.plan("llama-3.1-8b", hardware="h100-sxm", users=10, min_user_tps=20, input_len=500,
+                      output_len=200).to_dict()["options"][0]["chip"] == "h100-sxm"
     pd = pytest.importorskip("pandas")
     df = llama.to_frame()
     assert isinstance(df, pd.DataFrame) and len(df) == len(llama["options"])

@@ -191,8 +191,11 @@ def checked(fn=None, *, types: dict | None = None, skip: tuple = (), like=None):
                     continue
                 if p.kind is p.VAR_KEYWORD:  # options passed on: their defaults are those of `like`
                     target = inspect.signature(like()).parameters if like is not None else {}
+                    named = {k: q for k, q in target.items() if q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)}
+                    # a stand-in wrapping the function (*args, **kwargs) states no defaults: None stays "not given"
+                    unknown = inspect.Parameter.empty if named else None
                     for k, x in v.items():
-                        _one(k, x, target[k].default if k in target else inspect.Parameter.empty)
+                        _one(k, x, named[k].default if k in named else unknown)
                     continue
                 _one(pname, v, p.default)
             return f(*args, **kwargs)
