@@ -275,7 +275,7 @@ CONTRADICTIONS = {  # invocation: a phrase its one line must hold
     "--precision ,": (PLAN_ALL + [*H, "--precision", ","], "at least one item"),
     "--batches 1,,2": (["sweep", *M, *H, "--batches", "1,,2"], "--batches has an empty item"),
     "--contexts 1,": (["sweep", *M, *H, "--contexts", "1000,"], "--contexts has an empty item"),
-    "--kv-precision '' estimate": (["estimate", *M, *H, "--kv-precision", ""], "kv_precision must name"),
+    "--kv-precision '' estimate": (["estimate", *M, *H, "--kv-precision", ""], "kv_precision must be a name"),
     "--kv-precision '' layout": (["layout", *M, *H, "--kv-precision", ""], "kv_precision must name"),
     "--kv-precision '' throughput": (THR + ["--kv-precision", ""], "kv_precision must name"),
     "--speculative ''": (THR + ["--speculative", ""], "--speculative must be METHOD,K,A"),
