@@ -199,67 +199,13 @@ def poisson_arrivals(rate_per_s: float, n: int, input_len=512, output_len=128, s
                                 _lengths("output_len", output_len, n, rng))
 
 
-_TRACE_COLUMNS = ("arrival_s", "input_len", "output_len")
-
-
 def load_trace(path) -> Requests:
-    """Requests from a CSV with header `arrival_s,input_len,output_len` (extra columns ignored)."""
-    import csv
-    import io
+    """Requests from a trace file in any format `chalk.specs.traces.read_trace` reads (chalk's CSV with header
+    `arrival_s,input_len,output_len`, Azure 2023 CSV, Mooncake JSONL), read bounded."""
+    from chalk.specs.traces import read_trace
 
-    from chalk.specs.files import read_bounded_text
-    from chalk.specs.traces import MAX_TRACE_BYTES
-
-    where = str(path)
-    text = read_bounded_text(path, where, MAX_TRACE_BYTES, what="a trace")  # never a device, a FIFO, 10 GB
-    try:
-        rows = [(n, row) for n, row in _csv_rows(csv.reader(io.StringIO(text, newline=""), skipinitialspace=True))]
-    except csv.Error as e:
-        raise SpecError(f"{where}: malformed CSV ({e.__class__.__name__})") from None
-    if not rows:
-        raise SpecError(f"{where}: empty trace (expected header {','.join(_TRACE_COLUMNS)})")
-    header = [str(c).strip() for c in rows[0][1]]
-    missing = [c for c in _TRACE_COLUMNS if c not in header]
-    if missing:
-        raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; "
-                        f"expected header {','.join(_TRACE_COLUMNS)}")
-    data = rows[1:]
-    if not data:
-        raise SpecError(f"{where}: no requests after the header")
-    for line, row in data:
-        if len(row) > len(header):
-            raise SpecError(f"{where}: malformed CSV (line {line}: expected {len(header)} fields, saw {len(row)})")
-    out = []
-    for col in _TRACE_COLUMNS:
-        j = header.index(col)
-        raw = [row[j].strip() if j < len(row) else "" for _, row in data]
-        x = np.array([_number(v) for v in raw], dtype=float)
-        bad = ~np.isfinite(x)
-        if col == "arrival_s":
-            bad |= x < 0
-            want = "a finite time >= 0"
-        else:
-            bad |= (x <= 0) | (x != np.floor(x))
-            want = "a positive integer"
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise SpecError(f"{where}: line {data[i][0]}: {col} must be {want}, got {raw[i]!r}")
-        out.append(x)
-    return Requests.from_arrays(*out)
-
-
-def _csv_rows(reader):
-    """(file line number, fields) of each non-blank CSV row."""
-    for row in reader:
-        if any(c.strip() for c in row):
-            yield reader.line_num, row
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
+    t = read_trace(path)
+    return Requests.from_arrays(t.arrival_s, t.input_len, t.output_len)
 
 
 # ----------------------------------------------------------------------------------------- results
