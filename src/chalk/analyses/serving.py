@@ -165,14 +165,15 @@ def prefill_step_tokens(B, e, Ip, O, piece, attn_dp=1.0, alignment=1.0):
 
 
 def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
-    """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s)): B decoding
+    """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s), fraction of
+    steps carrying a chunk): B decoding
     sequences of context L while prompts of I tokens (Ip uncached) are prefilled in chunks of `piece` on each
     attention-DP rank (`prefill_step_tokens`); the mean is (1 - F) pure + F chunk, a chunk's weight and expert
     reads counted once."""
     c, f, c_r = prefill_step_tokens(B, e, Ip, O, piece, a, cal.dp_prefill_alignment)
     pure = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"], dtype=float)
     chunk = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, prefill_rank_tokens=c_r, **kw)
-    return (1 - f) * pure + f * np.asarray(chunk["stage_time_s"], dtype=float), chunk, pure
+    return (1 - f) * pure + f * np.asarray(chunk["stage_time_s"], dtype=float), chunk, pure, f
 
 
 def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
@@ -194,7 +195,7 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
         dec = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)
         st = np.asarray(dec["stage_time_s"], dtype=float)
     else:
-        st, dec, pure = mixed_step_s(costs, system, tp, a, pp, ep, B, e, I, O, L, I, piece, cal, **kw)
+        st, dec, pure, F = mixed_step_s(costs, system, tp, a, pp, ep, B, e, I, O, L, I, piece, cal, **kw)
         first = np.asarray(dec["stage_time_s"], dtype=float)  # the step carrying a new prompt's chunk
     if spec is not None:  # the MTP head drafts K tokens, one block each, before the verify step
         st = st + S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
@@ -206,7 +207,6 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
         return out
     # p99 TPOT: a request's TPOT averages the steps of its own decode, a share of which carry a prompt's chunk;
     # over O - 1 steps that share is binomial around F: its 99th percentile, by the normal approximation
-    F = prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment)[1]
     share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
     tail = pure + (first - pure) * share
     if spec is not None:
@@ -719,7 +719,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                        **kw)["stage_time_s"], dtype=float)
             st_chunk = st
         else:  # prompts prefilled as whole chunks in some steps (`prefill_step_tokens`), the same as the search
-            st, ch, _ = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal, **kw)
+            st, ch, _, _ = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal,
+                                        **kw)
             st_chunk = np.asarray(ch["stage_time_s"], dtype=float)
         if speculative is not None:
             st = st + S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers)
@@ -826,9 +827,9 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
         d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
              "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
     else:
-        c, F, _ = prefill_step_tokens(max(B, 1.0), e, Ip, O, piece, lay.attn_dp, cal.dp_prefill_alignment)
-        mean, chunk, pure = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip, O,
-                                         L, max(I, 1.0), piece, cal, **kw)
+        c = prefill_step_tokens(max(B, 1.0), e, Ip, O, piece, lay.attn_dp, cal.dp_prefill_alignment)[0]
+        mean, chunk, pure, F = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip,
+                                            O, L, max(I, 1.0), piece, cal, **kw)
         d = {"source": "closed form", "decode_sequences": float(B), "prefill_tokens_per_step": float(c * F),
              "mean_step_s": float(np.asarray(mean)), "pure_decode_step_s": float(np.asarray(pure)),
              "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
