@@ -93,7 +93,11 @@ def _num(s: str, cast=float):
 @lru_cache(maxsize=1)
 def load_rows() -> tuple[Row, ...]:
     """The validation set shipped with chalk (package data)."""
-    text = package_path("validation", "validation.csv").read_text()
+    return parse_rows(package_path("validation", "validation.csv").read_text())
+
+
+def parse_rows(text: str) -> tuple[Row, ...]:
+    """Rows in validation.csv's columns (README.md there), from CSV text."""
     rows = []
     for i, d in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:
