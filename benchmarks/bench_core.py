@@ -25,7 +25,7 @@ def cli_wall_s(args: list[str], repeats: int = 7) -> float:
 
 
 def sweep_points_per_s(model: str, hardware: str, n_batch: int = 1000, n_ctx: int = 1000) -> float:
-    from chalk.analyses.roofline import step
+    from chalk.analyses.step.roofline import step
     from chalk.specs.catalog import load_model, resolve_hardware
 
     m, s = load_model(model), resolve_hardware(hardware)

@@ -14,7 +14,7 @@ import time
 
 if __name__ == "__main__":
     t0 = time.perf_counter()
-    from chalk.analyses.measure import format_report, run_measure
+    from chalk.analyses.step.measure import format_report, run_measure
 
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     out_dir = sys.argv[2] if len(sys.argv) > 2 else None

@@ -38,8 +38,8 @@ def cli_wall(args) -> float:
 
 def replay_1m(n: int) -> None:
     """The cheapest H100 aggregated fleet of the llama plan, replayed with `n` requests over every replica."""
-    from chalk.analyses import sizing as S
-    from chalk.analyses.plan import plan  # noqa: F401  (warms the imports, as the CLI has them)
+    from chalk.analyses.planning import sizing as S
+    from chalk.analyses.planning.plan import plan  # noqa: F401  (warms the imports, as the CLI has them)
     from chalk.specs.catalog import as_model, as_system
     from chalk.specs.demand import Demand
 

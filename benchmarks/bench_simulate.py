@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 import time
 
-from chalk.analyses import simulate
-from chalk.analyses.simulate import StepCost, poisson_arrivals, simulate_continuous, simulate_train
+from chalk.analyses.traffic import simulate
+from chalk.analyses.traffic.simulate import StepCost, poisson_arrivals, simulate_continuous, simulate_train
 
 MODEL, HARDWARE = "llama-3.1-8b", "h100-sxm"
 INPUT, OUTPUT = 512, 128

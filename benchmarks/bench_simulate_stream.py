@@ -17,7 +17,7 @@ import time
 
 def main(n: int = 100_000_000, loop: str = "auto") -> None:
     import chalk
-    from chalk.analyses import simulate
+    from chalk.analyses.traffic import simulate
 
     if loop == "python":
         simulate.COMPILED_MIN_REQUESTS = 1 << 62

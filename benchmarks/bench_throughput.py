@@ -37,8 +37,8 @@ def main() -> int:
             return 1
         out = json.loads(p.stdout)
     sys.path.insert(0, src)
-    from chalk.analyses.parallel import enumerate_layouts
-    from chalk.analyses.serving import deployment_sizes
+    from chalk.analyses.step.parallel import enumerate_layouts
+    from chalk.analyses.traffic.serving import deployment_sizes
     from chalk.specs.catalog import load_model, load_system
 
     m, s = load_model("deepseek-v3"), load_system("gb200-nvl72")

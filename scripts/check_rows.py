@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from chalk.analyses.validate import parse_rows, predict
+from chalk.analyses.fidelity.validate import parse_rows, predict
 from chalk.errors import ChalkError
 
 

@@ -2,7 +2,7 @@
 
 Runs the peer's single-point estimator (`aiconfigurator.cli.api.cli_estimate`, aiconfigurator 0.12) on every NVIDIA
 row of chalk's validation set it supports, next to chalk's own prediction of the row
-(`chalk.analyses.validate.predict`), and writes a table: measured, chalk, peer, both errors, source family. Where
+(`chalk.analyses.fidelity.validate.predict`), and writes a table: measured, chalk, peer, both errors, source family. Where
 chalk and the peer disagree by more than `--gap` (10%) on a throughput or TPOT row, both decode steps are taken apart
 op by op at the same layout, batch and context (chalk: `chalk estimate ... --ops --json`; the peer: its
 `per_ops_data["genonly_step"]`), grouped into op classes, and the class that carries most of the step-time gap is
@@ -315,8 +315,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ops", action="store_true", help="skip the op-by-op comparison")
     a = ap.parse_args(argv)
 
-    from chalk.analyses.calibration import calibration
-    from chalk.analyses.validate import load_rows, predict
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.fidelity.validate import load_rows, predict
 
     _peer()
     cal = calibration()

@@ -15,12 +15,12 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
    MXFP4 weights with 16-bit activations (w4a16) as their own key), takes
    the fastest kernel where a shape was measured with several, and holds out a random 20% of the rows
    (numpy default_rng(0) per table, rows in the table's sorted key order);
-2. fits ln(time) on a coarse grid over the family's shape features (`chalk.specs.kernels.FEATURES`, log2 axes
+2. fits ln(time) on a coarse grid over the family's shape features (`chalk.analyses.step.kernels.FEATURES`, log2 axes
    `AXES` below) by robust (Huber) least squares with multilinear interpolation and a small second-difference
    smoothness penalty (LAMBDA), on the 80% only; for MoE it also picks the routing passes (bytes per routed copy of the
    whole EP group, `chalk.equations.kernels.moe_routing_bytes`) from PASSES by the in-sample median error;
 3. stores eta = (roofline floor at the chip's catalog peaks) / (fitted time) per node, as round(100 ln eta);
-4. reloads the written data through `chalk.specs.kernels` (the run-time code) and reports median and p90
+4. reloads the written data through `chalk.analyses.step.kernels` (the run-time code) and reports median and p90
    |predicted / measured - 1| on the held-out rows, per family and system, plus a leave-one-system-out check of
    the curve family that chips without tables get; writes a sample of held-out rows to
    tests/data/kernel_holdout.csv for tests/test_kernels.py.
@@ -49,7 +49,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from chalk.specs import kernels as KS  # noqa: E402
+from chalk.analyses.step import kernels as KS  # noqa: E402
 from chalk.specs.catalog import load_chip, write_compiled_catalog  # noqa: E402
 
 PKG = "aiconfigurator-core"
@@ -276,7 +276,7 @@ def distil_one(family, rows, ref, train):
 
 # --------------------------------------------------------------------------- checking through chalk's own loader
 def predict(kp, family, r: pd.DataFrame) -> np.ndarray:
-    """Times of rows through the run-time API (`chalk.specs.kernels.KernelProfile`)."""
+    """Times of rows through the run-time API (`chalk.analyses.step.kernels.KernelProfile`)."""
     c = lambda n: r[n].to_numpy(dtype=float)  # noqa: E731
     out = np.empty(len(r))
     for dt, idx in r.groupby("dtype").indices.items():

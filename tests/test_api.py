@@ -40,7 +40,7 @@ def test_estimate_and_session_agree():
 def test_a_session_keeps_its_latest_answers_only():
     """issue 12: a Session that kept every answer made the garbage collector walk them all on each new question
     (~10 us of a ~100 us estimate at a few thousand kept); it keeps the latest SESSION_MEMO."""
-    from chalk.analyses.estimate import SESSION_MEMO
+    from chalk.analyses.step.estimate import SESSION_MEMO
 
     s = chalk.Session("llama-3.1-8b", "h100-sxm")
     first = s.estimate(1, 1000)

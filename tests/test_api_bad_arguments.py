@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chalk
-from chalk.analyses.pricing import Assumptions
+from chalk.analyses.economics.pricing import Assumptions
 from chalk.errors import ChalkError
 from chalk.specs import arguments as A
 
@@ -50,13 +50,13 @@ def _assumptions(**kw):
 
 
 def _estimate_options():
-    from chalk.analyses.estimate import estimate
+    from chalk.analyses.step.estimate import estimate
 
     return inspect.signature(estimate).parameters
 
 
 def _layout_options():
-    from chalk.analyses.parallel import layout_report
+    from chalk.analyses.step.parallel import layout_report
 
     return {k: v for k, v in inspect.signature(layout_report).parameters.items() if k not in ("model", "system")}
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import calibrate as C
-from chalk.analyses import fit_memo as M
-from chalk.analyses.calibration import CALIBRATION
-from chalk.analyses.validate import family_of_group, load_rows, predict
+from chalk.analyses.fidelity import calibrate as C
+from chalk.analyses.fidelity import fit_memo as M
+from chalk.analyses.step.calibration import CALIBRATION
+from chalk.analyses.fidelity.validate import family_of_group, load_rows, predict
 
 
 def _rows(families, metrics=None, measured=None):

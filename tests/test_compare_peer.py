@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalk.analyses.validate import load_rows
+from chalk.analyses.fidelity.validate import load_rows
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_peer.py"
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from chalk.analyses.energy import DEFAULT_USD_PER_KWH, energy_of, energy_per_token
+from chalk.analyses.economics.energy import DEFAULT_USD_PER_KWH, energy_of, energy_per_token
 from chalk.equations import energy as E
 from chalk.errors import InputError
 from chalk.specs.catalog import load_chip

@@ -15,7 +15,7 @@ import chalk
 from chalk.errors import ChalkError, InputError, UnknownNameError
 from chalk.specs.catalog import load_chip
 from chalk.specs.engine import ENGINES, engine_defaults_table, known_releases, load_engine, parse_engine
-from chalk.specs.kernels import kernel_profile, nearest_version
+from chalk.analyses.step.kernels import kernel_profile, nearest_version
 
 PKG = "aiconfigurator-core 0.12.0 tables"
 

@@ -76,7 +76,7 @@ def test_calibrate_write_on_a_full_disk_keeps_the_old_file(tmp_path):
     out.write_bytes(OLD)
     script = (
         "import sys\n"
-        "from chalk.analyses import calibrate as C\n"
+        "from chalk.analyses.fidelity import calibrate as C\n"
         "C.cross_validate = lambda **kw: {'cv_range': (0.8, 1.3), 'range_quantiles': [0.1, 0.9],\n"
         "    'cv_range_coverage': 0.8, 'n_families': 5, 'n': 40}\n"
         "from chalk.faces.cli import main\n"

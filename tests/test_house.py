@@ -55,6 +55,40 @@ def test_analyses_never_import_the_api_or_faces():
     assert {m: v for m, v in bad.items() if v} == {}
 
 
+#: The rooms of `chalk.analyses` (issue 29) and the rooms each may import: records at the bottom, the step-time
+#: oracle above it, traffic (requests meeting steps) above that, and four rooms on top that never import each other.
+ROOMS = {"records": set(), "step": {"records"}, "traffic": {"records", "step"},
+         "planning": {"records", "step", "traffic"}, "economics": {"records", "step", "traffic"},
+         "fidelity": {"records", "step", "traffic"}, "blackboard": {"records", "step", "traffic"}}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["chalk", "analyses"] else None
+
+
+def test_analyses_live_in_rooms_of_about_ten_modules():
+    flat = sorted(p.name for p in (SRC / "analyses").glob("*.py") if p.name != "__init__.py")
+    assert flat == []
+    rooms = {p.name for p in (SRC / "analyses").iterdir() if (p / "__init__.py").exists()}
+    assert rooms == set(ROOMS)
+    for room in ROOMS:
+        modules = [p for p in (SRC / "analyses" / room).glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 10, (room, len(modules))
+
+
+def test_rooms_import_only_the_rooms_below_them():
+    bad = {}
+    for m, deps in GRAPH.items():
+        room = _room(m)
+        if room is None:
+            continue
+        up = sorted(n for n in _real(deps) if _room(n) not in (None, room) and _room(n) not in ROOMS[room])
+        if up:
+            bad[m] = up
+    assert bad == {}
+
+
 def test_equations_and_specs_import_nothing_above_them():
     for m, deps in GRAPH.items():
         if m.startswith("chalk.equations"):

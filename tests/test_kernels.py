@@ -1,4 +1,4 @@
-"""The distilled kernel tables (`chalk.specs.kernels`): held-out accuracy, invariants, provenance, no heavy deps."""
+"""The distilled kernel tables (`chalk.analyses.step.kernels`): held-out accuracy, invariants, provenance, no heavy deps."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from chalk.equations import kernels as K
 from chalk.errors import InputError, UnknownNameError
 from chalk.specs.catalog import load_chip
-from chalk.specs.kernels import KernelProfile, index, kernel_profile
+from chalk.analyses.step.kernels import KernelProfile, index, kernel_profile
 
 HOLDOUT = Path(__file__).parent / "data" / "kernel_holdout.csv"
 MEASURED = ("h100-sxm", "h800", "h200", "b200", "gb200", "b300", "gb300", "a100-sxm")
@@ -254,7 +254,7 @@ def test_runs_without_pandas_or_pyarrow():
     code = ("import sys\n"
             "sys.modules['pandas'] = None; sys.modules['pyarrow'] = None\n"  # any import of them would fail
             "from chalk.specs.catalog import load_chip\n"
-            "from chalk.specs.kernels import kernel_profile\n"
+            "from chalk.analyses.step.kernels import kernel_profile\n"
             "kp = kernel_profile(load_chip('h100-sxm'), 'sglang')\n"
             "t = kp.gemm_time_s([1, 64, 4096], 8192, 8192, 'bf16')\n"
             "t2 = kp.moe_time_s(256, 7168, 2048, 256, 8, 8, 'fp8')\n"
@@ -272,8 +272,8 @@ def test_step_model_with_tables_adds_up():
     """The step model on the tables: op sources say so, and the ops add up to the step time."""
     import dataclasses
 
-    from chalk.analyses.calibration import calibration
-    from chalk.analyses.parallel import model_costs, stage_step
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.parallel import model_costs, stage_step
     from chalk.specs.catalog import as_model, as_system
 
     cal = dataclasses.replace(calibration(), use_kernel_tables=True)
@@ -400,7 +400,7 @@ def test_layer_shape_slices_match_the_whole_grid(cid):
 def test_a_fixed_shape_remembers_the_time_the_whole_grid_gives(m, b, L):
     """A GEMM or attention shape asked one number twice answers from memory what the full interpolation (array
     path, no memory) gives, and never keeps more than MEMO_SIZE sizes."""
-    from chalk.specs.kernels import MEMO_SIZE
+    from chalk.analyses.step.kernels import MEMO_SIZE
 
     kp = kernel_profile(load_chip("h100-sxm"))
     g = kp.gemm_shape(1024.0, 8192.0, "bf16")

@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.plan import plan
+from chalk.analyses.step.model_sizes import ModelSizes
+from chalk.analyses.planning.plan import plan
 from chalk.errors import InputError
 from chalk.specs.catalog import as_model, as_system, model_ids, model_meta
 from chalk.specs.checkpoints import launch_rules, stored_precision, user_checkpoint

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from chalk.analyses.lecture import all_claims
+from chalk.analyses.blackboard.lecture import all_claims
 from chalk.specs.catalog import chip_ids
 
 ISSUE2_IDS = ["critical_batch_deepseek_lecture", "critical_batch_deepseek_v3", "nvl72_hbm_tb", "batch1_cost_penalty",

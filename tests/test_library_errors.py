@@ -34,20 +34,20 @@ CALLS = {
 
 
 def _margin(**kw):
-    from chalk.analyses.pricing import pricing_margin
+    from chalk.analyses.economics.pricing import pricing_margin
 
     return pricing_margin(**kw)
 
 
 def _rack(**kw):
-    from chalk.analyses.parallel import moe_rack_layout
+    from chalk.analyses.step.parallel import moe_rack_layout
     from chalk.specs.catalog import as_model, as_system
 
     return moe_rack_layout(as_model(kw.pop("model")), as_system(kw.pop("hardware")), **kw)
 
 
 def _pipeline(**kw):
-    from chalk.analyses.parallel import pipeline_analysis
+    from chalk.analyses.step.parallel import pipeline_analysis
     from chalk.specs.catalog import as_model, as_system
 
     return pipeline_analysis(as_model(kw.pop("model")), as_system(kw.pop("hardware")), **kw)

@@ -15,8 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from chalk.analyses import measure as M
-from chalk.analyses import roofline as RL
+from chalk.analyses.step import measure as M
+from chalk.analyses.step import roofline as RL
 from chalk.errors import ChalkError, InputError
 from chalk.specs.catalog import resolve_hardware
 from chalk.specs.hardware import Chip, System
@@ -138,7 +138,7 @@ def test_calibrated_chip_round_trips_through_resolve_hardware(tmp_path):
 def test_efficiency_block_is_carried_and_used_as_hardware(tmp_path):
     """issue 12: the fitted compute, memory and overhead live in the chip YAML, and chalk.estimate uses them."""
     import chalk
-    from chalk.analyses.calibration import CALIBRATION, efficiency_for
+    from chalk.analyses.step.calibration import CALIBRATION, efficiency_for
     from chalk.specs.hardware import ChipEfficiency
 
     fit = ChipEfficiency(compute=0.31, memory=0.57, overhead_s=2.5e-3, overhead_prefill_s=4e-3, source="test fit")

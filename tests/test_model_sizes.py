@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.specs.catalog import load_model, model_ids
 
 # Golden figures copied from shared/reference/models.csv (sources named per row there):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from chalk.analyses import plan as plan_mod
-from chalk.analyses import serving
-from chalk.analyses.serving import Speculation, model_speculation, throughput
+from chalk.analyses.planning import plan as plan_mod
+from chalk.analyses.traffic import serving
+from chalk.analyses.traffic.serving import Speculation, model_speculation, throughput
 from chalk.specs import launch
 from chalk.specs.catalog import load_model, read_yaml, package_path
 

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chalk
-from chalk.analyses.calibration import calibration
-from chalk.analyses.estimate import make_layout
-from chalk.analyses.parallel import Layout, memory_per_chip, model_costs, stage_step
-from chalk.analyses.serving import deployment_sizes, search_sizes
+from chalk.analyses.step.calibration import calibration
+from chalk.analyses.step.estimate import make_layout
+from chalk.analyses.step.parallel import Layout, memory_per_chip, model_costs, stage_step
+from chalk.analyses.traffic.serving import deployment_sizes, search_sizes
 from chalk.errors import InputError
 from chalk.specs.catalog import load_model, load_system
 

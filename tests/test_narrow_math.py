@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses.estimate import estimate
+from chalk.analyses.step.estimate import estimate
 from chalk.specs.catalog import chip_ids, load_chip
-from chalk.specs.kernels import kernel_profile
+from chalk.analyses.step.kernels import kernel_profile
 
 CHIPS = tuple(chip_ids())
 #: chips whose FP8 rate is at least their BF16 rate (chips without a listed FP8 rate run it at BF16's)

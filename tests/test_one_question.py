@@ -1,7 +1,7 @@
 """issue 12: one question at a time answers what a grid of them answers.
 
 A scalar question runs the step model on numpy float64 scalars (`chalk.equations.num`) and looks kernel times up in
-grids cut at the layer's shape (`chalk.specs.kernels._Slice`); a grid of questions runs it on arrays, and a grid of
+grids cut at the layer's shape (`chalk.analyses.step.kernels._Slice`); a grid of questions runs it on arrays, and a grid of
 layouts takes the whole kernel grids. All three must agree: step time, tokens/s and every op's time, over a dense
 model, an MoE model with MLA and one with sliding windows, on chips with measured tables (H100, B200) and without
 (MI300X, the curve family), for decode and prefill on several layouts.
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import chalk
-from chalk.analyses.calibration import calibration
-from chalk.analyses.estimate import make_layout
-from chalk.analyses.model_sizes import sizes
-from chalk.analyses.parallel import model_costs, resolve_kv_precision, stage_step
+from chalk.analyses.step.calibration import calibration
+from chalk.analyses.step.estimate import make_layout
+from chalk.analyses.step.model_sizes import sizes
+from chalk.analyses.step.parallel import model_costs, resolve_kv_precision, stage_step
 
 CASES = [("llama-3.1-70b", ("tp=8", "tp=2,pp=2")),
          ("deepseek-v3", ("tp=8", "tp=1,attn_dp=8", "tp=2,attn_dp=4,pp=2")),

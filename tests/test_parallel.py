@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from chalk.analyses import parallel as par
-from chalk.analyses.calibration import calibration
+from chalk.analyses.step import parallel as par
+from chalk.analyses.step.calibration import calibration
 from chalk.equations import parallel as P
 from chalk.errors import FitError, InputError
 from chalk.specs.catalog import load_model, load_system
@@ -199,7 +199,7 @@ def test_max_load_factor_balls_in_bins():
 def test_expert_slowdown_in_the_stage_step():
     import dataclasses
 
-    from chalk.analyses import step_model as SM
+    from chalk.analyses.step import step_model as SM
     m = load_model("deepseek-v3")
     s = load_system("gb200-nvl72")
     costs = par.model_costs(m, "fp8", "fp8")

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import sizing as S
-from chalk.analyses.calibration import calibration
-from chalk.analyses.plan import plan
-from chalk.analyses.serving import Speculation
+from chalk.analyses.planning import sizing as S
+from chalk.analyses.step.calibration import calibration
+from chalk.analyses.planning.plan import plan
+from chalk.analyses.traffic.serving import Speculation
 from chalk.errors import FitError, InputError, UnknownNameError
 from chalk.faces import cli
 from chalk.specs.catalog import as_model, as_system
@@ -345,8 +345,8 @@ def test_web_explorer_takes_the_expert_load_balancer_everywhere(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    import chalk.analyses.estimate as E
-    import chalk.analyses.serving as SV
+    import chalk.analyses.step.estimate as E
+    import chalk.analyses.traffic.serving as SV
     import chalk.faces.web_app as web_app
 
     seen = {"estimate": [], "throughput": []}
@@ -378,7 +378,7 @@ def test_web_explorer_takes_the_expert_load_balancer_everywhere(monkeypatch):
         assert len(layout_views) >= 3 and set(layout_views) == {mode}
         assert {e for e, aggregate in seen["estimate"] if aggregate} == {None}  # the lecture's views: no EP group
     # the Plan tab, on submit (the plan itself is stubbed: what matters here is the option it is given)
-    import chalk.analyses.plan as P
+    import chalk.analyses.planning.plan as P
 
     asked = []
 

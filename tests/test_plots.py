@@ -48,13 +48,13 @@ def test_every_issue_kind_is_registered():
                                   "hardware-ratio", "pipeline", "batch-train", "training-pools"}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.simulate") is None, reason="simulate not built yet")
+@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.traffic.simulate") is None, reason="simulate not built yet")
 def test_batch_train_writes_png(tmp_path):
     _check_image(plots.plot("batch-train", tmp_path / "train.png"))
     _check_image(plots.plot("batch-train", tmp_path / "train2.png", ideal=True, **PAIR))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.training") is None, reason="training not built yet")
+@pytest.mark.skipif(importlib.util.find_spec("chalk.analyses.blackboard.training") is None, reason="training not built yet")
 def test_training_pools_writes_png(tmp_path):
     _check_image(plots.plot("training-pools", tmp_path / "pools.png", model="llama-3.1-405b"))
 
@@ -63,7 +63,7 @@ def test_pareto_needs_serving_or_draws(tmp_path):
     try:
         out = plots.plot("pareto", tmp_path / "pareto.png", model="llama-3.1-8b", compare="hgx-h100,hgx-b200")
     except ChalkError as e:
-        assert "chalk.analyses.serving" in str(e)
+        assert "chalk.analyses.traffic.serving" in str(e)
     else:
         _check_image(out)
 

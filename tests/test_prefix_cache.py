@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import pricing as AP
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.economics import pricing as AP
+from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.equations import prefix_cache as PC
 from chalk.specs.catalog import load_model
 

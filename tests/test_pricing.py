@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from chalk.analyses import pricing as AP
+from chalk.analyses.economics import pricing as AP
 from chalk.equations import pricing as P
 from chalk.errors import ChalkError, InputError, UnknownNameError
 from chalk.faces.cli_economics_pricing import register

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses.estimate import estimate
-from chalk.analyses.model_sizes import sizes
-from chalk.analyses.parallel import model_costs, resolve_kv_precision
+from chalk.analyses.step.estimate import estimate
+from chalk.analyses.step.model_sizes import sizes
+from chalk.analyses.step.parallel import model_costs, resolve_kv_precision
 from chalk.errors import SpecError, UnknownNameError
 from chalk.specs.catalog import chip_ids, load_chip, load_model
-from chalk.specs.kernels import kernel_profile
+from chalk.analyses.step.kernels import kernel_profile
 from chalk.specs.model import model_from_config
 from chalk.specs.precision import WeightOnly, bytes_per_element, canonical, weight_only
 
@@ -200,7 +200,7 @@ def test_the_cli_answers_carry_the_weight_format():
 
 
 def test_plan_sizes_the_4_bit_70b_as_4_bit():
-    from chalk.analyses.plan import plan
+    from chalk.analyses.planning.plan import plan
 
     r = plan(str(GPTQ_70B), "h100-sxm", input_len=1000, output_len=200, users=50, modes=("aggregated",),
              sim_requests=2000)

@@ -86,7 +86,7 @@ def test_claims_table_shows_the_range_it_checks(page):
 
 def test_report_runs_no_experiment(monkeypatch):
     """The RevNet figures come from the closed form; measuring would take seconds (issue 12)."""
-    from chalk.analyses import reversible
+    from chalk.analyses.blackboard import reversible
 
     def boom(*a, **k):
         raise AssertionError("the report ran the RevNet experiment")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import reversible as an
+from chalk.analyses.blackboard import reversible as an
 from chalk.equations import reversible as eq
 
 DEPTHS = (1, 2, 4, 8, 16, 32, 64)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses.model_sizes import ModelSizes
-from chalk.analyses.roofline import IDEAL, step
+from chalk.analyses.step.model_sizes import ModelSizes
+from chalk.analyses.step.roofline import IDEAL, step
 from chalk.equations import attention as A
 from chalk.equations import moe
 from chalk.equations import roofline as R

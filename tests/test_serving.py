@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from chalk.analyses import serving as sv
+from chalk.analyses.traffic import serving as sv
 from chalk.errors import FitError, InputError
 
 KEYS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "user_tokens_per_s", "ttft_s", "tpot_s",
@@ -135,7 +135,7 @@ def test_cli_throughput_json_contract():
 
 
 def test_batch_grid_reaches_the_cap_in_small_steps():
-    from chalk.analyses.parallel import enumerate_layouts
+    from chalk.analyses.step.parallel import enumerate_layouts
     from chalk.specs.catalog import load_model
     lays = enumerate_layouts(load_model("llama-3.1-8b"), 1, 8)
     for cap in (256, 2048):

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import simulate as S
-from chalk.analyses.serving import fixed_deployment, throughput
+from chalk.analyses.traffic import simulate as S
+from chalk.analyses.traffic.serving import fixed_deployment, throughput
 
 SC_8B = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=64, context=1200, prompt_len=1000,
                                    prefill_tokens=300)
@@ -89,7 +89,7 @@ def test_a_streamed_run_answers_as_a_held_one():
 
 
 def test_log_histogram_quantiles_are_within_their_relative_accuracy():
-    from chalk.analyses.log_histogram import LogHistogram
+    from chalk.analyses.traffic.log_histogram import LogHistogram
 
     rng = np.random.default_rng(1)
     x = rng.lognormal(-4, 1.5, 200_000)
@@ -175,7 +175,7 @@ def test_one_deployment_answers_alike_through_every_door():
 def test_whole_disaggregated_pools_count_every_gpu():
     """A disaggregated answer is a whole deployment: decode replicas and enough whole prefill replicas to keep up,
     its GPUs counted in both pools and its output per GPU over all of them."""
-    from chalk.analyses.serving import whole_pools
+    from chalk.analyses.traffic.serving import whole_pools
 
     assert whole_pools(8, 4, 1.397) == (1, 3)  # 8 + 12 GPUs for an ideal 19.2: 4% over
     k, p = whole_pools(8, 8, 0.1)

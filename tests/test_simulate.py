@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chalk.analyses import roofline as R
-from chalk.analyses import simulate as S
-from chalk.analyses.model_sizes import ModelSizes
+from chalk.analyses.step import roofline as R
+from chalk.analyses.traffic import simulate as S
+from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.errors import InputError, SpecError
 from chalk.specs.catalog import load_model, resolve_hardware
 
@@ -350,7 +350,7 @@ def test_plot_draws_the_simulated_period():
 
 def test_closed_loop_latency_counts_from_the_send():
     """A closed-loop client sends a request when a seat frees: its TTFT must not include the wait for the seat."""
-    from chalk.analyses import simulate as S
+    from chalk.analyses.traffic import simulate as S
 
     sc = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=4, context=600, prompt_len=512,
                                     prefill_tokens=8)
@@ -397,8 +397,8 @@ def test_simulate_and_throughput_agree_on_a_closed_loop():
     each seat the calibrated request latency outside the engine, so throughput and the decoding batch agree, and
     both count TTFT on the client's clock."""
     import chalk
-    from chalk.analyses.calibration import calibration
-    from chalk.analyses.serving import fixed_deployment
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.traffic.serving import fixed_deployment
 
     kw = dict(layout="tp=1", concurrency=64, input_len=1000, output_len=200)
     s = chalk.simulate("llama-3.1-8b", "h100-sxm", requests=3000, **kw)
@@ -413,7 +413,7 @@ def test_simulate_and_throughput_agree_on_a_closed_loop():
 
 
 def test_fixed_mode_latencies_come_from_the_simulator():
-    from chalk.analyses.serving import fixed_deployment
+    from chalk.analyses.traffic.serving import fixed_deployment
 
     f = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=64, input_len=1000, output_len=200)
     assert f["latency_source"].startswith("simulated closed loop")
@@ -432,7 +432,7 @@ def test_simulate_without_a_layout_takes_throughputs_layout_and_states_it():
     """issue 23: without --layout the whole box was timed as one chip with no communication. Now the layout is
     throughput's pick for the same lengths, timed on its replica, and the answer says which."""
     import chalk
-    from chalk.analyses.serving import throughput
+    from chalk.analyses.traffic.serving import throughput
 
     kw = dict(input_len=2000, output_len=200)
     s = chalk.simulate("llama-3.1-70b", "h100-sxm", rate=0.5, requests=200, **kw)

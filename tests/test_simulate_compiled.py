@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from chalk.analyses import simulate as S
+from chalk.analyses.traffic import simulate as S
 from chalk.errors import InputError
 from chalk.specs.catalog import load_model, resolve_hardware
 
@@ -111,7 +111,7 @@ def test_bad_loop_name_and_a_missing_numba_are_one_line_errors(monkeypatch):
     with pytest.raises(InputError, match="loop must be"):
         S.simulate_continuous(req, SC_8B, 8, loop="fast")
     monkeypatch.setitem(sys.modules, "numba", None)  # as if not installed
-    monkeypatch.setitem(sys.modules, "chalk.analyses.simulate_compiled", None)
+    monkeypatch.setitem(sys.modules, "chalk.analyses.traffic.simulate_compiled", None)
     with pytest.raises(InputError, match=r"chalk\[fast\]"):
         S.simulate_continuous(req, SC_8B, 8, loop="compiled")
     # 'auto' falls back to the Python loop
@@ -119,7 +119,7 @@ def test_bad_loop_name_and_a_missing_numba_are_one_line_errors(monkeypatch):
 
 
 def test_importing_chalk_does_not_import_numba():
-    code = "import sys, chalk, chalk.analyses.simulate, chalk.faces.cli; print('numba' in sys.modules)"
+    code = "import sys, chalk, chalk.analyses.traffic.simulate, chalk.faces.cli; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

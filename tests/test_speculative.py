@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chalk import api
-from chalk.analyses.speculative import speculative_breakeven, speculative_estimate
+from chalk.analyses.step.speculative import speculative_breakeven, speculative_estimate
 from chalk.equations import speculative as S
 from chalk.errors import InputError
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chalk
-from chalk.analyses import simulate as sim
-from chalk.analyses.calibration import calibration
-from chalk.analyses.estimate import make_layout, parse_layout
-from chalk.analyses.serving import Speculation, fixed_deployment, prefill_step_tokens, throughput
+from chalk.analyses.traffic import simulate as sim
+from chalk.analyses.step.calibration import calibration
+from chalk.analyses.step.estimate import make_layout, parse_layout
+from chalk.analyses.traffic.serving import Speculation, fixed_deployment, prefill_step_tokens, throughput
 from chalk.errors import ChalkError, InputError, UnknownNameError
 
 
@@ -115,9 +115,9 @@ def test_an_attention_dp_replica_prefills_on_every_rank_at_once():
     and the mean step is shorter than with the chunks placed independently."""
     from dataclasses import replace
 
-    from chalk.analyses.calibration import CALIBRATION
-    from chalk.analyses.parallel import model_costs
-    from chalk.analyses.serving import mixed_step_s
+    from chalk.analyses.step.calibration import CALIBRATION
+    from chalk.analyses.step.parallel import model_costs
+    from chalk.analyses.traffic.serving import mixed_step_s
     from chalk.specs.catalog import as_system
 
     c, F, c_r = prefill_step_tokens(148, 1.0, 32768, 1024, 32768, 4, 1.0)
@@ -137,9 +137,9 @@ def test_host_time_per_sequence_adds_linearly_to_the_overhead_row(b, extra, per_
     none of it."""
     from dataclasses import replace
 
-    from chalk.analyses.calibration import CALIBRATION, IDEAL_CALIBRATION
-    from chalk.analyses.parallel import model_costs
-    from chalk.analyses.step_model import stage_ops
+    from chalk.analyses.step.calibration import CALIBRATION, IDEAL_CALIBRATION
+    from chalk.analyses.step.parallel import model_costs
+    from chalk.analyses.step.step_model import stage_ops
     from chalk.specs.catalog import as_model, as_system
 
     tp, a = layout
@@ -166,7 +166,7 @@ def test_fixed_mode_and_the_simulator_agree_on_tpot_under_attention_dp():
     I, O = rng.integers(1640, 2049, n), rng.integers(205, 257, n)
     kw = dict(layout="tp=1,attn_dp=4,ep=4", concurrency=256, input_len=float(I.mean()), output_len=float(O.mean()))
     f = fixed_deployment("qwen3-30b-a3b", "h100-sxm", **kw)
-    from chalk.analyses.serving import replica_step_cost
+    from chalk.analyses.traffic.serving import replica_step_cost
 
     sc = replica_step_cost(chalk.specs.catalog.as_model("qwen3-30b-a3b"), chalk.specs.catalog.as_system("h100-sxm"),
                            "tp=1,attn_dp=4,ep=4", f["decoding_per_replica"], float(I.mean()), float(O.mean()),
@@ -180,7 +180,7 @@ def test_a_disaggregated_deployment_admits_what_its_prefill_pool_can_prefill():
     """Disaggregated fixed mode: requests per second never exceed what the prefill GPUs prefill
     (`_prefill_pool_requests_per_s`); with a pool too small the rest wait for their prompt (longer TTFT, fewer
     decoding), and a larger pool never serves less."""
-    from chalk.analyses.serving import _prefill_pool_requests_per_s, _serving_setup
+    from chalk.analyses.traffic.serving import _prefill_pool_requests_per_s, _serving_setup
 
     kw = dict(layout="tp=1", concurrency=256, input_len=4000, output_len=200, decode_gpus=1)
     small, big = (fixed_deployment("llama-3.1-8b", "h100-sxm", gpus=g, **kw) for g in (2, 3))
@@ -360,7 +360,7 @@ def test_kept_token_ops_answer_as_a_cold_start():
     """Every op but decode attention is kept per plan and token count (`step_model._token_ops_kept`): a Session
     asked a new context at a batch it has seen answers exactly what a cold start answers, under two-micro-batch
     overlap and for a prompt too; arrays are never kept, and the store stays bounded."""
-    from chalk.analyses import step_model as SM
+    from chalk.analyses.step import step_model as SM
 
     cases = [("llama-3.1-70b", "h100-sxm", {}), ("deepseek-v3", "gb200-nvl72", dict(layout="tp=1,ep=8,pp=1,attn_dp=8")),
              ("qwen3-235b-a22b", "h200", dict(layout="tp=4,pp=2")), ("llama-3.1-8b", "b200", dict(phase="prefill"))]
@@ -381,8 +381,8 @@ def test_kept_token_ops_answer_as_a_cold_start():
 
 def test_a_layout_array_and_its_layouts_one_by_one_agree():
     """A plan over an array of layouts (worked out afresh) and the kept plans of each layout give the same step."""
-    from chalk.analyses.calibration import calibration
-    from chalk.analyses.parallel import model_costs, stage_step
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.parallel import model_costs, stage_step
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model("qwen3-235b-a22b"), as_system("h200")
@@ -405,7 +405,7 @@ def test_wide_expert_parallel_groups_balance_expert_load():
     expert touched once balanced). An array of layouts straddling the threshold agrees with its layouts one by one."""
     from dataclasses import replace
 
-    from chalk.analyses.parallel import model_costs, stage_step
+    from chalk.analyses.step.parallel import model_costs, stage_step
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model("deepseek-v3"), as_system("h100-sxm")

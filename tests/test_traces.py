@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from chalk.analyses.prefix_hits import capacity_blocks_for, lru_prefix_hits, trace_prefix_hits
+from chalk.analyses.traffic.prefix_hits import capacity_blocks_for, lru_prefix_hits, trace_prefix_hits
 from chalk.equations import prefix_cache as E
 from chalk.errors import ChalkError, InputError, SpecError
 from chalk.specs.traces import FORMATS, MOONCAKE_BLOCK_TOKENS, read_trace
@@ -319,7 +319,7 @@ def test_plan_sizes_a_fleet_for_the_azure_conversation_trace():
 
 def test_plan_trace_states_the_unlimited_prefix_reuse_and_refuses_mixed_demand(tmp_path):
     import chalk
-    from chalk.analyses.trace_demand import demand_from_trace
+    from chalk.analyses.planning.trace_demand import demand_from_trace
     from chalk.specs.catalog import as_model
 
     d = demand_from_trace(_need(MOON_SYN), as_model("llama-3.1-8b"))

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from chalk.analyses import training as tr
+from chalk.analyses.blackboard import training as tr
 from chalk.equations import training as T
 from chalk.errors import InputError
 from chalk.faces.cli_economics_train import parse_count, register
@@ -284,7 +284,7 @@ def test_deepseek_v3_says_it_is_calibrated_and_checks_a_held_out_run(app):
 
 
 def test_deepseek_v2_config_sizes_to_its_card():
-    from chalk.analyses.model_sizes import ModelSizes
+    from chalk.analyses.step.model_sizes import ModelSizes
     from chalk.specs.model import model_from_config
 
     sz = ModelSizes(model_from_config(tr.DEEPSEEK_V2_CONFIG, id="deepseek-v2"))

@@ -6,7 +6,7 @@ import inspect
 
 import numpy as np
 
-from chalk.analyses.roofline import Efficiency, RooflineResult
+from chalk.analyses.step.roofline import Efficiency, RooflineResult
 from chalk.errors import InputError
 from chalk.specs.arguments import check_value, checked
 from chalk.specs.catalog import as_model, as_system
@@ -19,7 +19,7 @@ def _efficiency():
 
 
 def _calibration():
-    from chalk.analyses.calibration import Calibration
+    from chalk.analyses.step.calibration import Calibration
 
     return Calibration
 
@@ -27,20 +27,20 @@ def _calibration():
 def default_efficiency(ideal: bool, model=None, hardware=None) -> Efficiency:
     """The pure roofline with `ideal`, else the chip's fitted efficiency (a `chalk measure` YAML) or chalk's
     calibrated efficiency for this model's depth."""
-    from chalk.analyses.calibration import default_efficiency as _default
+    from chalk.analyses.step.calibration import default_efficiency as _default
 
     return _default(ideal, as_model(model).num_layers if model is not None else None,
                     as_system(hardware).chip if hardware is not None else None)
 
 
 def _estimate_fn():
-    from chalk.analyses.estimate import estimate as _estimate
+    from chalk.analyses.step.estimate import estimate as _estimate
 
     return _estimate
 
 
 def _layout_fn():
-    from chalk.analyses.parallel import layout_report
+    from chalk.analyses.step.parallel import layout_report
 
     return layout_report
 
@@ -48,8 +48,8 @@ def _layout_fn():
 @checked(types={"efficiency": _efficiency}, like=_estimate_fn)
 def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult:
     """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout;
-    see `chalk.analyses.estimate.estimate` for every option (layout, aggregate, gpus, precision, ...)."""
-    from chalk.analyses.estimate import estimate as _estimate
+    see `chalk.analyses.step.estimate.estimate` for every option (layout, aggregate, gpus, precision, ...)."""
+    from chalk.analyses.step.estimate import estimate as _estimate
 
     return _estimate(model, hardware, batch, context, **kwargs)
 
@@ -60,7 +60,7 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
 
     `.rows()` and `.to_dict()` need nothing more; `.to_frame()` gives a pandas DataFrame (pandas optional).
     """
-    from chalk.analyses.sweep import sweep_table
+    from chalk.analyses.traffic.sweep import sweep_table
 
     batches = positive("batch", batches if batches is not None else 2 ** np.arange(0, 14))
     contexts = positive("context", contexts if contexts is not None else [4096])
@@ -75,8 +75,8 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
 @checked(like=_layout_fn)
 def layout(model, hardware, gpus: int | None = None, **kwargs):
     """Every feasible layout of `model` on `gpus` of `hardware` with memory per GPU, the MoE rack layout and the
-    pipeline analysis (`chalk.analyses.parallel.layout_report`)."""
-    from chalk.analyses.parallel import layout_report
+    pipeline analysis (`chalk.analyses.step.parallel.layout_report`)."""
+    from chalk.analyses.step.parallel import layout_report
     from chalk.specs.catalog import as_system
 
     return layout_report(as_model(model), as_system(hardware), gpus, **kwargs)
@@ -89,14 +89,14 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = Non
              precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
              client_latency_s: float | None = None, scheduler: str = "continuous", period_s: float = 0.02,
              prefix_cache: bool = True):
-    """Requests through one replica (`chalk.analyses.simulate_run.simulate_requests`): Poisson arrivals at `rate`,
+    """Requests through one replica (`chalk.analyses.traffic.simulate_run.simulate_requests`): Poisson arrivals at `rate`,
     a closed loop of `concurrency` requests in flight, or a `trace` file (chalk CSV, Azure CSV or Mooncake JSONL,
     arrivals sped up `speedup` times; Mooncake's prefix blocks replayed through an LRU prefix cache). Lengths are
     numbers or distributions as `throughput` takes them, cut at the model's context. The layout is the one given or
     the one `throughput` picks on `gpus`. `client_latency_s` (closed loop): time each request spends outside the
     engine's steps, holding its seat (default: the calibrated `request_latency_s`; 0 with `ideal`). Returns a
     `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate, notes)."""
-    from chalk.analyses.simulate_run import simulate_requests
+    from chalk.analyses.traffic.simulate_run import simulate_requests
 
     return simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
                              output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=gpus,
@@ -109,10 +109,10 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = Non
 # ------------------------------------------------------------------ the other public calls, arguments checked first
 # (`chalk.__init__` exports these; the analyses keep their own checks for the CLI's already-parsed values)
 def _session_class():
-    from chalk.analyses.estimate import Session as _Session
+    from chalk.analyses.step.estimate import Session as _Session
 
     class Session(_Session):
-        """`chalk.analyses.estimate.Session` with every option and override checked as `estimate` checks it."""
+        """`chalk.analyses.step.estimate.Session` with every option and override checked as `estimate` checks it."""
 
         def __init__(self, model, hardware, **options):
             check_value("model", model)
@@ -151,7 +151,7 @@ def __getattr__(name: str):
     """`chalk.api.SWEEP_COLUMNS`, re-exported without importing the sweep module when the CLI starts, and the
     checked `Session`, built on first use."""
     if name == "SWEEP_COLUMNS":
-        from chalk.analyses.sweep import SWEEP_COLUMNS
+        from chalk.analyses.traffic.sweep import SWEEP_COLUMNS
 
         return SWEEP_COLUMNS
     if name == "Session":
@@ -167,8 +167,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus=None, precision=N
                calibration_override=None, layout=None, concurrency=None, speculative="auto", engine=None,
                cache_hit=None, prefill_gpus=None, eplb=None, tpot_p99_s=None, ttft_p99_s=None, max_seqs=None,
                max_tokens=None) -> dict:
-    """The best (or a fixed) deployment: `chalk.analyses.serving.throughput`, every argument checked first."""
-    from chalk.analyses.serving import throughput as _throughput
+    """The best (or a fixed) deployment: `chalk.analyses.traffic.serving.throughput`, every argument checked first."""
+    from chalk.analyses.traffic.serving import throughput as _throughput
 
     return _throughput(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus,
                        precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps,
@@ -184,8 +184,8 @@ def train(model, hardware=None, gpus=None, tokens=None, precision=None, *, seq_l
           pipeline_stages=None, interleave=None, inference_tokens_per_s=None, deployment_days=None,
           obsolescence_probability=0.0, rl_tokens=None, rl_flops_per_param=3.0, rl_inefficiency=3.0,
           inference_inefficiency=3.0, kernel_mfu=None, moe_residual_efficiency=None):
-    """Training time and cost: `chalk.analyses.training.train_estimate`, every argument checked first."""
-    from chalk.analyses.training import train_estimate
+    """Training time and cost: `chalk.analyses.blackboard.training.train_estimate`, every argument checked first."""
+    from chalk.analyses.blackboard.training import train_estimate
 
     if tokens is not None:
         token_count("tokens", tokens)
@@ -201,9 +201,9 @@ def train(model, hardware=None, gpus=None, tokens=None, precision=None, *, seq_l
 
 
 def pricing(a=None, sheets=None) -> dict:
-    """API price sheets read back into hardware facts: `chalk.analyses.pricing.pricing_report`, with the
+    """API price sheets read back into hardware facts: `chalk.analyses.economics.pricing.pricing_report`, with the
     `Assumptions` (default: the lecture's) and the sheets checked first."""
-    from chalk.analyses.pricing import DEFAULT, Assumptions, pricing_report
+    from chalk.analyses.economics.pricing import DEFAULT, Assumptions, pricing_report
     from chalk.specs.prices import PriceSheet
 
     a = DEFAULT if a is None else a
@@ -227,8 +227,8 @@ def pricing(a=None, sheets=None) -> dict:
 
 @checked(types={"cal": _calibration})
 def validate(ideal: bool = False, cal=None) -> dict:
-    """Predicted vs measured on the validation set: `chalk.analyses.validate.validate`, arguments checked."""
-    from chalk.analyses.validate import validate as _validate
+    """Predicted vs measured on the validation set: `chalk.analyses.fidelity.validate.validate`, arguments checked."""
+    from chalk.analyses.fidelity.validate import validate as _validate
 
     return _validate(ideal, cal)
 
@@ -239,8 +239,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
          kv_precision="auto", speculative="auto", draft_model=None, modes=("aggregated", "disaggregated"),
          ideal=False, sim_requests=12000, seed=0, curves=True, eplb=None, trace=None, speedup=1.0,
          checkpoint=None):
-    """GPUs, layout, replicas and dollars for a demand: `chalk.analyses.plan.plan`, every argument checked."""
-    from chalk.analyses.plan import plan as _plan
+    """GPUs, layout, replicas and dollars for a demand: `chalk.analyses.planning.plan.plan`, every argument checked."""
+    from chalk.analyses.planning.plan import plan as _plan
 
     return _plan(model, hardware, input_len=input_len, output_len=output_len, users=users, rate=rate,
                  min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s, diurnal=diurnal,

@@ -42,3 +42,7 @@ class InputError(ChalkError, ValueError):
 
 class FitError(ChalkError):
     """The model does not fit in memory when fitting was required."""
+
+
+class MissingExtraError(ChalkError):
+    """An optional dependency (an extra) is not installed."""

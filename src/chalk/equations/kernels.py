@@ -1,6 +1,6 @@
 """Work and traffic of single GPU kernels (one GEMM, one layer's attention, one MoE layer's experts).
 
-These are the roofline floors the measured kernel tables are normalised by (`chalk.specs.kernels`): a measured
+These are the roofline floors the measured kernel tables are normalised by (`chalk.analyses.step.kernels`): a measured
 time t is stored as the efficiency eta = floor / t, a number in (0, 1] that depends on the kernel's shape, so the
 same normalised curve can be scaled to another chip by that chip's own peaks. All quantities are per GPU and in
 SI units (FLOP, bytes, seconds). Arguments broadcast as numpy arrays.

@@ -1,6 +1,6 @@
 """One operation of a forward step: its FLOPs, the bytes it moves, and the time its roofline allows.
 
-The step model (`chalk.analyses.step_model`) turns a decode or prefill step into a list of operations, each a
+The step model (`chalk.analyses.step.step_model`) turns a decode or prefill step into a list of operations, each a
 small roofline of its own; these are the pieces it is built from.
 """
 

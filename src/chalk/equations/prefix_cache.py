@@ -27,7 +27,7 @@ def prefill_kv_read_tokens(prompt_tokens, cache_hit_fraction):
     Formula: P_read = P   (independent of F: the (1 - F) P new tokens attend to every prior token)
     Ref: issue 10 item 5 ("free to prefill but still read as KV").
     Assumes: the cached prefix's KV already sits in HBM (a hit in a slower tier adds its load
-        time, which chalk.analyses.pricing's cache economics prices separately).
+        time, which chalk.analyses.economics.pricing's cache economics prices separately).
     """
     return np.asarray(prompt_tokens, dtype=float) + 0.0 * np.asarray(cache_hit_fraction, dtype=float)
 

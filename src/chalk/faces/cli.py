@@ -132,7 +132,7 @@ def estimate(
               kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
               strict_fit=strict_fit, eplb=eplb)
     if "," in hardware:
-        from chalk.analyses.compare import compare, hardware_list
+        from chalk.analyses.planning.compare import compare, hardware_list
 
         rows = compare(lambda hardware: api.estimate(model, hardware, batch, context, **kw), hardware_list(hardware))
         if as_json:
@@ -155,7 +155,7 @@ def estimate(
     r = api.estimate(model, hardware, batch, context, **kw)
     spec = None
     if mtp:
-        from chalk.analyses.speculative import speculative_estimate
+        from chalk.analyses.step.speculative import speculative_estimate
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=gpus, precision=precision, kv_precision=r.kv_precision, ideal=ideal,

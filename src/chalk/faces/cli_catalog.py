@@ -46,7 +46,7 @@ def hardware_list(as_json: bool = typer.Option(False, "--json")):
 def _chip_dict(c) -> dict:
     from dataclasses import asdict
 
-    from chalk.analyses.hardware_facts import chip_facts
+    from chalk.analyses.blackboard.hardware_facts import chip_facts
 
     d = asdict(c)
     d.update(chip_facts(c))
@@ -92,7 +92,7 @@ def hardware_show(name: str = typer.Argument(..., help="Chip or system id, alias
 @models_app.command("list")
 def models_list(as_json: bool = typer.Option(False, "--json")):
     """Every model in the catalog with its sizes."""
-    from chalk.analyses.model_sizes import ModelSizes
+    from chalk.analyses.step.model_sizes import ModelSizes
     from chalk.specs import catalog
 
     rows = [ModelSizes(catalog.load_model(m)).summary() for m in catalog.model_ids()]
@@ -114,11 +114,11 @@ def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.
                 precision: Optional[str] = typer.Option(None, "--precision", "-p"),
                 as_json: bool = typer.Option(False, "--json")):
     """One model's derived sizes."""
-    from chalk.analyses.model_sizes import ModelSizes
+    from chalk.analyses.step.model_sizes import ModelSizes
     from chalk.specs import catalog
     from chalk.specs.precision import canonical
 
-    from chalk.analyses.parallel import resolve_kv_precision
+    from chalk.analyses.step.parallel import resolve_kv_precision
 
     sz = ModelSizes(catalog.load_model(name))
     prec = canonical(precision) if precision is not None else None

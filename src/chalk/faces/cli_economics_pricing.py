@@ -27,7 +27,7 @@ def _opts(**names):
 
 
 def _assumptions(obj: dict | None, **given):
-    from chalk.analyses.pricing import assumptions
+    from chalk.analyses.economics.pricing import assumptions
 
     vals = {**(obj or {}), **{k: v for k, v in given.items() if v is not None}}
     kw = {"active_params": vals.pop("active_params", None), "hardware": vals.pop("hardware", None),
@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 cache_context: Optional[float] = o["cache_context"], mode_hardware: Optional[str] = o["mode_hardware"],
                 mode_context: Optional[float] = o["mode_context"]):
         """Every price sheet: decode vs prefill MFU, cliff KV bytes (eq. 6), cache tiers, fast modes."""
-        from chalk.analyses.pricing import pricing_report
+        from chalk.analyses.economics.pricing import pricing_report
 
         given = dict(active_params=active_params, hardware=hardware, precision=precision, ratio=ratio,
                      ref_model=ref_model, ref_hardware=ref_hardware, cache_context=cache_context,
@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
              cache_context: Optional[float] = o["cache_context"], mode_hardware: Optional[str] = o["mode_hardware"],
              mode_context: Optional[float] = o["mode_context"]):
         """One price sheet with every reading."""
-        from chalk.analyses.pricing import analyze_sheet
+        from chalk.analyses.economics.pricing import analyze_sheet
 
         a = _assumptions(ctx.obj, active_params=active_params, hardware=hardware, precision=precision, ratio=ratio,
                          ref_model=ref_model, ref_hardware=ref_hardware, cache_context=cache_context,
@@ -200,7 +200,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ):
         """Chalk's predicted serving cost against a price sheet, as a margin; with DeepSeek's 545% as a check."""
-        from chalk.analyses.pricing import DEEPSEEK, deepseek_chalk_margin, deepseek_published_margin, pricing_margin
+        from chalk.analyses.economics.pricing import DEEPSEEK, deepseek_chalk_margin, deepseek_published_margin, pricing_margin
 
         DEEPSEEK_USD_PER_GPU_HOUR = DEEPSEEK.usd_per_gpu_hour
 

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
                                             help="Also write the training pools to this .png/.svg."),
     ):
         """Pretraining time, GPU-hours and cost at a calibrated MFU; Chinchilla; eq. 7's pools."""
-        from chalk.analyses.training import train_estimate
+        from chalk.analyses.blackboard.training import train_estimate
 
         e = train_estimate(
             model, hardware, gpus, parse_count(tokens, "tokens"), precision, seq_len=seq_len,

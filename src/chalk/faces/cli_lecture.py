@@ -85,7 +85,7 @@ def _parse_grid(text: str, name: str):
 
 def lecture(as_json: bool = typer.Option(False, "--json", help="Print {\"claims\": [...]} as JSON.")):
     """Replay the lecture's deductions, each computed by chalk."""
-    from chalk.analyses.lecture import all_claims
+    from chalk.analyses.blackboard.lecture import all_claims
     from chalk.faces.lecture_text import render
 
     claims = all_claims()

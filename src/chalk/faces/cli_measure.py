@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
         if device not in ("cpu", "cuda"):
             raise InputError(f"--device must be cpu or cuda, got {device!r}")
-        from chalk.analyses.measure import run_measure  # torch is imported lazily inside
+        from chalk.analyses.step.measure import run_measure  # torch is imported lazily inside
 
         if as_json:
             r = run_measure(device=device, quick=quick, model=model, out_dir=out_dir, progress=None)

@@ -1,5 +1,5 @@
 """`chalk plan`: from demand and latency targets to GPUs, layout, replicas, dollars and launch commands.
-A thin face on `chalk.analyses.plan.plan`: no formulas here."""
+A thin face on `chalk.analyses.planning.plan.plan`: no formulas here."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def plan(
 ):
     """The cheapest deployment per chip that serves a demand within latency targets, checked in a replay:
     layout, replicas, GPUs, $/hour, and the launch commands."""
-    from chalk.analyses.plan import plan as run
-    from chalk.analyses.serving import Speculation
+    from chalk.analyses.planning.plan import plan as run
+    from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
 
     if emit[0] is not None:  # a bad kind or folder is refused before the plan runs

@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
                batch: int = typer.Option(64, "--batch"), width: int = typer.Option(256, "--width"),
                as_json: bool = typer.Option(False, "--json")):
         """Reversible networks: exact inverse, O(1) activation memory in depth, ~1 extra forward of compute."""
-        from chalk.analyses import reversible as rv
+        from chalk.analyses.blackboard import reversible as rv
         from chalk.errors import InputError
 
         if not 1 <= max_depth <= 256 or batch < 1 or width < 2 or width % 2:

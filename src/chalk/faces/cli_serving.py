@@ -44,7 +44,7 @@ def layout(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Parallel layouts with memory per GPU, the MoE rack layout, and the pipeline analysis."""
-    from chalk.analyses.parallel import layout_report
+    from chalk.analyses.step.parallel import layout_report
 
     if gpus is not None and gpus < 1:
         fail(f"--gpus must be a positive whole number, got {gpus}")
@@ -163,7 +163,7 @@ def throughput(
 ):
     """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints; with --layout and
     --concurrency, what that exact deployment does."""
-    from chalk.analyses.serving import throughput as run
+    from chalk.analyses.traffic.serving import throughput as run
 
     spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative), speculative)
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
@@ -172,7 +172,7 @@ def throughput(
               speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
               tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens)
     if "," in hardware:
-        from chalk.analyses.compare import compare, hardware_list
+        from chalk.analyses.planning.compare import compare, hardware_list
 
         rows = compare(lambda hardware: run(model, hardware, **kw), hardware_list(hardware))
         if as_json:
@@ -300,8 +300,8 @@ def calibrate(
 
     import yaml
 
-    from chalk.analyses import calibrate as C
-    from chalk.analyses.calibration import CALIBRATION
+    from chalk.analyses.fidelity import calibrate as C
+    from chalk.analyses.step.calibration import CALIBRATION
     from chalk.specs.validate import output_path
     from chalk.specs.workload import count
 
@@ -323,7 +323,7 @@ def calibrate(
                   request_latency_s=cal.request_latency_s)
     today = datetime.date.today().isoformat()
     out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()), "date": today,
-           "method": "coordinate descent over chalk.analyses.calibrate.FIT_GRID; objective weighted median |log "
+           "method": "coordinate descent over chalk.analyses.fidelity.calibrate.FIT_GRID; objective weighted median |log "
                      "error| + 0.5 weighted mean(min(|log error|, log 3)) over throughput and TPOT rows of "
                      "validation.csv, each source family weighing the same",
            "range": {"low": fitted["residual_low"], "high": fitted["residual_high"],
@@ -371,7 +371,7 @@ def _len_arg(v: str):
 
 
 def _speculation(mtp, acceptance, speculative):
-    from chalk.analyses.serving import Speculation
+    from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
 
     if speculative is not None:
@@ -430,10 +430,10 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
-    from chalk.analyses.validate import validate as run
+    from chalk.analyses.fidelity.validate import validate as run
 
     if cv:
-        from chalk.analyses.calibrate import cross_validate
+        from chalk.analyses.fidelity.calibrate import cross_validate
         from chalk.specs.workload import count
 
         if workers is not None:

@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
                                             help="Draw the simulated run to this .png/.svg."),
     ):
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
-        from chalk.analyses import simulate as sim
-        from chalk.analyses.simulate_run import simulate_requests
+        from chalk.analyses.traffic import simulate as sim
+        from chalk.analyses.traffic.simulate_run import simulate_requests
 
         run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
                                 output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,

@@ -6,8 +6,8 @@ context array), an analysis module, or one of `chalk.equations`' named functions
 lazily (Agg backend) so the CLI stays fast.
 
 Kinds that need analyses written elsewhere import them inside the function and raise a ChalkError naming
-the module when it is not there yet: pareto (chalk.analyses.serving), batch-train (chalk.analyses.simulate),
-training-pools (chalk.analyses.training).
+the module when it is not there yet: pareto (chalk.analyses.traffic.serving), batch-train (chalk.analyses.traffic.simulate),
+training-pools (chalk.analyses.blackboard.training).
 
 The kinds live in `plots_roofline` (latency-vs-batch, cost-vs-batch, cost-vs-context, hardware-ratio) and
 `plots_deploy` (pipeline, pareto, batch-train, training-pools, `plot_measured`); style and the shared data and

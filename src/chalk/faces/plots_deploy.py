@@ -74,7 +74,7 @@ def _bubble_from_analyses(stages, microbatches):
     """(PP-1)/(M+PP-1) from chalk's own equations when present, else None."""
     import importlib
 
-    for mod in ("chalk.analyses.parallel", "chalk.equations.parallel", "chalk.equations.training"):
+    for mod in ("chalk.analyses.step.parallel", "chalk.equations.parallel", "chalk.equations.training"):
         try:
             fn = getattr(importlib.import_module(mod), "pipeline_bubble_fraction", None)
         except ImportError:
@@ -127,7 +127,7 @@ DEFAULT_PARETO_HARDWARE = ("hgx-h100", "hgx-h200", "hgx-b200", "gb200-nvl72", "m
 
 def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, kv_precision="bf16", ideal=False,
            compare=None, input_len=None, output_len=1024, results=None, **kw):
-    """Output tokens/s per GPU vs tokens/s per user: chalk.analyses.serving.throughput's frontier per hardware.
+    """Output tokens/s per GPU vs tokens/s per user: chalk.analyses.traffic.serving.throughput's frontier per hardware.
 
     Requests of `input_len` prompt tokens (default: `context`) and `output_len` output tokens; hardware from
     `compare` or `hardware` (comma-separated), else a default set across generations. Hardware the model does
@@ -135,7 +135,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
     has for these same requests (the report's serving answer), drawn as they are instead of searched again.
     """
     _need("pareto", model=model)
-    run = _require("serving", "throughput", "pareto")
+    run = _require("traffic.serving", "throughput", "pareto")
     hws = [h.strip() for h in (compare or hardware or ",".join(DEFAULT_PARETO_HARDWARE)).split(",") if h.strip()]
     if not hws:
         raise InputError("pareto needs at least one chip or system to compare")
@@ -174,7 +174,7 @@ def pareto(model=None, hardware=None, context=4096, chips=None, precision=None, 
                  "per hardware\n(★ = most tokens/s per GPU; every point: the best layout × batch at that speed)",
                  loc="left")
     ax.legend(framealpha=0.9, title="hardware")
-    _caption(fig, f"efficiency: {label}; chalk.analyses.serving.throughput (layouts × batch, aggregated serving)."
+    _caption(fig, f"efficiency: {label}; chalk.analyses.traffic.serving.throughput (layouts × batch, aggregated serving)."
              + (f" Not shown (does not fit): {'; '.join(skipped)}." if skipped else ""))
     _tight(fig, (0, 0.04, 1, 1))
     return fig
@@ -186,10 +186,10 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
 
     T is `period_s`, else the decode step time at `batch` for model/hardware, else the lecture's 20 ms.
     Every step takes T (the lecture's idealisation); requests arrive as a Poisson stream at `load` x capacity.
-    Numbers from chalk.analyses.simulate.simulate_train.
+    Numbers from chalk.analyses.traffic.simulate.simulate_train.
     """
-    sim = _require("simulate", "simulate_train", "batch-train")
-    from chalk.analyses.simulate import StepCost, poisson_arrivals
+    sim = _require("traffic.simulate", "simulate_train", "batch-train")
+    from chalk.analyses.traffic.simulate import StepCost, poisson_arrivals
 
     where = "the lecture's example"
     if period_s is None and model is not None and hardware is not None:
@@ -244,15 +244,15 @@ def batch_train(model=None, hardware=None, context=4096, chips=None, precision=N
     ax2.set_title(f"{whole(res.n_requests)} requests: median {seconds(res.ttft_p50_s)}, p99 {seconds(res.ttft_p99_s)},"
                   f" worst {seconds(float(np.max(ttft)))}", loc="left")
     _caption(fig, "Each step takes exactly T (the lecture's idealisation: StepCost.constant). "
-                  "chalk.analyses.simulate.simulate_train; Poisson arrivals.")
+                  "chalk.analyses.traffic.simulate.simulate_train; Poisson arrivals.")
     _tight(fig, (0, 0.03, 1, 1))
     return fig
 
 
 def training_pools(model=None, hardware=None, **kw):
-    """Pretraining, RL and inference pools at eq. 7's balance (chalk.analyses.training.train_estimate)."""
+    """Pretraining, RL and inference pools at eq. 7's balance (chalk.analyses.blackboard.training.train_estimate)."""
     _need("training-pools", model=model)
-    est_fn = _require("training", "train_estimate", "training-pools")
+    est_fn = _require("blackboard.training", "train_estimate", "training-pools")
     args = {k: v for k, v in dict(model=model, hardware=hardware, **kw).items() if v is not None}
     est = est_fn(**_accepts(est_fn, args))
     pools = est.pools
@@ -278,7 +278,7 @@ def training_pools(model=None, hardware=None, **kw):
     fig.suptitle(f"Training pools for {est.model} on {num(est.gpus)} × {est.chip}: eq. 7, 6·N·D_pretrain ≈ "
                  f"3·N·D_RL × 3 ≈ 2·N·D_inference × 3 at the cost optimum", x=0.01, ha="left", fontsize=11)
     _caption(fig, f"Tokens: {src}. GPU-hours at this run's achieved rate; ${est.price_usd_per_gpu_hour:.2f}/GPU-hour."
-             " chalk.analyses.training.train_estimate.")
+             " chalk.analyses.blackboard.training.train_estimate.")
     _tight(fig, (0, 0.05, 1, 0.95))
     return fig
 
@@ -287,7 +287,7 @@ def training_pools(model=None, hardware=None, **kw):
 def plot_measured(result, output) -> Path:
     """`chalk measure --plot`: measured decode steps over the calibrated roofline's latency-vs-batch curves
     (one per context that has at least two measured batches), and every case measured vs predicted."""
-    from chalk.analyses.roofline import step
+    from chalk.analyses.step.roofline import step
     from chalk.specs.hardware import System
     from chalk.specs.model import model_from_config
 

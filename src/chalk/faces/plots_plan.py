@@ -1,5 +1,5 @@
 """`chalk plan --plot`: two panels from a PlanResult's curves. No formulas: every number comes from
-`chalk.analyses.plan.plan` (its `curves`: the serving frontier per chip priced per M output tokens, and the GPUs
+`chalk.analyses.planning.plan.plan` (its `curves`: the serving frontier per chip priced per M output tokens, and the GPUs
 each option needs as the demand grows)."""
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def plan_figure(result):
         best = result["options"][0]
         _caption(fig, f"{result['model']}: {num(d['value'])} {d['unit']}; cheapest {best['hardware']} "
                       f"{best['mode']} {best['layout']} ({num(best['gpus'])} GPUs, ${best['usd_per_hour']:,.0f}/h). "
-                      "★ = the plan's operating point. chalk.analyses.plan (serving frontier from "
-                      "chalk.analyses.serving.throughput; replicas from the fixed-deployment sizing).")
+                      "★ = the plan's operating point. chalk.analyses.planning.plan (serving frontier from "
+                      "chalk.analyses.traffic.serving.throughput; replicas from the fixed-deployment sizing).")
         _tight(fig, (0, 0.05, 1, 1))
     return fig
 

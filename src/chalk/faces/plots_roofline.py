@@ -1,7 +1,7 @@
 """Roofline plot kinds: latency vs batch, cost vs batch, cost vs context, and the hardware ratios.
 
 Registered in `chalk.faces.plots.KINDS`; call them through `chalk.faces.plots.plot` / `figure`. No formulas
-live here: every number comes from `chalk.api` or `chalk.analyses.hardware_facts`.
+live here: every number comes from `chalk.api` or `chalk.analyses.blackboard.hardware_facts`.
 """
 
 from __future__ import annotations
@@ -200,14 +200,14 @@ def hardware_ratio(**kw):
     fig.suptitle("Hardware ratios across chip generations (every catalog chip; per vendor, by HBM bandwidth)",
                  x=0.01, ha="left", fontsize=11)
     _caption(fig, "Native precision: the narrowest float format that runs faster than the next wider one. "
-                  "Datasheet dense peaks and HBM figures from the chip catalog (chalk.analyses.hardware_facts).")
+                  "Datasheet dense peaks and HBM figures from the chip catalog (chalk.analyses.blackboard.hardware_facts).")
     _tight(fig, (0, 0.03, 1, 0.97))
     return fig
 
 
 def chip_ratio_rows() -> list[dict]:
-    """chalk.analyses.hardware_facts.chip_facts for every catalog chip, sorted by vendor and HBM bandwidth."""
-    from chalk.analyses.hardware_facts import chip_facts
+    """chalk.analyses.blackboard.hardware_facts.chip_facts for every catalog chip, sorted by vendor and HBM bandwidth."""
+    from chalk.analyses.blackboard.hardware_facts import chip_facts
     from chalk.specs import catalog
 
     rows = []

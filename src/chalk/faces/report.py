@@ -146,10 +146,10 @@ def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, 
          f"{r.precision} / {r.compute_precision} / {r.kv_precision}", "checkpoint default unless --precision"),
         ("efficiency", f"{r.efficiency}: {pct(eff.compute)} of peak FLOP/s, {pct(eff.memory)} of HBM bandwidth, "
                        f"{seconds(eff.overhead_s)} per-step overhead, {pct(eff.memory_reserve)} of HBM reserved",
-         "ideal = datasheet peaks; calibrated = chalk.analyses.calibration (fitted to public measurements)"),
+         "ideal = datasheet peaks; calibrated = chalk.analyses.step.calibration (fitted to public measurements)"),
         ("weights read per step", r.weights_read, "lecture eq. 3; refined MoE form counts distinct experts touched"),
         ("chips", f"{r.chips} (one replica; FLOP/s, bandwidth and HBM summed, communication free)",
-         "chalk.analyses.roofline"),
+         "chalk.analyses.step.roofline"),
     ]
     for name in ("step_time_s", "compute_time_s", "memory_time_s", "cost_per_token_usd", "critical_batch",
                  "critical_batch_with_kv", "hbm_drain_time_s"):
@@ -158,7 +158,7 @@ def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, 
         ref, ass = sec.get("Ref", ""), sec.get("Assumes", "")
         if ass or ref:
             rows.append((f"equation {name}", ass, ref))
-    rows += [("note", n, "chalk.analyses.roofline") for n in r.notes]
+    rows += [("note", n, "chalk.analyses.step.roofline") for n in r.notes]
     return rows
 
 
@@ -178,17 +178,17 @@ def _doc_sections(doc: str) -> dict:
 
 
 def serving_answer(model, hardware, *, context, chips, precision, kv_precision, ideal, output_len=1024):
-    """chalk.analyses.serving.throughput's best point for requests of `context` prompt tokens and `output_len`
+    """chalk.analyses.traffic.serving.throughput's best point for requests of `context` prompt tokens and `output_len`
     output tokens, as {source, answer, modes, result}; None when the serving analysis is not in this build. The
     result carries the search's frontier too (the report's frontier figure draws it)."""
     try:
-        from chalk.analyses.serving import throughput
+        from chalk.analyses.traffic.serving import throughput
     except ImportError:
         return None
     res = throughput(model, hardware, input_len=float(context), output_len=float(output_len), gpus=chips,
                      precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
     p = res["parallelism"]
-    return {"source": f"chalk.analyses.serving.throughput ({res['efficiency']} efficiency; {num(context)} "
+    return {"source": f"chalk.analyses.traffic.serving.throughput ({res['efficiency']} efficiency; {num(context)} "
                       f"tokens in, {num(output_len)} out per request; {res['mode']} serving)",
             "answer": f"{num(res['output_tokens_per_s_per_gpu'])} output tokens/s per GPU at "
                       f"{num(res['user_tokens_per_s'])} tokens/s per user, time to first token "
@@ -202,7 +202,7 @@ def reconcile(serving: dict, best: dict, r_best, context: float, output_len: flo
     """Why the serving answer and the one-replica roofline table give different tokens/s per GPU: the batch,
     the prefill share, the layout's communication and overheads, and the context each assumes. Lines of text;
     every number is read from the two results."""
-    from chalk.analyses.calibration import MAX_SEQS_PER_SCHEDULER
+    from chalk.analyses.step.calibration import MAX_SEQS_PER_SCHEDULER
 
     res = serving.get("result") or {}
     step = res.get("step") or {}
@@ -251,7 +251,7 @@ def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precis
 
 def _claims():
     try:
-        from chalk.analyses.lecture import all_claims
+        from chalk.analyses.blackboard.lecture import all_claims
     except ImportError:
         return None
     return all_claims()
@@ -344,7 +344,7 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
     out.append("<h2>4. The serving answer</h2>")
     ans = serving_answer(model, hardware, context=context, **kw)
     if ans is None:
-        out.append("<p class=sub>chalk.analyses.serving is not in this build: below, one replica on the "
+        out.append("<p class=sub>chalk.analyses.traffic.serving is not in this build: below, one replica on the "
                    "roofline.</p>")
     else:
         out.append(f"<p class=answer>{_e(ans['answer'])}</p><p class=src>source: {_e(ans['source'])}</p>")
@@ -380,7 +380,7 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
     out.append("<h2>5. The lecture's claims</h2>")
     claims = _claims()
     if claims is None:
-        out.append("<p class=sub>chalk.analyses.lecture is not available in this build.</p>")
+        out.append("<p class=sub>chalk.analyses.blackboard.lecture is not available in this build.</p>")
     else:
         rows = []
         for c in claims:

@@ -18,7 +18,7 @@ try:  # a source checkout without PYTHONPATH=src
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalk.analyses.calibration import EPLB_MODES
+from chalk.analyses.step.calibration import EPLB_MODES
 from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
@@ -287,11 +287,11 @@ def tab_serving(st, common, batch, context, r):
                              **_layout_opts(common))
     fig = frontier_figure(rb, r.chips, batch)
     try:
-        from chalk.analyses.serving import throughput
+        from chalk.analyses.traffic.serving import throughput
     except ImportError:
         st.plotly_chart(fig, width="stretch")
         st.info("Multi-replica serving (TP / EP / PP layouts, throughput at a latency target) needs "
-                "chalk.analyses.serving, not in this build yet. Above: one replica on the roofline.")
+                "chalk.analyses.traffic.serving, not in this build yet. Above: one replica on the roofline.")
         return
     res = throughput(common["model"], common["hardware"], input_len=float(context), output_len=float(out_len),
                      precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
@@ -312,7 +312,7 @@ def tab_serving(st, common, batch, context, r):
     c[3].metric("Time to first token", seconds(res["ttft_s"]))
     st.caption(f"Best layout: {shown(res['layout'])} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
                f"{num(context)} tokens in, {num(out_len)} out; {shown(res['efficiency'])} efficiency. "
-               "chalk.analyses.serving.throughput.")
+               "chalk.analyses.traffic.serving.throughput.")
     st.plotly_chart(fig, width="stretch")
 
 
@@ -328,9 +328,9 @@ def tab_layout(st, common, batch, context, r):
     if b:
         st.metric("Training pipeline bubble (PP−1)/(M+PP−1)", pct(b[0]))
     try:
-        from chalk.analyses.parallel import layout_report
+        from chalk.analyses.step.parallel import layout_report
     except ImportError:
-        st.info("Tensor / expert / pipeline layouts with their link costs need chalk.analyses.parallel, "
+        st.info("Tensor / expert / pipeline layouts with their link costs need chalk.analyses.step.parallel, "
                 "not in this build yet.")
         return
     from chalk.specs.catalog import load_model, resolve_hardware
@@ -356,7 +356,7 @@ def tab_layout(st, common, batch, context, r):
 
 
 def tab_pricing(st, common, batch, context, r):
-    from chalk.analyses.pricing import analyze_sheet, pricing_margin
+    from chalk.analyses.economics.pricing import analyze_sheet, pricing_margin
     from chalk.specs.prices import price_sheet_ids
 
     ids = price_sheet_ids()
@@ -370,14 +370,14 @@ def tab_pricing(st, common, batch, context, r):
     c[3].metric("margin on the day", pct(m["margin"]))
     st.caption(f"A day of {si(m['input_tokens'])} input ({pct(m['cache_hit_fraction'])} cache hits) and "
                f"{si(m['output_tokens'])} output tokens, decode at batch {num(m['decode_batch'])}, context "
-               f"{num(m['context'])}; {shown(m['efficiency'])} efficiency. chalk.analyses.pricing.pricing_margin.")
+               f"{num(m['context'])}; {shown(m['efficiency'])} efficiency. chalk.analyses.economics.pricing.pricing_margin.")
     d = analyze_sheet(sheet)
     rows = [(k, _show(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
     st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, width="stretch")
 
 
 def tab_training(st, common, batch, context, r):
-    from chalk.analyses.training import train_estimate
+    from chalk.analyses.blackboard.training import train_estimate
 
     c1, c2 = st.columns(2)
     own = c1.checkbox("train on the sidebar's hardware", value=False,
@@ -392,7 +392,7 @@ def tab_training(st, common, batch, context, r):
     c[3].metric("MFU", pct(e.mfu))
     st.caption(f"{shown(e.model)} on {num(e.gpus)} × {shown(e.chip)}, {si(e.tokens)} tokens, "
                f"{shown(e.precision)}; "
-               "chalk.analyses.training.train_estimate (defaults: the model's published run if any).")
+               "chalk.analyses.blackboard.training.train_estimate (defaults: the model's published run if any).")
     import plotly.graph_objects as go
 
     names = list(e.pools)
@@ -412,7 +412,7 @@ def tab_lecture(st, common, batch, context, r):
         st.markdown(f"**Eq. {s.eq} — {s.title}**  \n`{s.formula}`")
         st.table({"quantity": [q for q, _ in s.rows],
                   **{f"batch {num(x.batch)}": [v[i] for _, v in s.rows] for i, x in enumerate(rs)}})
-    from chalk.analyses.lecture import all_claims
+    from chalk.analyses.blackboard.lecture import all_claims
 
     claims = all_claims()
     st.subheader("The lecture's claims, computed by chalk")

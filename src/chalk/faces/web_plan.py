@@ -1,5 +1,5 @@
 """The explorer's "Plan" tab: demand and targets in, the cheapest deployment per chip out. Thin: it calls
-`chalk.analyses.plan.plan` and draws its curves; no formulas."""
+`chalk.analyses.planning.plan.plan` and draws its curves; no formulas."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _price(o) -> str:
 
 
 def tab_plan(st, common, batch, context, r):
-    from chalk.analyses.plan import plan
+    from chalk.analyses.planning.plan import plan
     from chalk.faces.web import shown
     from chalk.specs.catalog import chip_ids
 
@@ -91,4 +91,4 @@ def tab_plan(st, common, batch, context, r):
     st.caption(f"{shown(res['model'])}: {num(res['demand']['value'])} {shown(res['demand']['unit'])}, "
                f"{num(res['input_len'])} "
                f"in / {num(res['output_len'])} out; latencies measured in a replay of the fleet. "
-               "chalk.analyses.plan.plan.")
+               "chalk.analyses.planning.plan.plan.")

@@ -1,7 +1,7 @@
 """Model architectures read from Hugging Face `config.json` (plus chalk's optional meta.yaml).
 
 `ModelSpec` holds the dimensions only; sizes, FLOPs and KV bytes are derived in
-`chalk.analyses.model_sizes` from the pure functions in `chalk.equations`.
+`chalk.analyses.step.model_sizes` from the pure functions in `chalk.equations`.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class WeightOnly:
 
     Assumes: packing is exact (32 / bits weights per int32 word, as GPTQ, AWQ and compressed-tensors pack 4 and
     8 bits); act-order indices (GPTQ `g_idx`, 32 bits per input row: < 0.01 bit per weight) are not counted.
-    Timing (`chalk.analyses.step_model`): the math at the chip's 16-bit rate, the weights read at these bits, the
+    Timing (`chalk.analyses.step.step_model`): the math at the chip's 16-bit rate, the weights read at these bits, the
     dequantisation hidden under both. Ref: Frantar et al. 2024, MARLIN (arXiv:2408.11743): an FP16xINT4 kernel
     within 5% of the ideal 3.87x speed-up up to batch 32 (A10); its ~10% shortfall against FP16 in compute-bound
     prefill (batch >= 1024) is not modelled, so a narrower read is never slower."""

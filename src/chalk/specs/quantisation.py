@@ -20,7 +20,7 @@ from chalk.errors import SpecError
 from chalk.specs.precision import WeightOnly, bytes_per_element, weight_only
 from chalk.specs.workload import short
 
-#: Parameter groups of a model (`chalk.analyses.model_sizes.ModelSizes.group_params`).
+#: Parameter groups of a model (`chalk.analyses.step.model_sizes.ModelSizes.group_params`).
 GROUPS = ("embedding", "lm_head", "attention", "mlp", "shared_experts", "router", "experts", "norms")
 
 #: Module-name words -> parameter group, for the lists of modules a checkpoint leaves unquantised. The last word of

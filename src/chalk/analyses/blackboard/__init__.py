@@ -1,0 +1,1 @@
+"""The lecture itself: its claims, training, reversible networks, hardware facts."""

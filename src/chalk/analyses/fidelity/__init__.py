@@ -1,0 +1,1 @@
+"""Predictions against measured results: validation, cross-validation, calibration and its fit cache."""

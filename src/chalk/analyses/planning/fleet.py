@@ -1,0 +1,240 @@
+"""Replaying a fleet: Poisson arrivals over R replicas behind a least-loaded router, each replica a
+continuous-batching simulation (`simulate.simulate_continuous`) with step times from the step model.
+
+Route first, then simulate. The router sees what a real one sees at arrival time: the requests it has sent
+each replica that have not finished yet, finishing times estimated from the plan's predicted TTFT and TPOT;
+it sends each request to the replica holding the fewest (join-the-shortest-queue, vLLM router's and Envoy's
+"least request"). Routing is one tight loop (a heap of estimated departures and count buckets, O(1) per
+request); the replicas are then independent and are simulated one by one, or in worker processes when the
+replay is large.
+
+Disaggregated: prompts go to the prefill pool first, an FCFS pool of `prefill_servers` replicas each draining
+prompt tokens at its prefill rate (a prompt goes to the replica free first: M/G/c); a lone prompt takes at
+least the pool's one-prompt TTFT. The prompt's KV then joins a decode replica, routed as above, whose steps
+cost pure decode (prompt tokens are free there: the prefill pool computed them).
+
+Measured on the 2-core dev machine (`benchmarks/bench_plan.py`): 1e6 requests of llama-3.1-70b on 24 x TP8
+H100 replicas (2000 in / 500 out, ~42 in flight each) replay in 5.4-5.8 s with two worker processes
+(routing ~1 s of it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from chalk.analyses.traffic.simulate import MAX_REQUESTS, Requests, StepCost, simulate_continuous
+from chalk.errors import InputError
+
+#: Replays of at least this many requests use worker processes (one per core, at most 8).
+PARALLEL_MIN_REQUESTS = 200_000
+
+
+@dataclass(frozen=True)
+class FleetReplay:
+    """What the simulator measured over the fleet: latency percentiles over the steady-state window (the
+    requests arriving after the warm-up and before the last 5% of arrivals), throughput and the run's size."""
+
+    n_requests: int
+    n_measured: int
+    replicas: int
+    replicas_simulated: int
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    e2e_p99_s: float
+    mean_in_flight_per_replica: float
+    max_in_flight_per_replica: float
+    output_tokens_per_s_per_replica: float
+    requests_clipped: int
+    wall_s: float
+
+    def to_dict(self) -> dict:
+        return {f.name: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+
+
+# --------------------------------------------------------------------------------------------- routing
+def route_least_loaded(arrival_s, est_finish_s, replicas: int) -> np.ndarray:
+    """Replica of each request (arrival order): the one holding the fewest unfinished requests at its arrival,
+    a request counting until its estimated finish time. Ties go to any of the least-loaded replicas."""
+    R = int(replicas)
+    a = np.asarray(arrival_s, dtype=float).tolist()
+    f = np.asarray(est_finish_s, dtype=float).tolist()
+    out = [0] * len(a)
+    if R == 1:
+        return np.zeros(len(a), dtype=np.int64)
+    cnt = [0] * R
+    buckets = [set(range(R))]  # buckets[c]: replicas holding c requests
+    lo = 0
+    dep: list = []  # (estimated finish, replica)
+    push, pop = heapq.heappush, heapq.heappop
+    for i, t in enumerate(a):
+        while dep and dep[0][0] <= t:
+            r = pop(dep)[1]
+            c = cnt[r]
+            buckets[c].discard(r)
+            buckets[c - 1].add(r)
+            cnt[r] = c - 1
+            if c - 1 < lo:
+                lo = c - 1
+        while not buckets[lo]:
+            lo += 1
+        r = buckets[lo].pop()
+        c = lo + 1
+        if c == len(buckets):
+            buckets.append(set())
+        buckets[c].add(r)
+        cnt[r] = c
+        out[i] = r
+        push(dep, (f[i], r))
+    return np.asarray(out, dtype=np.int64)
+
+
+def route_earliest_free(arrival_s, service_s, servers: int) -> np.ndarray:
+    """FCFS over `servers` identical servers, each request to the server free first: start time of each
+    (arrival order). Returns the start times (the wait is start - arrival)."""
+    a = np.asarray(arrival_s, dtype=float).tolist()
+    s = np.asarray(service_s, dtype=float).tolist()
+    free = [0.0] * int(servers)
+    start = [0.0] * len(a)
+    rep = heapq.heapreplace
+    for i, t in enumerate(a):
+        b = free[0] if free[0] > t else t
+        rep(free, b + s[i])
+        start[i] = b
+    return np.asarray(start)
+
+
+# --------------------------------------------------------------------------------------------- requests
+def poisson_lengths(rate_per_s: float, n: int, input_len, output_len, seed: int = 0):
+    """Arrival times (Poisson at `rate_per_s`) and lengths drawn from each length distribution (or a mean)."""
+    rng = np.random.default_rng(seed)
+    a = np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
+    lens = []
+    for spec in (input_len, output_len):
+        if hasattr(spec, "sample"):
+            lens.append(spec.sample(n, rng))
+        else:
+            lens.append(np.full(n, max(int(round(float(spec))), 1), dtype=np.int64))
+    return a, lens[0], lens[1]
+
+
+def _clip(P, O, cap):
+    """Lengths trimmed so that one request's KV (prompt + output) fits the replica: (P, O, how many trimmed)."""
+    if not math.isfinite(cap):
+        return P, O, 0
+    cap = int(cap)
+    over = P + O > cap
+    if not over.any():
+        return P, O, 0
+    O = np.where(over, np.minimum(O, max(cap // 4, 1)), O)
+    P = np.where(P + O > cap, np.maximum(cap - O, 1), P)
+    return P, O, int(over.sum())
+
+
+# --------------------------------------------------------------------------------------------- replay
+def _run(job):
+    reqs, sc, max_batch, chunk = job
+    return simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=chunk)
+
+
+def _simulate_all(jobs, workers: int | None):
+    total = sum(len(j[0]) for j in jobs)
+    w = workers if workers is not None else min(os.cpu_count() or 1, 8, len(jobs))
+    if w <= 1 or total < PARALLEL_MIN_REQUESTS or len(jobs) < 2:
+        return [_run(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:  # pragma: no cover - no fork on this platform
+        return [_run(j) for j in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))  # biggest first balances the workers
+    with ProcessPoolExecutor(max_workers=w, mp_context=ctx) as ex:
+        done = dict(zip(order, ex.map(_run, [jobs[i] for i in order], chunksize=1)))
+    return [done[i] for i in range(len(jobs))]
+
+
+def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: float, n_requests: int,
+           input_len, output_len, est_ttft_s: float, est_tpot_s: float, prefill_chunk: int | None = None,
+           simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
+           prefill: dict | None = None, workers: int | None = None) -> FleetReplay:
+    """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
+
+    `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
+    behind the router; fewer of them pool less, so this errs slow). `prefill`: a disaggregated fleet's prefill
+    pool, {'servers', 'tokens_per_s' (per server), 'lone_prompt_s' (one prompt of the mean length alone)};
+    `step_cost` is then the decode replicas' (prompt tokens free). `warmup_s`: arrivals in the first
+    `warmup_s` seconds are simulated but not measured.
+    """
+    t0 = time.perf_counter()
+    R = int(replicas)
+    k = min(R, int(simulate_replicas or R))
+    n = int(n_requests)
+    if not 1 <= n <= MAX_REQUESTS:
+        raise InputError(f"a replay takes 1 to {MAX_REQUESTS:,} requests, got {n}")
+    lam = float(rate_per_s) * k / R
+    a, P, O = poisson_lengths(lam, n, input_len, output_len, seed)
+    P, O, clipped = _clip(P, O, step_cost.kv_capacity_tokens)
+    pre = np.zeros(n)
+    if prefill is not None:
+        servers = max(int(math.ceil(prefill["servers"] * k / R)), 1)
+        mu = float(prefill["tokens_per_s"])
+        floor = float(prefill["lone_prompt_s"]) / max(float(np.mean(P)), 1.0)  # per prompt token, alone
+        start = route_earliest_free(a, P / mu, servers)
+        pre = (start - a) + np.maximum(P / mu, P * floor)
+    arrive = a + pre
+    order = np.argsort(arrive, kind="stable")
+    arrive, P, O, pre, a = arrive[order], P[order], O[order], pre[order], a[order]
+    where = route_least_loaded(arrive, arrive + est_ttft_s + O * est_tpot_s, k)
+    jobs, idx = [], []
+    for r in range(k):
+        sel = np.flatnonzero(where == r)
+        if sel.size == 0:
+            continue
+        idx.append(sel)
+        jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk))
+    results = _simulate_all(jobs, workers)
+    ttft, tpot, e2e = np.empty(n), np.empty(n), np.empty(n)
+    conc, out_rate = [], []
+    for sel, res in zip(idx, results):
+        ttft[sel] = res.ttft_s + pre[sel]
+        tpot[sel] = res.tpot_s
+        e2e[sel] = res.e2e_s + pre[sel]
+        conc.append(res.mean_concurrency)
+        out_rate.append(res.output_tokens_per_s)
+    lo = a[0] + max(float(warmup_s), 0.0)
+    hi = np.quantile(a, 0.95)
+    keep = (a >= lo) & (a <= hi)
+    if keep.sum() < max(100, n // 10):  # a short replay: measure its last 70%
+        keep = a >= np.quantile(a, 0.3)
+
+    def q(x, p):
+        x = x[keep]
+        x = x[np.isfinite(x)]
+        return float(np.percentile(x, p)) if x.size else math.nan
+
+    return FleetReplay(n_requests=n, n_measured=int(keep.sum()), replicas=R, replicas_simulated=k,
+                       ttft_p50_s=q(ttft, 50), ttft_p99_s=q(ttft, 99), tpot_p50_s=q(tpot, 50),
+                       tpot_p99_s=q(tpot, 99), e2e_p99_s=q(e2e, 99),
+                       mean_in_flight_per_replica=float(np.mean(conc)) if conc else 0.0,
+                       max_in_flight_per_replica=float(np.max(conc)) if conc else 0.0,
+                       output_tokens_per_s_per_replica=float(np.sum(out_rate)) / k if out_rate else 0.0,
+                       requests_clipped=clipped, wall_s=time.perf_counter() - t0)
+
+
+def decode_only(step_cost: StepCost) -> StepCost:
+    """A step-model StepCost whose prompt tokens cost nothing (a disaggregated decode replica: the prefill pool
+    computed them). The per-token slope moves to the per-decoding-sequence term, so decode steps cost the same."""
+    return dataclasses.replace(step_cost, flops_per_token=0.0,
+                               attn_flops_per_sequence=step_cost.attn_flops_per_sequence + step_cost.flops_per_token,
+                               label=step_cost.label + "; decode only")

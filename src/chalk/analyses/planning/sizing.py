@@ -1,0 +1,392 @@
+"""Sizing one candidate for a demand (`chalk plan`'s engine room): the cheapest layout x concurrency (x precision,
+speculation) per serving mode that meets the latency targets, its replicas, GPUs and dollars; then the fleet
+replayed in the request simulator and bumped up until the measured p99s meet the targets.
+
+One code path with `throughput`: the layout search shortlists (`serving.throughput` with the per-user speed
+floor, one call per deployment size), and each shortlisted replica is sized with the fixed-deployment prediction
+(`serving.fixed_deployment`): the most requests in flight per replica whose predicted TPOT (and p99 TTFT) still
+meet the targets. Shortlisted layouts are sized cheapest-bound first and the search stops when the bound passes
+the best found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+
+
+from chalk.analyses.planning import fleet
+from chalk.analyses.traffic.serving import (Speculation, _serving_setup, fixed_deployment, search_sizes,
+                                    prefill_piece, prefill_step_tokens, throughput)
+from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
+from chalk.equations import fleet as F
+from chalk.errors import FitError
+from chalk.specs.demand import Demand
+from chalk.specs.hardware import System
+
+MODES = ("aggregated", "disaggregated")
+#: Most times a plan that misses its targets in the replay is bumped up before it is reported unmet.
+MAX_BUMPS = 5
+#: Prefill pool utilisation ceiling (disaggregated): keeps the prompt queue short.
+PREFILL_MAX_UTILISATION = 0.8
+#: Most replicas one replay simulates (more are represented by that many, fed their share of arrivals).
+MAX_SIMULATED_REPLICAS = 256
+#: Concurrency search tolerance: the most requests per replica is found to within 2%.
+CONCURRENCY_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What every candidate is asked: the model, lengths (means or distributions), the demand to size for
+    (the peak hour's), targets and the options a plan may choose from."""
+
+    model: object
+    input_len: object
+    output_len: object
+    I: float
+    O: float
+    demand: Demand
+    precisions: tuple
+    kv_precision: str | None
+    speculative: Speculation | None
+    engine: str | None
+    ideal: bool
+    sim_requests: int
+    seed: int
+    eplb: str | None = None  # the expert-load balancer of MoE layouts ('auto', 'on', 'off'; None: auto)
+
+
+def _layout_text(par: dict) -> str:
+    etp = int(par.get("etp", 1))
+    return f"tp={par['tp']},pp={par['pp']},attn_dp={par.get('attn_dp', 1)}" + (f",etp={etp}" if etp > 1 else "")
+
+
+def _one_replica(label: str) -> str:
+    """A layout's label without its replica count (' x4 replicas'; 'TP8 (experts TP-sharded x8)' keeps its x8)."""
+    return re.sub(r" x\d+ replicas$", "", label)
+
+
+def _replica(par: dict) -> dict:
+    return {k: int(par.get(k, 1)) for k in ("tp", "ep", "pp", "attn_dp", "etp")} | {"dp": 1}
+
+
+# ----------------------------------------------------------------------------------------------- shortlist
+def shortlist(ask: Ask, system: System, mode: str, precision) -> tuple[list, str | None]:
+    """The best layout at each deployment size meeting the per-user speed floor and TTFT: [(bound $/h, result)],
+    cheapest bound first, one per distinct replica layout; and the last reason a size had no answer."""
+    tpot = ask.demand.tpot_target_s
+    kw = dict(input_len=ask.input_len, output_len=ask.output_len, precision=precision,
+              kv_precision=ask.kv_precision, min_user_tps=None if tpot is None else 1.0 / tpot,
+              max_ttft_s=ask.demand.ttft_p99_s, disaggregated=mode == "disaggregated", ideal=ask.ideal,
+              speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
+    seen, out, why = set(), [], None
+    # the sizes a search spans: one scale-up domain, or the fewest that hold the weights (`search_sizes`)
+    *_, cal, _, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len, precision,
+                                         ask.kv_precision, ask.ideal, None, ask.engine, None, ask.eplb)
+    for n in search_sizes(system, costs, cal):
+        try:
+            r = throughput(ask.model, system, gpus=n, **kw)
+        except FitError as e:
+            why = str(e)
+            continue
+        key = (tuple(sorted(_replica(r["parallelism"]).items())),
+               r.get("prefill", {}).get("layout"), bool(r["speculative"] and r["speculative"]["used"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((_bound_usd_per_hour(ask, system, r), r))
+    out.sort(key=lambda x: x[0])
+    return out, why
+
+
+def _bound_usd_per_hour(ask: Ask, system: System, r) -> float:
+    """A rough lower bound on a layout's $/h: the demand's output tokens/s over its tokens/s per GPU."""
+    d = ask.demand
+    tokens = d.rate * ask.O if d.kind == "rate" else d.users * float(r["user_tokens_per_s"])
+    return tokens / float(r["output_tokens_per_s_per_gpu"]) * system.chip.price_usd_per_hour
+
+
+# ----------------------------------------------------------------------------------------------- sizing
+def _fixed(ask: Ask, system: System, c: dict, n: int):
+    G = c["replica_gpus"]
+    kw = dict(gpus=G, decode_gpus=G) if c["mode"] == "disaggregated" else {}
+    return fixed_deployment(ask.model, system, layout=c["layout_text"], concurrency=int(n), input_len=ask.input_len,
+                            output_len=ask.output_len, precision=c["precision"], kv_precision=ask.kv_precision,
+                            ideal=ask.ideal, speculative=c["speculative"], engine=ask.engine, simulate=False,
+                            eplb=ask.eplb, **kw)
+
+
+def _meets(ask: Ask, c: dict, res) -> bool:
+    tpot, ttft = ask.demand.tpot_target_s, ask.demand.ttft_p99_s
+    if tpot is not None and res["tpot_s"] > tpot:
+        return False
+    if ttft is not None and c["mode"] == "aggregated" and res["ttft_p99_s"] > ttft:
+        return False
+    return True
+
+
+def _max_concurrency(ask: Ask, system: System, c: dict, guess: float):
+    """The most requests in flight per replica whose predicted TPOT (and p99 TTFT) meet the targets, within
+    the replica's batch cap (scheduler and KV memory): (n, its fixed-deployment result) or None.
+
+    Starts from the layout search's batch (`guess`), which meets the speed floor: TPOT need not fall as the
+    batch shrinks below it (a few sequences leave attention-DP ranks idle), so the search walks down from there
+    only when the guess misses, and bisects upward between a point that meets and one that does not.
+    """
+    g = max(int(round(guess)), 1)
+    r_g = _fixed(ask, system, c, g)
+    cap = max(int(math.floor(r_g["batch_cap_per_replica"])), 1)
+    if g > cap:
+        g, r_g = cap, _fixed(ask, system, c, cap)
+    if _meets(ask, c, r_g):
+        lo, r_lo = g, r_g
+        if cap == g:
+            return lo, r_lo
+        r_cap = _fixed(ask, system, c, cap)
+        if _meets(ask, c, r_cap):
+            return cap, r_cap
+        hi = cap
+    else:
+        hi, x, r_lo = g, g, None
+        while x > 1:
+            x = max(1, int(x / 1.5))
+            r = _fixed(ask, system, c, x)
+            if _meets(ask, c, r):
+                lo, r_lo = x, r
+                break
+            hi = x
+        if r_lo is None:
+            return None
+    while hi - lo > max(1, int(lo * CONCURRENCY_TOLERANCE)):
+        mid = int(round(math.sqrt(lo * hi))) if hi > 4 * lo else (lo + hi) // 2
+        mid = min(max(mid, lo + 1), hi - 1)
+        r = _fixed(ask, system, c, mid)
+        if _meets(ask, c, r):
+            lo, r_lo = mid, r
+        else:
+            hi = mid
+    return lo, r_lo
+
+
+def _per_replica_rate(res, G: int, O: float) -> float:
+    """Requests per second one replica completes at a fixed-deployment point."""
+    return float(res["output_tokens_per_s_per_gpu"]) * G / O
+
+
+def replicas_for(d_value: float, kind: str, c: dict) -> tuple[int, int]:
+    """(decode or aggregated replicas, prefill replicas) that carry `d_value` users in flight or requests/s at
+    the candidate's concurrency cap, with Poisson headroom (equations.fleet.peak_in_flight)."""
+    if d_value <= 0:
+        return 0, 0
+    n_mean = d_value if kind == "users" else float(F.requests_in_flight(d_value, c["e2e_at_cap_s"]))
+    R = max(int(F.replicas_needed(F.peak_in_flight(n_mean), c["cap"])), 1)
+    P = 0
+    if c["mode"] == "disaggregated":
+        P = prefill_replicas(d_value / c["e2e_at_cap_s"] if kind == "users" else d_value, c)
+    return R, P
+
+
+def prefill_replicas(rate_per_s: float, c: dict) -> int:
+    """Prefill replicas that keep the prompt queue of `rate_per_s` requests under the utilisation ceiling."""
+    return max(int(F.utilisation_bound_servers(rate_per_s * c["prompt_tokens"], c["prefill_tokens_per_s"],
+                                               PREFILL_MAX_UTILISATION)), 1)
+
+
+def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
+    """One shortlisted layout sized for the demand: replicas, GPUs, $/h, at the most requests per replica the
+    targets allow; None when not even one request per replica meets them."""
+    spec = ask.speculative if (r["speculative"] and r["speculative"]["used"]) else None
+    par = _replica(r["parallelism"])
+    G = par["tp"] * par["attn_dp"] * par["pp"]
+    c = {"mode": mode, "precision": precision, "speculative": spec, "parallelism": par, "replica_gpus": G,
+         "layout_text": _layout_text(par), "layout": _one_replica(r["layout"]), "prefill": None,
+         "prompt_tokens": ask.I}
+    if mode == "disaggregated":
+        p = r["prefill"]
+        pp = _replica(p["parallelism"])
+        Gp = pp["tp"] * pp["attn_dp"] * pp["pp"]
+        c["prefill"] = {"layout": _one_replica(p["layout"]), "parallelism": pp, "replica_gpus": Gp,
+                        "lone_prompt_s": float(p["ttft_s"])}
+        c["prefill_tokens_per_s"] = float(p["input_tokens_per_s_per_gpu"]) * Gp
+    found = _max_concurrency(ask, system, c, float(r["batch_per_replica"]))
+    if found is None:
+        return None
+    cap, at_cap = found
+    c["cap"] = cap
+    c["e2e_at_cap_s"] = cap / _per_replica_rate(at_cap, G, ask.O)
+    c["at_cap"] = at_cap
+    R, P = replicas_for(ask.demand.value, ask.demand.kind, c)
+    s = _cost(ask, system, c, R, P)
+    if mode == "disaggregated":  # size the prefill pool for the rate the decode replicas actually serve
+        P2 = prefill_replicas(s["requests_per_s"], c)
+        if P2 != P:
+            s = _cost(ask, system, c, R, P2)
+    return s
+
+
+def _cost(ask: Ask, system: System, c: dict, R: int, P: int) -> dict:
+    """The candidate at R replicas (and P prefill replicas): its operating point, GPUs and dollars."""
+    d = ask.demand
+    G = c["replica_gpus"]
+    n_mean = d.users / R if d.kind == "users" else None
+    if n_mean is None:  # rate: requests in flight per replica by Little's law at the cap's latency, then refined
+        n_mean = float(F.requests_in_flight(d.rate / R, c["e2e_at_cap_s"]))
+    op = _fixed(ask, system, c, max(int(round(n_mean)), 1))
+    x = _per_replica_rate(op, G, ask.O)
+    served = R * x if d.kind == "users" else d.rate
+    gpus = R * G + (P * c["prefill"]["replica_gpus"] if c["prefill"] else 0)
+    price = system.chip.price_usd_per_hour
+    usd_h = float(F.fleet_usd_per_hour(gpus, price))
+    cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
+    ttft = float(op["ttft_p99_s"]) if c["mode"] == "aggregated" else c["prefill"]["lone_prompt_s"] + float(op["tpot_s"])
+    return {**c, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op, "requests_per_s": served,
+            "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
+            "headroom": float(F.headroom(R, cap_units, d.value)), "usd_per_gpu_hour": price,
+            "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
+            "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * ask.O)),
+            "predicted": {"tpot_s": float(op["tpot_s"]), "ttft_s": float(op["ttft_s"]) if c["mode"] == "aggregated"
+                          else ttft, "ttft_p99_s": ttft, "user_tokens_per_s": float(op["user_tokens_per_s"])}}
+
+
+def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
+    """The cheapest sized candidate of one mode on one system across the allowed precisions, or (None, why)."""
+    cands, why = [], None
+    for prec in ask.precisions:
+        try:
+            sl, w = shortlist(ask, system, mode, prec)
+        except FitError as e:
+            sl, w = [], str(e)
+        why = why or w
+        cands += [(b, prec, r) for b, r in sl]
+    cands.sort(key=lambda x: x[0])
+    top = None
+    for bound, prec, r in cands:
+        if top is not None and bound * 0.85 > top["usd_per_hour"]:
+            break
+        s = size(ask, system, mode, prec, r)
+        if s is not None and (top is None or (s["usd_per_hour"], s["gpus"]) < (top["usd_per_hour"], top["gpus"])):
+            top = s
+    if top is None:
+        why = why or (f"no {mode} layout on {system.chip.id} meets the targets at even one request per replica"
+                      if cands else f"no {mode} layout of the model fits {system.chip.id}")
+    return top, why
+
+
+# ----------------------------------------------------------------------------------------------- the replay
+def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
+    """The simulator's step cost for one replica of `s` at its operating point (the step model's tangent)."""
+    _, _, I, O, L, _, cal, eng, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
+                                                          s["precision"], ask.kv_precision, ask.ideal, None,
+                                                          ask.engine, None, ask.eplb)
+    op = s["op"]
+    B = max(float(op["decoding_per_replica"]), 1.0)
+    e = s["speculative"].tokens_per_step if s["speculative"] is not None else 1.0
+    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    pf = 0.0 if s["mode"] == "disaggregated" else B * e * I / O  # prompt tokens per step, on average
+    # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
+    # prompt load it gives fixed mode's mean step
+    piece = prefill_piece(I, getattr(eng, "chunked_prefill_tokens", None))
+    a = op["parallelism"]["attn_dp"]
+    c_step, _, c_rank = (0.0, 0.0, None) if s["mode"] == "disaggregated" else \
+        (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
+    sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
+                                  prefill_tokens=c_step, prefill_rank_tokens=c_rank, precision=s["precision"],
+                                  kv_precision=costs.kv_precision, cal=cal, overhead_s=ovh)
+    n_op = max(int(round(s["in_flight_per_replica"])), 1)
+    plain_s = s if s["speculative"] is None else {**s, "speculative": None}
+    t0 = float(op["tpot_s"]) if s["speculative"] is None else float(_fixed(ask, system, plain_s, n_op)["tpot_s"])
+    t_lin = float(sc.step_time_s(B, B * L, pf))
+    if t_lin > 1.02 * t0:
+        # the step time bends up at the operating point (a compute or communication knee): the tangent's
+        # intercept would be negative. Use the chord from half the batch instead (or from zero, if that too
+        # would cross zero), so the simulated step still takes t0 at the operating point.
+        half = _fixed(ask, system, plain_s, max(n_op // 2, 1))
+        bh = max(float(half["decoding_per_replica"]), 0.5)
+        th = float(half["tpot_s"])
+        slope = (t0 - th) / max(B - bh, 1e-9) if B > bh else t0 / B
+        icept = t0 - slope * B
+        if icept < 0:
+            slope, icept = t0 / B, 0.0
+        k = slope * B / max(t_lin - sc.overhead_s, 1e-12)
+        sc = dataclasses.replace(sc, overhead_s=max(icept, 1e-9), **{f: getattr(sc, f) * k for f in (
+            "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence")})
+    if s["speculative"] is not None:  # one simulated step = one token per sequence, at the speculative pace
+        k = float(op["tpot_s"]) / t0
+        sc = dataclasses.replace(sc, **{f: getattr(sc, f) * k for f in (
+            "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence", "overhead_s")})
+    return fleet.decode_only(sc) if s["mode"] == "disaggregated" else sc
+
+
+def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, workers=None) -> fleet.FleetReplay:
+    """Replay the sized fleet: Poisson arrivals at the served rate, the length distributions, a least-loaded
+    router over the replicas (a represented subset when there are many)."""
+    n_fl = max(float(s["in_flight_per_replica"]), 1.0)
+    want = int(n_requests or ask.sim_requests)
+    k = int(min(s["replicas"], max(1, want // int(5 * n_fl + 1)), MAX_SIMULATED_REPLICAS))
+    n = int(min(MAX_REQUESTS, max(want, math.ceil(6 * k * n_fl))))
+    op = s["op"]
+    x = _per_replica_rate(op, s["replica_gpus"], ask.O)
+    prefill = None
+    if s["mode"] == "disaggregated":
+        prefill = {"servers": s["prefill_replicas"], "tokens_per_s": s["prefill_tokens_per_s"],
+                   "lone_prompt_s": s["prefill"]["lone_prompt_s"]}
+    chunk = None
+    if ask.engine is not None and s["mode"] == "aggregated":
+        from chalk.specs.engine import load_engine
+
+        # each attention-DP rank has its own chunk budget (`prefill_step_tokens`)
+        chunk = int(load_engine(ask.engine).chunked_prefill_tokens) * op["parallelism"]["attn_dp"]
+    return fleet.replay(_step_cost(ask, system, s), replicas=s["replicas"], max_batch=max(int(s["cap"]), 1),
+                        rate_per_s=s["requests_per_s"], n_requests=n, input_len=ask.input_len,
+                        output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],
+                        est_tpot_s=float(op["tpot_s"]), prefill_chunk=chunk, simulate_replicas=k,
+                        warmup_s=2.0 * n_fl / x, seed=ask.seed, prefill=prefill, workers=workers)
+
+
+def sim_meets(ask: Ask, sim: fleet.FleetReplay) -> bool:
+    tpot, ttft = ask.demand.tpot_target_s, ask.demand.ttft_p99_s
+    ok = True
+    if tpot is not None and not math.isnan(sim.tpot_p99_s):  # NaN: no request had a second token to time
+        ok &= sim.tpot_p99_s <= tpot
+    if ttft is not None:
+        ok &= math.isfinite(sim.ttft_p99_s) and sim.ttft_p99_s <= ttft
+    return bool(ok)
+
+
+def verify(ask: Ask, system: System, s: dict) -> dict:
+    """Replay `s`; while the measured p99s miss a target, add replicas (prefill replicas for a disaggregated
+    TTFT miss that the prefill queue causes), up to MAX_BUMPS times. Adds 'simulated', 'meets_targets', 'bumps'."""
+    tpot, ttft = ask.demand.tpot_target_s, ask.demand.ttft_p99_s
+    bumps = 0
+    while True:
+        sim = replay(ask, system, s)
+        if sim_meets(ask, sim) or bumps >= MAX_BUMPS:
+            break
+        bumps += 1
+        over_tpot = sim.tpot_p99_s / tpot if tpot and math.isfinite(sim.tpot_p99_s) else 0.0
+        over_ttft = sim.ttft_p99_s / ttft if ttft and math.isfinite(sim.ttft_p99_s) else 0.0
+        over = max(over_tpot, over_ttft, 1.0)
+        R, P = s["replicas"], s["prefill_replicas"]
+        # grow by twice the miss, and by at least 5%, 10%, 20%, ... as misses persist: a p99 driven by the
+        # spread of prefill stalls falls slowly with the load, so small steps would stall below the target
+        step = min(max(2.0 * (over - 1.0), 0.05 * 2 ** (bumps - 1)), 0.5)
+        grow = lambda n: max(n + 1, int(math.ceil(n * (1.0 + step))))  # noqa: E731
+        if s["mode"] == "disaggregated" and over_ttft > 1.0 and over_ttft >= over_tpot:
+            P = grow(P)
+        else:
+            R = grow(R)
+        s = _cost(ask, system, s, R, P)
+    R0, P0 = replicas_for(ask.demand.value, ask.demand.kind, s)
+    return {**s, "simulated": sim, "meets_targets": sim_meets(ask, sim), "bumps": bumps,
+            "bump_replicas": s["replicas"] / max(R0, 1), "bump_prefill": s["prefill_replicas"] / max(P0, 1)}
+
+
+def fleet_for(demand_value: float, kind: str, s: dict) -> tuple[int, int, int]:
+    """(replicas, prefill replicas, GPUs) the verified candidate needs at another demand: the same layout and
+    concurrency cap, scaled by the bumps its replay needed."""
+    R, P = replicas_for(float(demand_value), kind, s)
+    R = int(math.ceil(R * s.get("bump_replicas", 1.0) - 1e-9))
+    P = int(math.ceil(P * s.get("bump_prefill", 1.0) - 1e-9))
+    return R, P, R * s["replica_gpus"] + (P * s["prefill"]["replica_gpus"] if s["prefill"] else 0)

@@ -1,0 +1,59 @@
+"""A plan's demand read from a request trace (`chalk plan --trace`): what plan's demand model takes, and no more.
+
+The trace gives the arrival rate to size for (the busiest `window_s` of it: a fleet sized for the mean queues
+through every burst; the mean is reported beside it), the empirical prompt and output length distributions (cut
+at the model's context, as `simulate` cuts them), and, where it has prefix-block ids (Mooncake), the share of
+prompt tokens a prefix cache could serve: the trace's own reuse, with an unlimited cache. Plan's replay has no
+prefix cache, so that share is reported, not used to shrink the fleet.
+"""
+
+from __future__ import annotations
+
+import math
+
+from chalk.errors import InputError
+
+#: Window the peak arrival rate is taken over (s): a minute, short enough to see a burst, long enough to hold
+#: a few hundred requests at the public traces' rates (3-6 requests/s).
+PEAK_WINDOW_S = 60.0
+
+
+def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PEAK_WINDOW_S) -> dict:
+    """{'rate', 'input_len', 'output_len' (LengthDistributions), 'derived' (what was read, for the output),
+    'notes'} from the trace in `path` (any format `chalk.specs.traces` reads), arrivals sped up `speedup` times."""
+    from chalk.analyses.traffic.prefix_hits import trace_prefix_hits
+    from chalk.specs.demand import MAX_RATE, MIN_RATE
+    from chalk.specs.lengths import empirical
+    from chalk.analyses.traffic.simulate import truncate_to_context
+    from chalk.specs.traces import read_trace
+
+    t = read_trace(path, speedup=speedup)
+    if len(t) < 2 or not t.span_s > 0:
+        raise InputError(f"{t.source}: a trace needs requests at two different times to give a rate "
+                         f"(it has {len(t)} over {t.span_s:g} s)")
+    peak, mean = t.peak_rate_per_s(window_s), t.mean_rate_per_s
+    if not MIN_RATE <= peak <= MAX_RATE:
+        raise InputError(f"{t.source}: its peak rate {peak:.3g} requests/s is outside what a plan takes "
+                         f"({MIN_RATE:g} to {MAX_RATE:g}); use --speedup")
+    i_len, o_len, cut = t.input_len, t.output_len, 0
+    if model.max_context:
+        i_len, o_len, cut = truncate_to_context(i_len, o_len, model.max_context)
+    notes = [f"demand from the trace {t.source} ({t.format}, {len(t):,} requests over {t.span_s:,.0f} s"
+             + (f", sped up {t.speedup:g}x" if t.speedup != 1 else "")
+             + f"): sized for its busiest {window_s:g} s, {peak:.3g} requests/s (mean {mean:.3g}); "
+             f"lengths are its own (mean {i_len.mean():,.0f} in / {o_len.mean():,.0f} out)"]
+    if cut:
+        notes.append(f"{cut:,} trace requests longer than {model.id}'s {model.max_context:,}-token context were "
+                     "cut to fit it (the output first, the prompt only where it alone fills the context)")
+    hits = trace_prefix_hits(t, math.inf, input_len=i_len)
+    if hits is not None:
+        notes.append(f"the trace's prefix blocks repeat: an unlimited prefix cache would serve {hits.hit_rate:.1%} "
+                     "of prompt tokens; the plan does not count on it (its replay has no prefix cache)")
+    derived = {"path": t.source, "format": t.format, "requests": len(t), "span_s": t.span_s,
+               "speedup": t.speedup, "peak_window_s": float(window_s), "peak_rate_per_s": peak,
+               "mean_rate_per_s": mean, "input_len_mean": float(i_len.mean()),
+               "output_len_mean": float(o_len.mean()), "truncated_requests": cut,
+               "prefix_cache_hit_rate_unlimited": None if hits is None else hits.hit_rate,
+               "prefix_cache_applied": False}
+    return {"rate": peak, "input_len": empirical(i_len, "trace prompts"),
+            "output_len": empirical(o_len, "trace outputs"), "derived": derived, "notes": notes}

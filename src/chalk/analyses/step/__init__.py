@@ -1,0 +1,1 @@
+"""The step-time oracle and what feeds it: the op-level step model, layouts, kernel tables, calibration, model sizes, speculation, `estimate`, and the lecture's aggregate roofline bound kept as a named, separate quantity."""

@@ -1,0 +1,190 @@
+"""The linearised roofline of one mixed prefill + decode step, for the request simulator.
+
+Its coefficients are read once from `ModelSizes` and the system's rates, so a simulated step costs a
+handful of float operations instead of a `roofline.step` call; it agrees with `roofline.step` for pure
+decode batches (tests/test_simulate.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from chalk.analyses.step.model_sizes import ModelSizes
+from chalk.analyses.step.roofline import IDEAL, Efficiency
+from chalk.errors import InputError
+from chalk.specs.precision import canonical
+from chalk.specs.workload import positive
+
+
+# ----------------------------------------------------------------------------------------- step cost
+@dataclass(frozen=True)
+class StepCost:
+    """Linearised roofline of one mixed prefill + decode step. Rates are effective (efficiency applied).
+
+    compute = (flops_per_token * tokens + attn_flops_per_context_token * sum_ctx
+               + attn_flops_per_sequence * n_decode + prefill_attn_flops_per_pair * attended) / peak
+    memory  = (weight_dense_bytes + expert_bytes_all * (1 - (1 - k/E)^tokens)
+               + kv_read_bytes_per_context_token * (sum_ctx + prefill_prior)
+               + kv_read_bytes_per_sequence * n_decode + kv_write_bytes_per_token * n_prefill) / bw
+    Attention and KV terms are the tangent at `reference_context_tokens`: exact for full attention,
+    a linearisation for sliding-window and top-k (DSA) layers.
+    """
+
+    flops_per_token: float
+    attn_flops_per_context_token: float
+    attn_flops_per_sequence: float
+    prefill_attn_flops_per_pair: float
+    peak_flops_per_s: float
+    weight_dense_bytes: float
+    expert_bytes_all: float
+    log1m_expert_fraction: float  # log(1 - k/E); 0 for dense models
+    kv_read_bytes_per_context_token: float
+    kv_read_bytes_per_sequence: float
+    kv_write_bytes_per_token: float
+    bandwidth_bytes_per_s: float
+    overhead_s: float = 0.0
+    kv_capacity_tokens: float = math.inf
+    label: str = ""
+
+    def __post_init__(self):
+        for f in fields(self)[:-1]:  # all but the label
+            v, sign = getattr(self, f.name), -1 if f.name == "log1m_expert_fraction" else 1
+            if not (isinstance(v, (int, float)) and sign * v >= 0):
+                raise InputError(f"step cost {f.name} must be a number {'<=' if sign < 0 else '>='} 0, got {v!r}")
+        if self.peak_flops_per_s <= 0 or self.bandwidth_bytes_per_s <= 0:
+            raise InputError("step cost peak FLOP/s and bandwidth must be positive")
+        if self.overhead_s <= 0 and self.weight_dense_bytes <= 0 and self.flops_per_token <= 0:
+            raise InputError("a step must take time: give an overhead, weight bytes or FLOPs per token")
+
+    @classmethod
+    def from_roofline(cls, model, system, chips: int | None = None, precision: str | None = None,
+                      kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
+                      reference_context_tokens: float = 4096) -> StepCost:
+        """Coefficients for `model` on `system` (objects or catalog ids), matching `roofline.step`."""
+        from chalk.specs.catalog import load_model, resolve_hardware
+
+        model = load_model(model) if isinstance(model, str) else model
+        system = resolve_hardware(system) if isinstance(system, str) else system
+        n = int(positive("chips", chips if chips is not None else system.chips, integer=True, scalar=True))
+        L = float(positive("reference context", reference_context_tokens, scalar=True))
+        sz = ModelSizes(model)
+        prec = canonical(precision) if precision is not None else sz.default_precision()
+        from chalk.analyses.step.parallel import resolve_kv_precision
+
+        kvp = canonical(resolve_kv_precision(kv_precision, prec, system))
+        chip = system.chip
+        peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
+        bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory
+        dense = float(sz.weight_bytes_read(0.0, precision))  # tokens=0 touches no routed expert
+        experts = float(sz.weight_bytes_read(1e9, precision)) - dense if model.is_moe else 0.0
+        frac = model.experts_per_token / model.num_experts if model.is_moe else 0.0
+        l1k = math.log1p(-frac) if frac < 1 else -700.0  # every expert active: (1-k/E)^t = 0 for t >= 1
+        af = lambda x: float(sz.attention_flops_per_token(x))  # noqa: E731
+        kr = lambda x: float(sz.kv_read_bytes_per_sequence(x, kvp))  # noqa: E731
+        a1, k1 = af(L + 1) - af(L), kr(L + 1) - kr(L)
+        kv_write = float(sz.kv_bytes_per_sequence(L, kvp)) / L
+        usable = chip.hbm_bytes * n * (1 - efficiency.memory_reserve) - sz.weight_bytes(precision)
+        return cls(flops_per_token=2 * sz.active_matmul_params, attn_flops_per_context_token=a1,
+                   attn_flops_per_sequence=max(af(L) - a1 * L, 0.0),
+                   prefill_attn_flops_per_pair=float(sz.prefill_attention_flops(L)) / (L * (L + 1) / 2),
+                   peak_flops_per_s=peak, weight_dense_bytes=dense, expert_bytes_all=experts,
+                   log1m_expert_fraction=l1k, kv_read_bytes_per_context_token=k1,
+                   kv_read_bytes_per_sequence=max(kr(L) - k1 * L, 0.0), kv_write_bytes_per_token=kv_write,
+                   bandwidth_bytes_per_s=bw, overhead_s=efficiency.overhead_s,
+                   kv_capacity_tokens=max(usable, 0.0) / kv_write,
+                   label=f"{model.id} on {n} x {chip.id} ({prec}, KV {kvp}, {efficiency.label})")
+
+    @classmethod
+    def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
+                        prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None,
+                        precision: str | None = None, kv_precision: str | None = "auto",
+                        cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
+        """The one step model (`chalk.analyses.step.step_model`) on one replica `layout`, as the simulator's linear step
+        cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
+        there (pure decode), in prompt tokens its secant from none to `prefill_tokens` (a step carrying one
+        prefill chunk, `prefill_rank_tokens` of it on the busiest attention-DP rank), so a pure decode step and a
+        step carrying that chunk are both exact.
+
+        Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + (T(B, L, c0) - T0) / c0 * c,
+                 T0 = T(B, L, 0), written on the StepCost's compute line with peak 1 (its coefficients are
+                 seconds); T is the token step (PP stage steps). c0 = 0: the secant over one prompt.
+        """
+        from chalk.analyses.step.calibration import calibration
+        from chalk.analyses.step.estimate import make_layout
+        from chalk.analyses.step.parallel import (default_kernels, memory_per_chip, model_costs, resolve_kv_precision,
+                                             stage_step)
+        from chalk.equations import parallel as P
+        from chalk.specs.catalog import as_model, as_system
+
+        model, system = as_model(model), as_system(system)
+        cal = cal or calibration(ideal)
+        lay = make_layout(model, layout)
+        prec = canonical(precision) if precision else ModelSizes(model).default_precision()
+        kvp = resolve_kv_precision(kv_precision, prec, system)
+        costs = model_costs(model, precision, kvp)
+        kern = default_kernels(system.chip, cal) or False
+        B = float(positive("batch", batch, scalar=True))
+        L = float(positive("context", context, scalar=True))
+        I = float(positive("prompt length", prompt_len, scalar=True))
+        c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True, scalar=True))
+
+        def T(b, ctx, c):
+            st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
+                            overhead_s=overhead_s,
+                            prefill_rank_tokens=prefill_rank_tokens if c > 0 and c0 > 0 else None)["stage_time_s"]
+            return float(P.pipeline_token_latency_s(st, lay.pp))
+
+        t0 = T(B, L, 0.0)
+        db = max(B * 0.05, 1.0)
+        d_seq = (T(B + db, L, 0.0) - T(max(B - db, 1e-3), L, 0.0)) / (B + db - max(B - db, 1e-3))
+        dl = max(L * 0.05, 1.0)
+        d_ctx = max((T(B, L + dl, 0.0) - T(B, max(L - dl, 1.0), 0.0)) / (L + dl - max(L - dl, 1.0)) / B, 0.0)
+        dc = c0 if c0 > 0 else I
+        d_tok = max((T(B, L, dc) - t0) / dc, 0.0)
+        per_seq = max(d_seq - d_ctx * L - d_tok, 0.0)  # a decoding sequence's token is counted in `tokens` too
+        ovh = max(t0 - (d_tok * B + per_seq * B + d_ctx * B * L), 0.0)
+        w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
+        usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+        seqs = max(float(usable - w), 0.0) / float(kv1) * lay.attn_dp * lay.pp if float(kv1) > 0 else math.inf
+        return cls(flops_per_token=d_tok, attn_flops_per_context_token=d_ctx, attn_flops_per_sequence=per_seq,
+                   prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0, weight_dense_bytes=0.0,
+                   expert_bytes_all=0.0, log1m_expert_fraction=0.0, kv_read_bytes_per_context_token=0.0,
+                   kv_read_bytes_per_sequence=0.0, kv_write_bytes_per_token=0.0, bandwidth_bytes_per_s=1.0,
+                   overhead_s=max(ovh, 1e-9), kv_capacity_tokens=seqs * L,
+                   label=f"{model.id} on {lay.label()} of {system.chip.id} ({costs.precision}, KV {kvp}; step model "
+                         f"tangent at {B:.0f} sequences of {L:.0f} tokens, {cal.label})")
+
+    @classmethod
+    def constant(cls, step_time_s: float) -> StepCost:
+        """A step that always takes `step_time_s` whatever it holds (the lecture's idealised train)."""
+        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,
+                   overhead_s=float(positive("step time", step_time_s, scalar=True)), label=f"constant {step_time_s} s")
+
+    def times_s(self, n_decode, decode_context_tokens, prefill_tokens=0, prefill_attended_tokens=0,
+                prefill_prior_tokens=0) -> tuple[np.ndarray, np.ndarray]:
+        """(compute time, memory time) of steps; arguments broadcast as numpy arrays."""
+        nd, ctx = np.asarray(n_decode, float), np.asarray(decode_context_tokens, float)
+        npf, att = np.asarray(prefill_tokens, float), np.asarray(prefill_attended_tokens, float)
+        prior = np.asarray(prefill_prior_tokens, float)
+        tokens = nd + npf
+        flops = (self.flops_per_token * tokens + self.attn_flops_per_context_token * ctx
+                 + self.attn_flops_per_sequence * nd + self.prefill_attn_flops_per_pair * att)
+        weights = self.weight_dense_bytes + self.expert_bytes_all * -np.expm1(tokens * self.log1m_expert_fraction)
+        kv = (self.kv_read_bytes_per_context_token * (ctx + prior) + self.kv_read_bytes_per_sequence * nd
+              + self.kv_write_bytes_per_token * npf)
+        return flops / self.peak_flops_per_s, (weights + kv) / self.bandwidth_bytes_per_s
+
+    def step_time_s(self, n_decode, decode_context_tokens, prefill_tokens=0, prefill_attended_tokens=0,
+                    prefill_prior_tokens=0):
+        """Step duration: max(compute, weight + KV read) + overhead, for `n_decode` sequences whose
+        contexts sum to `decode_context_tokens` and `prefill_tokens` prompt tokens attending to
+        `prefill_attended_tokens` (token, context) pairs in all, after `prefill_prior_tokens` cached."""
+        c, m = self.times_s(n_decode, decode_context_tokens, prefill_tokens, prefill_attended_tokens,
+                            prefill_prior_tokens)
+        t = np.maximum(c, m) + self.overhead_s
+        return float(t) if t.ndim == 0 else t
+
+    __call__ = step_time_s

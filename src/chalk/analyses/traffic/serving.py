@@ -1,0 +1,1069 @@
+"""Serving throughput: a vectorised search over layouts x batch for the most output tokens/s per GPU that
+fits memory and meets the latency constraints; aggregated or disaggregated; the latency-cost frontier and
+the price of fast and slow modes.
+
+Aggregated serving (prefill and decode share GPUs, chunked prefill): every decode step of B sequences also
+carries B * I / O prompt tokens on average, so prompts cost compute inside the decode step. Decode context
+averages I + O / 2. Disaggregated: a decode pool runs pure decode steps; a prefill pool, sized by the ratio
+of work, runs prompt chunks; output per GPU counts both pools.
+"""
+
+from __future__ import annotations
+
+import math
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from chalk.analyses.step.calibration import Calibration, calibration, with_eplb
+from chalk.analyses.records.claims import Claim
+from chalk.analyses.step.model_sizes import ModelSizes
+from chalk.analyses.step.parallel import (Layout, check_reach, default_kernels, domains_to_hold, enumerate_layouts,
+                                     kernel_provenance, layout_arrays, memory_per_chip, model_costs, resolve_kv_precision, stage_step)
+from chalk.analyses.records.results import ServingResult
+from chalk.equations import parallel as P
+from chalk.equations import speculative as S
+from chalk.errors import FitError, InputError
+from chalk.specs.catalog import as_model, as_system
+from chalk.specs.hardware import System
+from chalk.specs.precision import canonical
+from chalk.specs.workload import MAX_GPUS, count, positive, tokens
+
+#: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
+#: EP blog runs 16,384 tokens per device).
+PREFILL_CHUNK_TOKENS = 16384
+SPEEDUPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
+
+
+def deployment_sizes(system: System, weight_bytes: float = 0.0, usable_bytes_per_chip: float | None = None
+                     ) -> list[int]:
+    """Deployment sizes searched when none is given: powers of two and the whole scale-up domain; and, when
+    `weight_bytes` do not fit one domain's usable memory (`usable_bytes_per_chip` each, default the whole HBM) and
+    the chip has a scale-out network, the fewest domains that hold them (2, 4, ... nodes: pipeline stages over
+    nodes, or EP over the scale-out network, as DeepSeek-V3/R1 is served on two 8-GPU H100 nodes). Wider
+    deployments are searched when asked (`gpus`)."""
+    d = system.chips
+    out = {n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= d} | {d}
+    usable = system.chip.hbm_bytes if usable_bytes_per_chip is None else usable_bytes_per_chip
+    out.add(d * domains_to_hold(system, weight_bytes, usable))
+    return sorted(out)
+
+
+def search_sizes(system: System, costs, cal: Calibration) -> list[int]:
+    """`deployment_sizes` for a model at these precisions (`costs`) under a calibration's memory reserve."""
+    return deployment_sizes(system, costs.dense_weight_bytes + costs.expert_weight_bytes,
+                            system.chip.hbm_bytes * (1 - cal.memory_reserve))
+
+
+#: The standard normal's 99th percentile: p99 TPOT in the search (`_evaluate`).
+P99_Z = 2.326
+#: Replays of the chosen point a search under p99 targets makes before it gives up on the replayed check.
+TAIL_REPLAYS = 6
+
+#: Geometric step of the batch grid (sequences per scheduler): 15% apart, from 1 to the scheduler cap.
+BATCH_GRID_STEP = 1.15
+
+
+def _grid(layouts: list[Layout], cap: int, points: int | None = None):
+    """Flattened (layout, batch) grid: batch per replica = s * attn_dp * pp, s per scheduler micro-batch."""
+    points = points or max(40, int(np.ceil(np.log(max(cap, 2)) / np.log(BATCH_GRID_STEP))) + 1)
+    s = np.unique(np.round(np.geomspace(1, cap, points)))
+    la = layout_arrays(layouts)
+    n, k = len(layouts), len(s)
+    idx = np.repeat(np.arange(n), k)
+    g = {key: v[idx] for key, v in la.items()}
+    g["idx"] = idx
+    g["B"] = np.tile(s, n) * g["attn_dp"] * g["pp"]
+    return g
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding or MTP: `draft_tokens` drafts per step, each accepted with probability `acceptance`;
+    one draft costs `draft_layers` of the main model's layers (an MTP module is one block)."""
+
+    draft_tokens: int
+    acceptance: float
+    draft_layers: float = 1.0
+    #: where the acceptance comes from ('' where the caller gave it)
+    source: str = ""
+
+    def __post_init__(self):
+        k, a = self.draft_tokens, self.acceptance
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k > 64:
+            raise InputError(f"draft tokens (--mtp) must be a whole number from 1 to 64, got {k!r}")
+        if not (isinstance(a, (int, float)) and np.isfinite(a) and 0 < a < 1):
+            raise InputError(f"acceptance must be in (0, 1), got {a!r}")
+
+    @property
+    def tokens_per_step(self) -> float:
+        return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
+
+
+def model_speculation(model) -> Speculation | None:
+    """The model's own multi-token-prediction draft layers as a `Speculation`: one draft token per layer the
+    checkpoint ships (`ModelSpec.mtp_layers`, from config.json), each accepted at the catalog's sourced rate
+    (`ModelSpec.mtp_acceptance`); None for a model without draft layers. What `throughput` and `plan` search
+    with when not told otherwise (speculative='auto')."""
+    m = as_model(model)
+    if m.mtp_layers <= 0:
+        return None
+    acc, src = m.mtp_acceptance, m.mtp_acceptance_source
+    if acc is None:  # no stated rate for this model: the catalog's sourced default
+        from chalk.specs.catalog import package_path, read_yaml
+        from chalk.specs.validate import spec_number, spec_str
+
+        d = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
+        acc = spec_number(d["default_mtp_acceptance"], "catalog speculation.yaml: default_mtp_acceptance",
+                          maximum=1.0)
+        src = "chalk default for draft layers without a stated rate: " + spec_str(d["source"],
+                                                                                   "speculation.yaml: source")
+    return Speculation(int(min(m.mtp_layers, 64)), float(acc), draft_layers=1.0,
+                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: {src}")
+
+
+def resolve_speculation(speculative, model) -> Speculation | None:
+    """`speculative` as given (a Speculation, or None: none), or with 'auto' the model's own draft layers
+    (`model_speculation`)."""
+    if isinstance(speculative, str):
+        if speculative != "auto":
+            raise InputError(f"speculative must be a Speculation, None or 'auto', got {speculative!r}")
+        return model_speculation(model)
+    return speculative
+
+
+def prefill_piece(prompt_tokens: float, chunk=None) -> float:
+    """Prompt tokens one prefill step takes of a prompt: all of it, or the engine's chunked-prefill budget."""
+    return prompt_tokens if not chunk else min(prompt_tokens, float(chunk))
+
+
+def prefill_step_tokens(B, e, Ip, O, piece, attn_dp=1.0, alignment=1.0):
+    """(prompt tokens a step carries when it carries prefill, fraction of steps that do, prompt tokens on the
+    busiest attention-DP rank of such a step) in aggregated serving with chunked prefill. B decoding sequences
+    emitting e tokens per step need B e Ip / O prompt tokens per step on average (Ip: uncached prompt tokens,
+    O: output tokens); engines run them as whole chunks of `piece` tokens (a prompt, or the chunked-prefill budget)
+    in some steps, not as a trickle in every step; when even every step carrying a chunk is not enough, every step
+    carries the average. Each of the replica's `attn_dp` attention-DP ranks schedules its own sequences with its
+    own chunk budget; the ranks meet at every MoE layer, so a step is paced by any rank carrying a chunk. A share
+    `alignment` of the chunks is lined up across ranks (all ranks prefill in the same steps), the rest falls in
+    steps of its own rank's choosing.
+
+    Formula: c_r = max(piece, c_avg / a), f_r = c_avg / (a c_r) per rank (c_avg = B e Ip / O);
+             F = alignment f_r + (1 - alignment) (1 - (1 - f_r)^a) (steps where some rank carries a chunk);
+             c = c_avg / F (the replica's prompt tokens in such a step).
+    Assumes: sequences balanced over the ranks; unaligned chunks placed independently.
+    """
+    a = np.maximum(np.asarray(attn_dp, dtype=float), 1.0)
+    c_avg = np.asarray(B, dtype=float) * e * Ip / max(O, 1e-9)
+    c_r = np.maximum(piece, c_avg / a)
+    f_r = np.minimum(np.where(c_r > 0, c_avg / (a * np.where(c_r > 0, c_r, 1.0)), 0.0), 1.0)
+    independent = -np.expm1(a * np.log1p(-np.minimum(f_r, 1.0 - 1e-15)))
+    F = np.where(f_r >= 1.0, 1.0, alignment * f_r + (1.0 - alignment) * independent)
+    c = np.where(F > 0, c_avg / np.where(F > 0, F, 1.0), c_r)
+    return c, F, c_r
+
+
+def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
+    """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s), fraction of
+    steps carrying a chunk): B decoding
+    sequences of context L while prompts of I tokens (Ip uncached) are prefilled in chunks of `piece` on each
+    attention-DP rank (`prefill_step_tokens`); the mean is (1 - F) pure + F chunk, a chunk's weight and expert
+    reads counted once."""
+    c, f, c_r = prefill_step_tokens(B, e, Ip, O, piece, a, cal.dp_prefill_alignment)
+    pure = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)["stage_time_s"], dtype=float)
+    chunk = stage_step(costs, system, tp, a, pp, ep, B, c, L, I, cal, prefill_rank_tokens=c_r, **kw)
+    return (1 - f) * pure + f * np.asarray(chunk["stage_time_s"], dtype=float), chunk, pure, f
+
+
+def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
+              spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None):
+    """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
+    (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average.
+    Aggregated serving's TTFT and prefill share come from the step carrying a chunk and the pure decode step that
+    the mean step (`mixed_step_s`) ran; a disaggregated search takes its TTFT from the prefill pool."""
+    L = I + O / 2 if L is None else L
+    B = g["B"]
+    tp, a, pp, ep, G = g["tp"], g["attn_dp"], g["pp"], g["ep"], g["replica_gpus"]
+    w, kv = memory_per_chip(costs, tp, a, pp, ep, B, L + cal.kv_reserve_output_fraction * O / 2)
+    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    fits = (w + kv) <= usable
+    q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
+    kw = dict(overhead_s=overhead_s, kernels=kernels, query_tokens=q)
+    piece = prefill_piece(I, chunk)
+    if disaggregated:
+        dec = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)
+        st = np.asarray(dec["stage_time_s"], dtype=float)
+    else:
+        st, dec, pure, F = mixed_step_s(costs, system, tp, a, pp, ep, B, e, I, O, L, I, piece, cal, **kw)
+        first = np.asarray(dec["stage_time_s"], dtype=float)  # the step carrying a new prompt's chunk
+    if spec is not None:  # the MTP head drafts K tokens, one block each, before the verify step
+        st = st + S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
+    tpot = P.pipeline_token_latency_s(st, pp) / e
+    out = {"fits": fits, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot, "output_per_gpu": B / tpot / G,
+           "weight_bytes_per_gpu": w, "kv_bytes_per_gpu": kv, "overlap": dec["overlap"], "step": dec}
+    if disaggregated:  # TTFT comes from the prefill pool; decode GPUs spend nothing on prefill
+        out["tpot_p99_s"] = tpot
+        return out
+    # p99 TPOT: a request's TPOT averages the steps of its own decode, a share of which carry a prompt's chunk;
+    # over O - 1 steps that share is binomial around F: its 99th percentile, by the normal approximation
+    share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
+    tail = pure + (first - pure) * share
+    if spec is not None:
+        tail = tail + S.mtp_draft_time_s(tail, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
+    out["tpot_p99_s"] = np.maximum(P.pipeline_token_latency_s(tail, pp) / e, tpot)
+    mean = st if spec is None else st - S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers,
+                                                           spec.draft_layers)
+    out["ttft_s"] = P.pipeline_token_latency_s(first, pp) * np.ceil(I / piece)
+    out["prefill_share"] = np.clip(1 - pure / mean, 0.0, 1.0)
+    return out
+
+
+def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibration, **kw):
+    """(prompt tokens one prefill step of a replica carries, prompt tokens/s per GPU) of a prefill pool on a layout
+    (numbers or arrays) running full prefill steps: a chunk of max(PREFILL_CHUNK_TOKENS, Ip) uncached prompt
+    tokens per attention rank, of prompts `I` tokens long; `kw` goes to `stage_step` (kernels, overhead_s).
+
+    Formula: c = max(chunk, Ip) * attn_dp; rate = c / (pp * t_stage(c)) / G."""
+    chunk = np.maximum(PREFILL_CHUNK_TOKENS * a, Ip * a)
+    t = stage_step(costs, system, tp, a, pp, ep, 0.0, chunk, I, I, cal, **kw)["stage_time_s"]
+    with np.errstate(divide="ignore"):
+        return chunk, chunk / pp / t / G
+
+
+def _prefill_pool(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
+    """Best prefill layout: input tokens/s per GPU, TTFT of one prompt, and the layout."""
+    la = layout_arrays(layouts)
+    tp, a, pp, ep, G = la["tp"], la["attn_dp"], la["pp"], la["ep"], la["replica_gpus"]
+    chunk, rate = _prefill_rate(costs, system, tp, a, pp, ep, G, I, I, cal)
+    seqs = chunk / I
+    w, kv = memory_per_chip(costs, tp, a, pp, ep, seqs, I)
+    fits = (w + kv) <= system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    one = P.pipeline_token_latency_s(stage_step(costs, system, tp, a, pp, ep, 0.0, I, I, I, cal)["stage_time_s"], pp)
+    # the prompt's KV goes to the decode pool: over NVLink inside a rack-scale domain, else over the NIC
+    chip = system.chip
+    link = chip.scaleup_bandwidth_bytes_per_s if system.kind == "rack" else chip.scaleout_bandwidth_bytes_per_s
+    link = link or chip.scaleup_bandwidth_bytes_per_s or chip.hbm_bandwidth_bytes_per_s
+    ttft = one + float(costs.kv_bytes(I)) / (link * cal.link)
+    ok = fits & (ttft <= (max_ttft_s if max_ttft_s else np.inf))
+    if not np.any(ok):
+        return None
+    i = int(np.argmax(np.where(ok, rate, -np.inf)))
+    return {"layout": layouts[i], "input_tokens_per_s_per_gpu": float(rate[i]), "ttft_s": float(ttft[i])}
+
+
+def _pareto(user, thr):
+    """Indices of the points not beaten on both per-user speed and throughput per GPU."""
+    order = np.argsort(-user, kind="stable")
+    best = -np.inf
+    keep = []
+    for i in order:
+        if thr[i] > best * (1 + 1e-9):
+            keep.append(i)
+            best = thr[i]
+    return np.array(keep[::-1], dtype=int)
+
+
+def _length(name: str, spec):
+    """A length argument: a number (the mean) or a distribution (`chalk.specs.lengths.parse_lengths`)."""
+    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool):
+        return float(tokens(name, spec)), None
+    from chalk.specs.lengths import parse_lengths
+
+    d = parse_lengths(spec)
+    return float(d.mean), d
+
+
+def _engine(engine):
+    if engine is None:
+        return None
+    from chalk.specs.engine import load_engine
+
+    return load_engine(engine) if isinstance(engine, str) else engine
+
+
+def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
+                   engine, cache_hit, eplb=None, max_seqs=None):
+    m, system = as_model(model), as_system(hardware)
+    I, di = _length("input_len", input_len)
+    O, do = _length("output_len", output_len)
+    F = 0.0 if cache_hit is None else float(cache_hit)
+    if not (np.isfinite(F) and 0 <= F < 1):
+        raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
+    cal = with_eplb(calibration_override or calibration(ideal, system.chip), eplb)
+    eng = _engine(engine)
+    if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
+        eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
+    if eng is not None and cal.label != "ideal":
+        cal = dataclasses.replace(cal, max_seqs_per_scheduler=int(eng.max_num_seqs),
+                                  memory_reserve=1 - float(eng.kv_cache_memory_fraction),
+                                  label=f"{cal.label}, {eng.id} {eng.version} profile")
+    if max_seqs is not None:  # the user's scheduler cap, over the engine's and the fitted one
+        n = int(positive("max_seqs", max_seqs, integer=True, scalar=True))
+        cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
+    sz = ModelSizes(m)
+    prec = canonical(precision) if precision else sz.default_precision()
+    kvp = resolve_kv_precision(kv_precision, prec, system)
+    costs = model_costs(m, precision, kvp)
+    # a decoding sequence holds its prompt plus the output so far; with spread-out output lengths, long outputs hold
+    # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
+    o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O
+    L = I + o2 / (2 * O)
+    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
+                           getattr(eng, "kernel_version", None))
+    return m, system, I, O, L, F, cal, eng, costs, kern
+
+
+def _kernel_answer(res: dict, system, cal, eng, m) -> None:
+    """Say in an answer which engine release it models and which framework version its kernel tables come from
+    (`kernels`, `engine_release`; a note where the tables are another version's or framework's than asked)."""
+    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
+                           getattr(eng, "kernel_version", None))
+    kp = kernel_provenance(kern, m)
+    res["kernels"] = kp["kernels"]
+    res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
+    res["notes"] = list(res.get("notes") or []) + kp["notes"]
+
+
+def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None,
+               precision: str | None = None, kv_precision: str | None = "auto", min_user_tps: float | None = None,
+               max_ttft_s: float | None = None, disaggregated: bool = False, pareto: bool = False,
+               ideal: bool = False, calibration_override: Calibration | None = None, layout=None,
+               concurrency: int | None = None, speculative: Speculation | str | None = "auto", engine=None,
+               cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None,
+               tpot_p99_s: float | None = None, ttft_p99_s: float | None = None, max_seqs: int | None = None,
+               max_tokens: int | None = None) -> dict:
+    """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
+    `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
+    decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
+
+    input_len / output_len: means, or distributions ('lognormal:mean=3790,p99=15000', a lengths file).
+    speculative: also search with speculative decoding / MTP, and keep it where it serves more per GPU; 'auto'
+    (default): the model's own MTP draft layers where its config ships them (`model_speculation`), none
+    otherwise; None: none. A fixed deployment (`concurrency`) speculates only when given a Speculation.
+    engine: 'vllm' | 'sglang' | 'trtllm': that engine's scheduler cap, KV memory fraction and kernels.
+    cache_hit: fraction of prompt tokens served from the prefix cache (no prefill compute; KV still read).
+    `calibration_override` replaces the efficiency constants (used when fitting them).
+    eplb: whether the MoE layers run an expert-load balancer: 'auto' (default: from the calibrated EP width,
+    `Calibration.eplb_min_ep`), 'on' (every expert-parallel group) or 'off'.
+    tpot_p99_s / ttft_p99_s: tail-latency targets (what benchmarks and SLOs hold deployments to): points are
+    screened with a closed-form p99 (`_evaluate`) and the chosen one is replayed in the request simulator
+    (`fixed_deployment`) until its replayed p99s meet the targets; `min_user_tps` stays the mean form.
+    max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
+    budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
+    """
+    if prefill_gpus is not None and not (disaggregated is True and concurrency is not None):
+        raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
+                         "--disaggregated, --layout and --concurrency")
+    if isinstance(disaggregated, str):
+        if disaggregated != "auto":
+            raise InputError(f"disaggregated must be True, False or 'auto', got {disaggregated!r}")
+        if concurrency is not None:  # a fixed deployment is what it is: aggregated unless told
+            disaggregated = False
+        else:
+            kw = dict(input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
+                      kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s, pareto=pareto,
+                      ideal=ideal, calibration_override=calibration_override, layout=layout,
+                      speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s,
+                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens)
+            return _better_mode(model, hardware, kw)
+    if concurrency is not None:
+        if layout is None:
+            raise InputError("--concurrency needs --layout: a fixed deployment is one layout at one concurrency")
+        decode_gpus = None
+        if disaggregated:
+            if prefill_gpus is None:
+                raise InputError("a fixed disaggregated deployment needs --prefill-gpus (the prefill pool); "
+                                 "--gpus sizes the decode pool")
+            from chalk.analyses.step.estimate import make_layout
+
+            decode_gpus = count("gpus", gpus, MAX_GPUS) if gpus is not None else \
+                make_layout(as_model(model), layout).replica_gpus
+            gpus = decode_gpus + count("prefill_gpus", prefill_gpus, MAX_GPUS)
+        return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
+                                output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
+                                ideal=ideal, calibration_override=calibration_override,
+                                speculative=None if isinstance(speculative, str) else speculative,
+                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
+                                max_seqs=max_seqs, max_tokens=max_tokens)
+    found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
+                    kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
+                    disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
+                    layout=layout, speculative=resolve_speculation(speculative, model), engine=engine,
+                    cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
+                    max_tokens=max_tokens)
+    return _select(found, min_user_tps, pareto)
+
+
+def _better_mode(model, hardware, kw) -> dict:
+    """`throughput` with disaggregated='auto': both modes searched under the same constraints, the one serving more
+    output tokens/s per GPU (whole deployments: a disaggregated answer counts its prefill pool's GPUs) answers, and
+    the other's figure is stated beside it."""
+    found, why = {}, {}
+    for mode in ("aggregated", "disaggregated"):
+        try:
+            found[mode] = throughput(model, hardware, disaggregated=mode == "disaggregated", **kw)
+        except FitError as e:
+            why[mode] = str(e)
+    if not found:
+        raise FitError(f"neither aggregated nor disaggregated serving meets the constraints: {why['aggregated']}")
+    best = max(found, key=lambda k: found[k]["output_tokens_per_s_per_gpu"])
+    res = found[best]
+    other = "disaggregated" if best == "aggregated" else "aggregated"
+    res["mode_search"] = {"chosen": best, "searched": ["aggregated", "disaggregated"],
+                          other: ({"output_tokens_per_s_per_gpu": found[other]["output_tokens_per_s_per_gpu"],
+                                   "layout": found[other]["layout"], "gpus": found[other]["gpus"]}
+                                  if other in found else {"error": why[other]})}
+    res["notes"] = list(res.get("notes", [])) + [
+        f"{best} serving answers: it serves more output tokens/s per GPU than {other}"
+        + (f" ({found[other]['output_tokens_per_s_per_gpu']:.0f} on {found[other]['layout']})" if other in found
+           else f" (which meets no constraint here)") + "; --mode sets one"]
+    return res
+
+
+@dataclass(frozen=True)
+class _Search:
+    """Every (layout, batch) point of one serving search, evaluated once: `_select` picks from it under a per-user
+    speed constraint, so several constraints cost one evaluation of the step model."""
+
+    m: object
+    system: System
+    I: float
+    O: float
+    L: float
+    F: float
+    cal: Calibration
+    eng: object
+    costs: object
+    sizes: list
+    layouts: list
+    g: dict
+    Ip: float
+    ev: dict
+    ev_spec: dict | None
+    speculative: Speculation | None
+    pool: dict | None
+    max_ttft_s: float | None
+    disaggregated: bool
+    tpot_p99_s: float | None = None
+    ttft_p99_s: float | None = None
+    ttft_p99_ratio: float = 1.0  # p99 prompt / mean prompt: a p99 TTFT is the p99 prompt's
+    args: dict | None = None  # what a replay of a chosen point needs (`fixed_deployment`'s arguments)
+
+
+def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
+            max_ttft_s=None, disaggregated=False, ideal=False, calibration_override=None, layout=None,
+            speculative=None, engine=None, cache_hit=None, eplb=None, tpot_p99_s=None, ttft_p99_s=None,
+            max_seqs=None, max_tokens=None) -> _Search:
+    """The layouts x batch grid of `throughput` and its metrics, with and without `speculative`; `speeds`: the
+    min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
+    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
+                                                                  kv_precision, ideal, calibration_override,
+                                                                  engine, cache_hit, eplb, max_seqs)
+    for v in speeds:
+        if v is not None:
+            positive("min_user_tps", v, scalar=True)
+    if max_ttft_s is not None:
+        positive("max_ttft_s", max_ttft_s, scalar=True)
+    for name, v in (("tpot_p99_s", tpot_p99_s), ("ttft_p99_s", ttft_p99_s)):
+        if v is not None:
+            positive(name, v, scalar=True)
+    if gpus is not None:
+        gpus = count("gpus", gpus, MAX_GPUS)
+        check_reach(system, gpus)
+    if layout is not None:
+        from chalk.analyses.step.estimate import make_layout
+
+        lay = make_layout(m, layout)
+        layouts = [lay]
+        sizes = [lay.replica_gpus]
+    else:
+        sizes = [gpus] if gpus else search_sizes(system, costs, cal)
+        layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
+    if not layouts:
+        raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
+    g = _grid(layouts, cal.max_seqs_per_scheduler)
+    Ip = I * (1 - F)  # prompt tokens that need prefill compute
+    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    chunk = _chunk(eng, max_tokens)
+    kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False)
+    ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
+    ev_s = None
+    if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
+        ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
+    pool = None
+    if disaggregated:
+        pool = _prefill_pool(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
+        if pool is None:
+            raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
+                           + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+    p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
+    args = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
+                ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
+                eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
+    return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
+                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args)
+
+
+def _chunk(eng, max_tokens=None):
+    """Prompt tokens per step (the chunked-prefill budget): `max_tokens` if given, else the engine's, else none."""
+    if max_tokens is not None:
+        return int(positive("max_tokens", max_tokens, integer=True, scalar=True))
+    return getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+
+
+def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False) -> dict:
+    """`throughput`'s answer from an evaluated search: the most output tokens/s per GPU at >= `min_user_tps`."""
+    m, system, I, O, cal, costs, g, Ip = s.m, s.system, s.I, s.O, s.cal, s.costs, s.g, s.Ip
+    max_ttft_s, speculative, disaggregated, pool = s.max_ttft_s, s.speculative, s.disaggregated, s.pool
+    ev = dict(s.ev)  # the search's arrays are shared between selections: replace them here, never write into them
+    spec_used = None
+    n = len(g["B"])
+    better = np.zeros(n, dtype=bool)
+    if s.ev_spec is not None:  # keep the better of with and without speculation per point
+        ev_s = s.ev_spec
+        better = ev_s["output_per_gpu"] > ev["output_per_gpu"]
+        if min_user_tps:
+            better = (ev_s["user_tokens_per_s"] >= min_user_tps) & ((ev["user_tokens_per_s"] < min_user_tps)
+                                                                  | better)
+        keys = ("tpot_s", "tpot_p99_s", "user_tokens_per_s", "output_per_gpu") + (() if disaggregated else
+                                                                   ("ttft_s", "prefill_share"))
+        for key in keys:
+            ev[key] = np.where(better, ev_s[key], ev[key])
+        spec_used = speculative
+    ev["speculative"] = better
+    if disaggregated:
+        ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
+        per_gpu = ev["output_per_gpu"] / (1 + ratio)
+        ev["ttft_s"], ev["prefill_share"] = np.full_like(per_gpu, pool["ttft_s"]), np.zeros_like(per_gpu)
+    else:
+        ratio = np.zeros_like(ev["output_per_gpu"])
+        per_gpu = ev["output_per_gpu"]
+    ok = ev["fits"].copy()
+    if not np.any(ok):
+        total = costs.dense_weight_bytes + costs.expert_weight_bytes
+        raise FitError(f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit any layout on "
+                       f"{'/'.join(map(str, s.sizes))} x {system.chip.id} "
+                       f"({system.chip.hbm_bytes * (1 - cal.memory_reserve) / 1e9:.0f} GB usable per chip)")
+    feasible = ok.copy()
+    if min_user_tps:
+        ok &= ev["user_tokens_per_s"] >= min_user_tps
+    if max_ttft_s:
+        ok &= ev["ttft_s"] <= max_ttft_s
+    ev["ttft_p99_s"] = ev["ttft_s"] * s.ttft_p99_ratio
+    if s.tpot_p99_s:
+        ok &= ev["tpot_p99_s"] <= s.tpot_p99_s
+    if s.ttft_p99_s:
+        ok &= ev["ttft_p99_s"] <= s.ttft_p99_s
+    if not np.any(ok):
+        best_speed = float(np.max(np.where(feasible, ev["user_tokens_per_s"], 0)))
+        raise FitError(f"no layout of {m.id} on {system.chip.id} meets the constraints "
+                       f"(fastest that fits: {best_speed:.1f} tokens/s per user"
+                       + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
+                       + (f"; p99 TPOT <= {s.tpot_p99_s} s asked" if s.tpot_p99_s else "")
+                       + (f"; p99 TTFT <= {s.ttft_p99_s} s asked" if s.ttft_p99_s else "")
+                       + ("" if speculative else "; --mtp may reach further") + ")")
+    i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
+    tail = None
+    if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
+        i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
+    idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
+    front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
+    res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
+    res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
+               input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
+               notes=_notes(system, cal, m, res["parallelism"]),
+               engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
+               mean_decode_context=s.L)
+    res["tpot_p99_s"], res["ttft_p99_s"] = float(ev["tpot_p99_s"][i]), float(ev["ttft_p99_s"][i])
+    res["tpot_p99_s_max"], res["ttft_p99_s_max"] = s.tpot_p99_s, s.ttft_p99_s
+    _kernel_answer(res, system, cal, s.eng, m)
+    if tail is not None:  # the replayed tail is the answer's; the screen's closed form stays beside it
+        res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
+        res.update(tail)
+        res["tpot_p99_s"], res["ttft_p99_s"] = tail["tpot_p99_s_replayed"], tail["ttft_p99_s_replayed"]
+    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
+    res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
+    if pareto:
+        res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
+    return ServingResult(res)
+
+
+def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
+    """(chosen point, its replayed tail) under p99 targets: the best point passing the closed-form screen is replayed
+    as a closed loop at its concurrency (`fixed_deployment`, the request-level engine model); while its replayed p99
+    TPOT or TTFT misses a target, the next best point is tried (at most TAIL_REPLAYS)."""
+    ok = ok.copy()
+    tried = []
+    for _ in range(TAIL_REPLAYS):
+        lay = s.layouts[int(s.g["idx"][i])]
+        conc = max(int(round(float(s.g["B"][i]))), 1)
+        r = fixed_deployment(s.m, s.system, layout=lay, concurrency=conc,
+                             speculative=s.speculative if speculating[i] else None, **s.args)
+        tp99, tt99 = float(r["tpot_p99_s"]), float(r["ttft_p99_s"])
+        tried.append({"layout": lay.label(), "concurrency_per_replica": conc, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
+        if (not s.tpot_p99_s or tp99 <= s.tpot_p99_s) and (not s.ttft_p99_s or tt99 <= s.ttft_p99_s):
+            return i, {"tail_latency_source": f"replayed closed loop at the chosen point ({r['latency_source']})",
+                       "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99, "tail_replays": tried}
+        ok[i] = False
+        if not np.any(ok):
+            break
+        i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
+    raise FitError(f"no point of {s.m.id} on {s.system.chip.id} met the p99 targets when replayed "
+                   f"(tried {len(tried)}: " + "; ".join(f"{t['layout']} x{t['concurrency_per_replica']}: TPOT p99 "
+                                                       f"{t['tpot_p99_s'] * 1e3:.1f} ms, TTFT p99 "
+                                                       f"{t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
+
+
+def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) -> dict | None:
+    """Whether the chosen point speculates, and what it bought over the best plain point under the same constraints."""
+    if spec is None:
+        return None
+    plain = ok & ~ev["speculative"]
+    best_plain = float(np.max(np.where(plain, per_gpu, -np.inf))) if np.any(plain) else None
+    return {"used": used, "draft_tokens": spec.draft_tokens, "acceptance": spec.acceptance,
+            "tokens_per_step": spec.tokens_per_step, "source": spec.source or "given",
+            "best_plain_output_tokens_per_s_per_gpu": best_plain,
+            "gain_vs_plain": (float(per_gpu[i]) / best_plain) if best_plain else None}
+
+
+def _prefill_pool_requests_per_s(costs, system: System, lay: Layout, pool_gpus: int, Ip: float, I: float,
+                                 cal: Calibration, kernels, overhead_s) -> float:
+    """Requests per second a disaggregated deployment's prefill pool admits: its `pool_gpus` GPUs at the per-GPU
+    prompt rate of `lay` running full prefill steps (`_prefill_rate`), over `Ip` uncached prompt tokens per request.
+
+    Formula: X_pool = pool_gpus * rate / Ip.
+    Assumes: the pool runs the decode replica's layout (the one chalk is given); requests beyond it wait for
+    their prompt, which lengthens TTFT and takes them out of the decoding batch."""
+    Ip = max(Ip, 1.0)
+    _, rate = _prefill_rate(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, lay.replica_gpus, Ip, max(I, 1.0),
+                            cal, kernels=kernels or False, overhead_s=overhead_s)
+    return pool_gpus * float(rate) / Ip
+
+
+def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
+                     precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
+                     calibration_override: Calibration | None = None, speculative: Speculation | None = None,
+                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
+                     simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
+                     max_tokens: int | None = None, replay: dict | None = None) -> dict:
+    """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
+    benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
+
+    Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
+    them, one token each per step; their prompts prefilled as whole chunks in some of the steps, `mixed_step_s`) or
+    waiting for their prompt to be prefilled; B is capped by the scheduler and by KV memory; by Little's law
+    N = B + X * (TTFT + latency), with X = B / (O * TPOT) requests per second: `request_latency_s`, the calibrated
+    time a request spends outside the GPU steps (added to TTFT), holds its client's seat without decoding (the
+    replayed closed loop hands each freed seat on that much later). Mean TTFT adds the wait of requests beyond
+    the cap.
+    `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
+    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
+    it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
+    carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
+    `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
+    of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
+    (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
+    layout plus that wait; output per GPU counts all `gpus`.
+    `eplb`: as `throughput`'s.
+    """
+    from chalk.analyses.step.estimate import make_layout
+
+    # a length given as a distribution or a file is read once: the closed-loop replay samples the same object
+    di, do = _length("input_len", input_len)[1], _length("output_len", output_len)[1]
+    m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,
+                                                                  precision, kv_precision, ideal,
+                                                                  calibration_override, engine, cache_hit, eplb,
+                                                                  max_seqs)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
+            not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
+        raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
+    N = int(concurrency)
+    lay = make_layout(m, layout)
+    G = lay.replica_gpus
+    gpus = G if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
+    disagg = decode_gpus is not None
+    if gpus % G and not disagg:
+        raise InputError(f"{gpus} GPUs do not divide into replicas of {G} ({lay.label()})")
+    if disagg:
+        decode_gpus = int(positive("decode_gpus", decode_gpus, integer=True, scalar=True))
+        if decode_gpus % G or decode_gpus > gpus:
+            raise InputError(f"{decode_gpus} decode GPUs do not divide into replicas of {G} within {gpus} GPUs")
+    R = (decode_gpus if disagg else gpus) // G
+    if N < R:
+        raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
+    Nr = N / R
+    tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
+    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L + cal.kv_reserve_output_fraction * O / 2)[1])
+    w = float(memory_per_chip(costs, tp, a, pp, ep, 0.0, L)[0])
+    if w >= usable:
+        raise FitError(f"{m.id} weights ({w / 1e9:.0f} GB per GPU on {lay.label()}) do not fit the "
+                       f"{usable / 1e9:.0f} GB usable on {system.chip.id}")
+    fit = float(P.max_sequences_fit(usable, w, kv1)) * a * pp if kv1 > 0 else float("inf")
+    cap = min(float(cal.max_seqs_per_scheduler * a * pp), fit)
+    if cap < 1:
+        raise FitError(f"not one sequence of {L:.0f} tokens fits beside the weights on {lay.label()}")
+    q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
+    Ip = I * (1 - F)
+    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    chunk = _chunk(eng, max_tokens)
+    piece = prefill_piece(Ip, chunk)
+    n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
+
+    def times(B):
+        B = np.asarray(B, dtype=float)
+        kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
+        if disagg:  # one prompt alone through a prefill worker of the same layout, then the first decode step
+            st = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, max(I, 1.0), cal,
+                                       **kw)["stage_time_s"], dtype=float)
+            st_chunk = st
+        else:  # prompts prefilled as whole chunks in some steps (`prefill_step_tokens`), the same as the search
+            st, ch, _, _ = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal,
+                                        **kw)
+            st_chunk = np.asarray(ch["stage_time_s"], dtype=float)
+        if speculative is not None:
+            st = st + S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers)
+            st_chunk = st_chunk + S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
+                                                     speculative.draft_layers)
+        tpot = P.pipeline_token_latency_s(st, pp) / e
+        if disagg:
+            one = float(stage_step(costs, system, tp, a, pp, ep, 0.0, max(Ip, 1.0), L, max(I, 1.0), cal,
+                                   kernels=kern or False, overhead_s=ovh)["stage_time_s"])
+            return tpot, float(P.pipeline_token_latency_s(one, pp)) + tpot * e, tpot
+        return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
+
+    # Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT): solve for the decoding count B on a grid.
+    # lat: the calibrated time a request spends outside the GPU steps (in TTFT): its client seat is held, nothing
+    # of it decodes
+    lat = cal.request_latency_s
+    grid = np.unique(np.concatenate([np.geomspace(1.0, max(min(cap, Nr), 1.0), 48), [min(cap, Nr)]]))
+    tp_g, tt_g, _ = times(grid)
+    held = grid * (1 + (np.asarray(tt_g) + lat) / (O * np.asarray(tp_g)))  # requests in flight B decoding implies
+    held = np.maximum.accumulate(held)
+    B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
+    x_pool = _prefill_pool_requests_per_s(costs, system, lay, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
+        if disagg and gpus > decode_gpus else float("inf")
+    if np.isfinite(x_pool):  # the prefill pool admits at most x_pool requests/s per decode replica: the rest queue
+        x_g = np.maximum.accumulate(grid / (O * np.asarray(tp_g)))
+        if x_pool < x_g[-1]:
+            B = min(B, float(np.interp(x_pool, x_g, grid)))
+    tpot, ttft0, tpot_chunk = (float(np.asarray(v)) for v in times(B))
+    X = B / (O * tpot)                               # requests completed per second per replica
+    waiting = max(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
+    ttft = ttft0 + waiting / X
+    out_gpu = X * O * R / gpus
+    p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
+        else I
+    ttft_p99 = ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
+    tpot_p99 = max(tpot_chunk, tpot)
+    window = sim = None
+    if simulate and not disagg and speculative is None:
+        # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
+        # every latency, so in flight = throughput x time per request (Little's law) holds as measured
+        sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O,
+                                    **(replay or {}))
+        if replay is not None and replay.get("result_only"):
+            return sim
+        X, B = float(sim.requests_per_s), float(sim.mean_batch)
+        out_gpu = float(sim.output_tokens_per_s) * R / gpus
+        tpot, ttft = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # TTFT on the client's clock: holds `lat`
+        ttft_p99, tpot_p99 = float(sim.ttft_p99_s), float(sim.tpot_p99_s)
+        waiting = max(Nr - float(sim.mean_concurrency) - X * lat, 0.0)
+        window = sim.latency_window
+        latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
+                          f"{window['requests']:,})")
+    else:  # the closed forms on the engine's clock, moved to the client's
+        ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
+        latency_source = "closed form"
+    res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
+           "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
+           "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
+           "disaggregated": disagg, "decode_gpus": decode_gpus if disagg else gpus,
+           "prefill_gpus": gpus - decode_gpus if disagg else 0,
+           "prefill_pool_requests_per_s": x_pool * R if disagg else None,
+           "decoding_per_replica": B, "batch_cap_per_replica": cap,
+           "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
+           "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
+           "ttft_p99_s": ttft_p99, "tpot_p99_s": tpot_p99, "latency_source": latency_source,
+           "latency_window": window, "mean_step": None if disagg else _mean_step(
+               costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim),
+           "input_len": I, "output_len": O, "mean_decode_context": L, "cache_hit": F,
+           "engine": eng.id if eng is not None else None, "efficiency": cal.label,
+           "speculative": None if speculative is None else {
+               "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
+               "tokens_per_step": e},
+           "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
+           "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
+           + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: the scheduler "
+               f"cap / KV memory allows {cap:.0f} in flight"] if waiting >= 0.5 else [])
+           + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
+               "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
+               "without decoding"] if lat > 0 else [])}
+    res["range"] = {"output_tokens_per_s_per_gpu": [out_gpu * np.exp(cal.residual_low),
+                                                    out_gpu * np.exp(cal.residual_high)]}
+    _kernel_answer(res, system, cal, eng, m)
+    return ServingResult(res)
+
+
+#: Requests replayed per replica in a closed-loop latency check: this many times the concurrency (the first wave
+#: Requests replayed per replica in a closed-loop latency check: this many times the concurrency, within the bounds
+#: below. A closed loop started at t = 0 moves in waves that fade slowly; with 8 rounds the window's rate aliased
+#: against them (Little's law off by up to 25% on gpt-oss-20b / MI300X at 256 in flight), with 32 within ~2%.
+CLOSED_LOOP_ROUNDS = 32
+CLOSED_LOOP_REQUESTS = (400, 20_000)
+
+
+def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim=None) -> dict:
+    """What a fixed deployment's TPOT is made of: its mean step mixes pure decode steps (what `estimate --batch`
+    times) with steps carrying a prompt's prefill chunk. From the replayed closed loop (`sim`) where there is one:
+    the decoding sequences and prompt tokens its steps carried on average; else the closed form
+    (`prefill_step_tokens`, `mixed_step_s`)."""
+    kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
+    if sim is not None:
+        dec, pf, mean = float(sim.mean_decode_batch), float(sim.mean_prefill_tokens_per_step), float(sim.mean_step_s)
+        pure = float(np.asarray(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(dec, 1.0), 0.0, L,
+                                           max(I, 1.0), cal, **kw)["stage_time_s"]))
+        d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
+             "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
+    else:
+        c = prefill_step_tokens(max(B, 1.0), e, Ip, O, piece, lay.attn_dp, cal.dp_prefill_alignment)[0]
+        mean, chunk, pure, F = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip,
+                                            O, L, max(I, 1.0), piece, cal, **kw)
+        d = {"source": "closed form", "decode_sequences": float(B), "prefill_tokens_per_step": float(c * F),
+             "mean_step_s": float(np.asarray(mean)), "pure_decode_step_s": float(np.asarray(pure)),
+             "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
+    d["pipeline_stages"] = lay.pp
+    d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
+                 "`estimate --batch <decode_sequences>` times the pure decode step (pure_decode_step_s); TPOT "
+                 "averages the steps of each request's own decode (times the pipeline factor, over tokens per step), "
+                 "so it sits between the pure decode step and the mean step when prompts arrive in bursts"
+                 + ("; the MTP draft adds its layers to each step" if speculative is not None else ""))
+    return d
+
+
+def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
+                          input_len, output_len, seed: int = 0, requests: int | None = None,
+                          client_latency_s: float | None = None, window: str = "steady", result_only: bool = False):
+    """One replica's closed loop replayed in the request simulator: `concurrency` client seats (requests in
+    flight), at most `seats` of them running in the engine (the scheduler cap and KV room; the rest wait in its
+    queue), step times from the step model's linear form at `batch` decoding sequences of `context` tokens
+    (`replica_step_cost`: through a pure decode step and one carrying a chunk).
+    Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window).
+    `requests`, `client_latency_s`, `window`: a caller's own (`chalk simulate --concurrency` replays through here,
+    so it answers as `throughput --layout --concurrency` does); defaults: CLOSED_LOOP_ROUNDS per seat, the
+    calibrated request latency, the steady state."""
+    from chalk.analyses.traffic import simulate as sim
+
+    sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
+                           precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
+    n = int(requests) if requests is not None else \
+        int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
+    clients = max(int(round(concurrency)), 1)
+    reqs = sim.closed_loop_requests(clients, n, input_len, output_len, seed)
+    return sim.simulate_continuous(reqs, sc, max_batch=max(int(min(seats, clients)), 1), kv_capacity_tokens=math.inf,
+                                   prefill_chunk_tokens=int(chunk) * lay.attn_dp if chunk else None,
+                                   closed_loop=True,  # each attention-DP rank has its own chunk budget
+                                   concurrency=clients, window=window,
+                                   client_latency_s=cal.request_latency_s if client_latency_s is None
+                                   else client_latency_s)
+
+
+def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):
+    """The request simulator's step cost (`StepCost.from_step_model`) of one replica `layout` at `batch` decoding
+    sequences serving prompts of `input_len` tokens (a number or a length distribution: its mean) prefilled in
+    chunks (`prefill_piece`, `prefill_step_tokens`): exact for a pure decode step and for one carrying a chunk.
+    `context` defaults to I + O / 2; `kw` goes to `from_step_model` (precision, kv_precision, cal, ideal, ...)."""
+    from chalk.analyses.step.step_cost import StepCost
+
+    I = float(getattr(input_len, "mean", input_len))
+    O = float(getattr(output_len, "mean", output_len))
+    b = max(float(batch), 1.0)
+    from chalk.analyses.step.estimate import make_layout
+    from chalk.specs.catalog import as_model
+
+    model = as_model(model)
+    lay = make_layout(model, layout)  # parsed once: from_step_model takes the Layout as it is
+    cal = kw.get("cal") or calibration(kw.get("ideal", False))
+    c, _, c_r = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk), lay.attn_dp, cal.dp_prefill_alignment)
+    return StepCost.from_step_model(model, system, lay, batch=b, context=I + O / 2 if context is None else context,
+                                    prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
+                                    **kw)
+
+
+def _cost_per_mtok(system: System, per_gpu_rate):
+    with np.errstate(divide="ignore"):
+        return system.chip.price_usd_per_s / np.asarray(per_gpu_rate, dtype=float) * 1e6
+
+
+def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated) -> dict:
+    lay = layouts[int(g["idx"][i])]
+    out_gpu = float(per_gpu[i])
+    in_gpu = out_gpu * I / O
+    share = float(ev["prefill_share"][i])
+    price = system.chip.price_usd_per_s
+    # two costs, two keys: all GPU time charged to output tokens (what a price per output token must cover), and
+    # the decode share alone with prefill's share charged to input tokens
+    if disaggregated:
+        cost_out_decode = float(_cost_per_mtok(system, ev["output_per_gpu"][i]))
+        cost_in = float(_cost_per_mtok(system, pool["input_tokens_per_s_per_gpu"]))
+        gpus = lay.gpus * (1 + float(ratio[i]))
+    else:
+        cost_out_decode = price * (1 - share) / out_gpu * 1e6
+        cost_in = price * share / in_gpu * 1e6 if share > 0 else 0.0
+        gpus = lay.gpus
+    cost_out = float(_cost_per_mtok(system, out_gpu))
+    low, high = out_gpu * np.exp(cal.residual_low), out_gpu * np.exp(cal.residual_high)
+    step = {k: float(np.asarray(v)[i]) for k, v in ev["step"].items()
+            if k.endswith("_s") or k.endswith("_bytes") or k == "flops"}
+    d = {"output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": in_gpu,
+         "user_tokens_per_s": float(ev["user_tokens_per_s"][i]), "ttft_s": float(ev["ttft_s"][i]),
+         "tpot_s": float(ev["tpot_s"][i]), "concurrency": float(g["B"][i] * lay.dp), "gpus": gpus,
+         "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "attn_dp": lay.attn_dp,
+                         "etp": lay.etp},
+         "layout": lay.label(), "mode": "disaggregated" if disaggregated else "aggregated",
+         "domain_chips": system.chips, "domains": lay.domains(system.chips),
+         "replica_domains": lay.replica_domains(system.chips),
+         "overlap": str(ev["overlap"][i]), "batch_per_replica": float(g["B"][i]),
+         "cost_per_mtok_output_usd": cost_out, "cost_per_mtok_output_decode_share_usd": cost_out_decode,
+         "cost_per_mtok_input_prefill_share_usd": cost_in,
+         "range": {"output_tokens_per_s_per_gpu": [float(low), float(high)]},
+         "weight_bytes_per_gpu": float(ev["weight_bytes_per_gpu"][i]),
+         "kv_bytes_per_gpu": float(ev["kv_bytes_per_gpu"][i]), "step": step,
+         "prefill_time_share": share}
+    if disaggregated:
+        d["prefill"] = {"layout": pool["layout"].label(), "parallelism": pool["layout"].to_dict(),
+                        "input_tokens_per_s_per_gpu": pool["input_tokens_per_s_per_gpu"],
+                        "gpus_per_decode_gpu": float(ratio[i]), "ttft_s": pool["ttft_s"]}
+        # the smallest whole deployment: decode replicas and the prefill replicas that keep up with them
+        k, p = whole_pools(lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i]))
+        dec_g, pre_g = k * lay.replica_gpus, p * pool["layout"].replica_gpus
+        whole = float(ev["output_per_gpu"][i]) * dec_g / (dec_g + pre_g)
+        d.update(gpus=dec_g + pre_g, decode_gpus=dec_g, prefill_gpus=pre_g, output_tokens_per_s_per_gpu=whole,
+                 input_tokens_per_s_per_gpu=whole * I / O,
+                 cost_per_mtok_output_usd=float(_cost_per_mtok(system, whole)),
+                 range={"output_tokens_per_s_per_gpu": [whole * float(np.exp(cal.residual_low)),
+                                                        whole * float(np.exp(cal.residual_high))]})
+    return d
+
+
+#: Most decode replicas `whole_pools` tries for a whole disaggregated deployment.
+WHOLE_POOL_REPLICAS = 16
+
+
+def whole_pools(decode_replica_gpus: int, prefill_replica_gpus: int, prefill_per_decode_gpu: float):
+    """(decode replicas, prefill replicas) of the smallest whole disaggregated deployment whose prefill pool keeps up
+    with its decode pool and wastes least: over k = 1..WHOLE_POOL_REPLICAS decode replicas, p = ceil(k G_d r / G_p)
+    prefill replicas; the first k within 5% of the ideal GPU count k G_d (1 + r), else the least wasteful.
+
+    Formula: p(k) = ceil(k G_d r / G_p); waste(k) = (k G_d + p(k) G_p) / (k G_d (1 + r)) - 1.
+    Assumes: prefill and decode replicas each at their own layout; the pools' rates scale with replicas."""
+    Gd, Gp, r = int(decode_replica_gpus), int(prefill_replica_gpus), max(float(prefill_per_decode_gpu), 0.0)
+    best = None
+    for k in range(1, WHOLE_POOL_REPLICAS + 1):
+        p = max(int(math.ceil(k * Gd * r / Gp - 1e-9)), 1)
+        waste = (k * Gd + p * Gp) / (k * Gd * (1 + r)) - 1
+        if best is None or waste < best[0] - 1e-12:
+            best = (waste, k, p)
+        if waste <= 0.05:
+            break
+    return best[1], best[2]
+
+
+def _frontier_point(j, g, ev, per_gpu, layouts, system) -> dict:
+    lay = layouts[int(g["idx"][j])]
+    return {"user_tokens_per_s": float(ev["user_tokens_per_s"][j]), "output_tokens_per_s_per_gpu": float(per_gpu[j]),
+            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, per_gpu[j])), "layout": lay.label(),
+            "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp},
+            "concurrency": float(g["B"][j] * lay.dp), "ttft_s": float(ev["ttft_s"][j])}
+
+
+def speed_price_multiples(user, per_gpu, base_user, base_per_gpu, speedups=SPEEDUPS):
+    """Price multiple that buys k x the per-user speed of a base point: cheapest point at least k x as fast.
+
+    Formula: multiple(k) = (cost per token of the cheapest point with speed >= k * s0) / (cost at s0)
+             = throughput per GPU at s0 / best throughput per GPU at >= k * s0
+    Ref: the lecture ("fast mode: 6x the price for 2.5x the speed"); cost eq. 4.
+    Assumes: price proportional to GPU-seconds per token (same $/GPU-h at every speed).
+    """
+    out = []
+    for k in speedups:
+        sel = user >= k * base_user * (1 - 1e-9)
+        if not np.any(sel):
+            out.append({"speedup": k, "user_tokens_per_s": k * base_user, "price_multiple": None})
+            continue
+        j = int(np.argmax(np.where(sel, per_gpu, -np.inf)))
+        out.append({"speedup": k, "user_tokens_per_s": float(user[j]),
+                    "price_multiple": float(base_per_gpu / per_gpu[j]), "index": j})
+    return out
+
+
+def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
+    user, thr = ev["user_tokens_per_s"][front], per_gpu[front]
+    rows = speed_price_multiples(user, thr, res["user_tokens_per_s"], res["output_tokens_per_s_per_gpu"])
+    for r in rows:
+        j = r.pop("index", None)
+        if j is not None:
+            r["layout"] = layouts[int(g["idx"][front[j]])].label()
+            r["cost_per_mtok_output_usd"] = float(_cost_per_mtok(system, thr[j]))
+    return rows
+
+
+def _notes(system: System, cal: Calibration, model=None, par: dict | None = None) -> list[str]:
+    """Assumptions an answer rests on: an assumed price, the ideal roofline, and for an MoE model on a layout
+    (`model`, its parallelism `par`) the expert loads its kernels were timed with."""
+    n = []
+    ep = float(par["ep"]) if par is not None and par["attn_dp"] > 1 else None  # experts over an EP group
+    if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:
+        if cal.balances_experts(ep, par["attn_dp"]):
+            n.append(f"experts timed with balanced loads: an expert-load balancer (redundant experts placed by load) "
+                     f"on the EP{ep:g} group, as wide-EP deployments run"
+                     + (f" from EP{cal.eplb_min_ep:g}" if cal.eplb_min_ep > 2 else "") + " (--eplb off: without)")
+        elif ep > 1:
+            n.append(f"experts timed with served traffic's uneven (power-law) loads on EP{ep:g}"
+                     + (f"; a balancer is assumed from EP{cal.eplb_min_ep:g}" if cal.eplb_min_ep < float("inf")
+                        else "") + " (--eplb on: with one)")
+    if system.chip.price_is_assumption:
+        n.append(f"{system.chip.id} price ${system.chip.price_usd_per_hour}/h is an assumption: "
+                 f"{system.chip.price_note}")
+    if cal.label == "ideal":
+        n.append("ideal: peak FLOP/s, HBM and link bandwidth, no overhead: an upper bound real engines miss by 1.5-3x")
+    return n
+
+
+# --------------------------------------------------------------------------- lecture claim
+def claims() -> list[Claim]:
+    """`fast_mode_price_for_2_5x_speed`: DeepSeek-V3 on a GB200 NVL72 rack."""
+    # DeepSeek-V3 serves with its own MTP module (its config's one draft layer, accepted at the catalog's rate:
+    # 85-90% in the DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3); without it the rack's
+    # latency floor sits below 2.5x 40 tok/s
+    mtp = model_speculation("deepseek-v3")
+
+    # one search of the rack's layouts x batch, read at two base speeds (what `throughput` answers for each)
+    found = _search("deepseek-v3", "gb200-nvl72", input_len=2000, output_len=1000, speculative=mtp,
+                    speeds=(40.0, 20.0))
+
+    def multiple(base):
+        r = _select(found, base)
+        return r, next(m for m in r["modes"] if m["speedup"] == 2.5)
+
+    base_speed = 40.0
+    r, fast = multiple(base_speed)
+    _, slow_base = multiple(20.0)
+    value = fast["price_multiple"]
+    return [Claim(
+        id="fast_mode_price_for_2_5x_speed", value=value, unit="x price for 2.5x per-user speed",
+        lecture_value=6, lecture_range=(3.0, 12.0), section="Batch size, latency and cost",
+        assumptions=f"DeepSeek-V3 (FP8) on one GB200 NVL72 rack, 2,000-token prompts and 1,000-token answers, "
+                    f"calibrated efficiency, its MTP module (1 draft token accepted 85% of the time, DeepSeek-V3 "
+                    f"report); base = the cheapest layout and batch serving >= {base_speed:.0f} "
+                    f"tokens/s per user (a frontier API's speed); fast = the cheapest point at >= 2.5x the base "
+                    f"point's speed; price proportional to GPU-seconds per token.",
+        explanation=(f"The base runs {r['layout']} at {r['user_tokens_per_s']:.0f} tokens/s per user and "
+                     f"{r['output_tokens_per_s_per_gpu']:.0f} tokens/s per GPU; 2.5x that speed "
+                     f"({fast['user_tokens_per_s']:.0f} tokens/s) needs smaller batches per GPU "
+                     f"({fast.get('layout', 'n/a')}) and costs {value:.1f}x per token. The multiple depends on "
+                     f"where the base sits: from a 20 tokens/s base it is "
+                     f"{slow_base['price_multiple']:.1f}x, and it explodes near the rack's latency floor, where "
+                     "the weight read can no longer be amortised: the lecture's 'you cannot pay 100x to go much "
+                     "faster'.") if value is not None else "No layout reaches 2.5x the base speed on this rack.")]

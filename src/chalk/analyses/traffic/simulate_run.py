@@ -1,0 +1,269 @@
+"""What `chalk simulate` and `chalk.simulate` run: one replica, its requests, the simulator, and what was assumed.
+
+The replica: the layout given, or the one `throughput` picks for the same model, chip, GPUs, lengths and
+precision (the most output tokens/s per GPU; its replica, dp = 1), timed by the step model on that layout
+(`serving.replica_step_cost`), never the whole box as one chip. The requests: Poisson arrivals, a closed loop,
+or a trace in any format `chalk.specs.traces` reads (arrival times scaled by `speedup`); lengths are numbers or
+distributions as `throughput` takes them, and any request longer than the model's context is cut to fit
+(`simulate.truncate_to_context`, noted). A trace with prefix-block ids (Mooncake) gets its prefix-cache hits
+replayed through an LRU cache of the KV memory left on the replica (`analyses.prefix_hits`), and each request's
+cached prompt tokens go to the simulator (no prefill compute for them; their KV is still read).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from chalk.errors import InputError
+from chalk.specs.workload import positive
+
+SCHEDULERS = ("continuous", "train")
+
+
+@dataclass(frozen=True, eq=False)
+class SimulateRun:
+    """A simulation (`result`, a `chalk.analyses.traffic.simulate.SimulationResult`, whose fields read through) and its
+    setup: model, chip, replica layout and GPUs, precisions, the trace and prefix cache, truncation, notes."""
+
+    result: object
+    setup: dict
+    notes: list = field(default_factory=list)
+
+    def __getattr__(self, name):  # the setup's keys, then the simulation's own fields (ttft_p99_s, to_frame, ...)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        setup = self.__dict__.get("setup", {})
+        return setup[name] if name in setup else getattr(self.result, name)
+
+    def summary(self) -> dict:
+        return {**self.setup, **self.result.summary(), "notes": list(self.notes)}
+
+    def to_dict(self, per_request: bool = False) -> dict:
+        return {**self.setup, **self.result.to_dict(per_request=per_request), "notes": list(self.notes)}
+
+    def to_frame(self):
+        df = self.result.to_frame()
+        df.attrs.update({k: v for k, v in self.setup.items() if not isinstance(v, dict)})
+        return df
+
+
+def client_latency_s(concurrency, client_latency: float | None, ideal: bool) -> float:
+    """The client latency a closed loop of `concurrency` seats replays with: the one given, else the calibrated
+    request latency outside the engine's steps (0 for the ideal roofline, and for open-loop arrivals)."""
+    if concurrency is None:
+        if client_latency is not None:
+            raise InputError("a client latency applies to a closed loop: give a concurrency (--concurrency)")
+        return 0.0
+    if client_latency is not None:
+        return float(positive("client latency (s)", client_latency, allow_zero=True, scalar=True))
+    from chalk.analyses.step.calibration import calibration
+
+    return calibration(ideal).request_latency_s
+
+
+def _length(name: str, spec):
+    """A number (kept: a closed loop spreads a mean, Poisson repeats it) or a LengthDistribution."""
+    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool):
+        return float(positive(name, spec, scalar=True))
+    from chalk.specs.lengths import parse_lengths
+
+    if isinstance(spec, str):
+        try:
+            return float(positive(name, float(spec), scalar=True))
+        except ValueError:
+            pass
+    return parse_lengths(spec)
+
+
+def _sampler(spec):
+    """poisson_arrivals' length argument: a whole number, or `f(rng, n)` drawing from a distribution."""
+    if hasattr(spec, "sample"):
+        return lambda rng, n: spec.sample(n, rng)
+    v = float(spec)
+    if v != int(v):
+        raise InputError(f"a fixed length must be a whole number of tokens, got {v:g}; give a distribution "
+                         "(e.g. uniform:min=..,max=..) for a spread")
+    return int(v)
+
+
+def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[str, str]:
+    """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
+    if layout is not None:
+        return layout, "given"
+    from chalk.analyses.traffic.serving import throughput
+
+    r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal)
+    p = r["parallelism"]
+    text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)}"
+    on = f"{gpus} GPUs" if gpus is not None else f"deployments of 1 to {system.chips} GPUs"
+    return text, (f"chosen as throughput does: the most output tokens/s per GPU over {on} is {r['layout']}; "
+                  "--layout sets it")
+
+
+def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
+                      output_len=128, trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None,
+                      concurrency: int | None = None, max_batch: int = 256, kv_capacity_tokens=None,
+                      prefill_chunk: int | None = None, precision: str | None = None, kv_precision="auto",
+                      ideal: bool = False, seed: int = 0, client_latency: float | None = None,
+                      scheduler: str = "continuous", period_s: float = 0.02, prefix_cache: bool = True) -> SimulateRun:
+    """Requests on one replica of `model` on `hardware`: Poisson arrivals at `rate` (`requests` of them, default
+    10,000), a closed loop of `concurrency` in flight, or a `trace` file (its first `requests`, default all;
+    arrivals divided by `speedup`). See the module docstring for the layout, lengths, truncation and prefix cache."""
+    from chalk.analyses.traffic import simulate as sim
+    from chalk.analyses.step.estimate import make_layout
+    from chalk.analyses.step.model_sizes import ModelSizes
+    from chalk.analyses.step.parallel import resolve_kv_precision
+    from chalk.analyses.traffic.serving import replica_step_cost
+    from chalk.specs.catalog import as_model, as_system
+    from chalk.specs.lengths import empirical
+    from chalk.specs.precision import canonical
+    from chalk.specs.traces import read_trace
+
+    if scheduler not in SCHEDULERS:
+        raise InputError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+    if trace is not None and concurrency is not None:
+        raise InputError("a trace sets its own arrivals: give --trace or --concurrency, not both")
+    if concurrency is not None:
+        max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
+    n = None if requests is None else int(positive("requests", requests, integer=True, scalar=True))
+    if n is not None and n > sim.MAX_STREAMED_REQUESTS:
+        raise InputError(f"at most {sim.MAX_STREAMED_REQUESTS:,} requests per simulation (streamed: about 8 "
+                         f"CPU-minutes here), got {n:,}")
+    stream = trace is None and concurrency is None and n is not None and n > sim.MAX_REQUESTS
+    if n is not None and n > sim.MAX_REQUESTS and not stream:
+        raise InputError(f"at most {sim.MAX_REQUESTS:,} requests from a trace or a closed loop, got {n:,} (longer "
+                         "Poisson runs stream: give --rate)")
+    if stream and scheduler != "continuous":
+        raise InputError(f"more than {sim.MAX_REQUESTS:,} requests stream through the continuous scheduler only")
+    lat = client_latency_s(concurrency, client_latency, ideal)
+    m, system = as_model(model), as_system(hardware)
+    prec = canonical(precision) if precision else ModelSizes(m).default_precision()
+    kvp = resolve_kv_precision(kv_precision, prec, system)
+    notes = []
+
+    tr = None
+    if trace is not None:
+        tr = read_trace(trace, speedup=speedup)
+        if n is not None:
+            tr = tr.head(n)
+        din, dout = empirical(tr.input_len, "trace prompts"), empirical(tr.output_len, "trace outputs")
+    else:
+        if speedup != 1.0:
+            raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
+        din, dout = _length("input_len", input_len), _length("output_len", output_len)
+
+    lay_text, lay_source = _replica_layout(m, system, layout, gpus, din, dout, prec, kvp, ideal)
+    lay = make_layout(m, lay_text)
+    sc = replica_step_cost(m, system, lay_text, concurrency or max_batch, din, dout, precision=prec,
+                           kv_precision=kvp, ideal=ideal)
+    if layout is None:
+        notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
+                     + lay_source)
+
+    if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
+        return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
+                            lat, notes)
+    if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
+        return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, rate, n, din, dout, seed,
+                         max_batch, kv_capacity_tokens, prefill_chunk)
+    if tr is not None:
+        arrivals, i_len, o_len = tr.arrival_s, tr.input_len, tr.output_len
+    elif concurrency is not None:
+        r0 = sim.closed_loop_requests(max_batch, n or 10_000, din, dout, seed)
+        arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
+    else:
+        r0 = sim.poisson_arrivals(rate, n or 10_000, _sampler(din), _sampler(dout), seed)
+        arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
+    cut = 0
+    if m.max_context:
+        i_len, o_len, cut = sim.truncate_to_context(i_len, o_len, m.max_context)
+    if cut:
+        notes.append(f"{cut:,} of {i_len.size:,} requests longer than {m.id}'s {m.max_context:,}-token context "
+                     f"{'was' if cut == 1 else 'were'} cut to fit it (the output first, the prompt only where it "
+                     "alone fills the context)")
+
+    cap_tokens = sc.kv_capacity_tokens if kv_capacity_tokens is None else float(kv_capacity_tokens)
+    hits = None
+    if tr is not None and tr.has_blocks and prefix_cache:
+        from chalk.analyses.traffic.prefix_hits import capacity_blocks_for, trace_prefix_hits
+
+        hits = trace_prefix_hits(tr, capacity_blocks_for(cap_tokens, tr.block_tokens), input_len=i_len)
+        reqs = sim.Requests.from_arrays(arrivals, i_len, o_len, cached_len=hits.cached_tokens)
+        notes.append(f"prefix cache: {hits.hit_rate:.1%} of prompt tokens hit an LRU cache of "
+                     f"{hits.capacity_blocks:,.0f} blocks of {hits.block_tokens} tokens (the replica's KV memory), "
+                     "replayed from the trace's block ids; hits skip prefill compute, their KV is still read")
+        if scheduler == "train":
+            notes.append("the train scheduler prefills every prompt in full: the prefix hits are reported, "
+                         "not applied")
+    else:
+        reqs = sim.Requests.from_arrays(arrivals, i_len, o_len)
+        if tr is not None and tr.has_blocks:
+            notes.append("prefix cache off: every prompt token is prefilled")
+
+    if scheduler == "train":
+        res = sim.simulate_train(reqs, sc, period_s=period_s, max_batch=max_batch)
+    else:
+        res = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
+                                      prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None,
+                                      client_latency_s=lat)
+    if concurrency is None:
+        notes.append("arrivals go to this one replica: the rate is one replica's share")
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    setup.update({"input_len_mean": float(np.mean(i_len)), "output_len_mean": float(np.mean(o_len)),
+                  "truncated_requests": cut, "client_latency_s": lat,
+                  "trace": None if tr is None else {"path": tr.source, "format": tr.format, "requests": len(tr),
+                                                     "speedup": tr.speedup, "span_s": tr.span_s,
+                                                     "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
+                  "prefix_cache": None if hits is None else hits.to_dict(),
+                  "prefix_cache_hit_rate": None if hits is None else hits.hit_rate})
+    return SimulateRun(res, setup, notes)
+
+
+def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
+                 notes) -> SimulateRun:
+    """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
+    (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
+    deployment gets the same latencies through both doors."""
+    from chalk.analyses.traffic.serving import fixed_deployment
+
+    res = fixed_deployment(m, system, layout=lay_text, concurrency=int(concurrency), input_len=din, output_len=dout,
+                           precision=prec, kv_precision=kvp, ideal=ideal,
+                           replay={"requests": n, "client_latency_s": lat, "seed": seed, "result_only": True})
+    notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
+                 f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
+                 "KV room), the rest wait in its queue")
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
+    setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout), "truncated_requests": 0,
+                  "client_latency_s": lat, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
+    return SimulateRun(res, setup, notes)
+
+
+def _setup(m, system, lay, lay_text, lay_source, prec, kvp) -> dict:
+    return {"model": m.id, "hardware": system.id, "chip": system.chip.id, "layout": lay.label(),
+            "layout_text": lay_text, "layout_source": lay_source, "replica_gpus": lay.replica_gpus,
+            "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "attn_dp": lay.attn_dp},
+            "precision": prec, "kv_precision": kvp, "max_context": m.max_context}
+
+
+def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, rate, n, din, dout, seed, max_batch,
+              kv_capacity_tokens, prefill_chunk) -> SimulateRun:
+    """A Poisson run too long to hold (`simulate.PoissonStream`): lengths drawn and cut at the context as the
+    run goes, statistics kept as it goes."""
+    reqs = sim.PoissonStream(rate, n, _sampler(din), _sampler(dout), seed, max_tokens=m.max_context or None)
+    res = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
+                                  prefill_chunk_tokens=prefill_chunk)
+    notes.append(f"{n:,} requests streamed: generated as the run goes (lengths cut at the model's context as "
+                 "they are drawn), latencies kept as histograms")
+    notes.append("arrivals go to this one replica: the rate is one replica's share")
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    setup.update({"input_len_mean": None, "output_len_mean": None, "truncated_requests": None,
+                  "client_latency_s": 0.0, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
+    return SimulateRun(res, setup, notes)
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
