@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 
 import typer
 
+from chalk.faces import cli_portfolio as PF
 from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, num,
                                     out_file, pct, table, usd, wrote)
 
@@ -38,8 +39,8 @@ def _duration(option: str):
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder "
-                              "holding one."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog id or alias, a config.json, or a "
+                                        "folder holding one (or --portfolio)."),
     hardware: Optional[str] = typer.Option(None, "--hardware", "-H", help="Candidate chips or systems, comma-"
                                            "separated (default: every catalog chip with a price)."),
     users: Optional[float] = typer.Option(None, "--users", help="Demand: concurrent users, one request in flight "
@@ -89,6 +90,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {\"options\": [...]}, cheapest first."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                        help="Also draw cost vs per-user speed and GPUs vs demand to this .png/.svg."),
+    portfolio: Optional[str] = PF.PORTFOLIO_OPT, results: Optional[str] = PF.RESULTS_OPT, resume: bool = PF.RESUME_OPT,
+    ray: bool = PF.RAY_OPT, ray_address: Optional[str] = PF.RAY_ADDRESS_OPT, workers: Optional[int] = PF.WORKERS_OPT,
 ):
     """The cheapest deployment per chip that serves a demand within latency targets, checked in a replay:
     layout, replicas, GPUs, $/hour, and the launch commands."""
@@ -96,6 +99,11 @@ def plan(
     from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
 
+    if portfolio is not None:  # several models on one fleet: chalk.faces.cli_portfolio
+        return PF.run(portfolio, results=results, resume=resume, ray=ray, ray_address=ray_address, workers=workers,
+                      as_json=as_json)
+    if model is None:
+        raise InputError("give --model (or --portfolio FILE)")
     if emit[0] is not None:  # a bad kind or folder is refused before the plan runs
         from chalk.faces.emit_plan import check_target
 
