@@ -6,6 +6,7 @@ Read from the source with `ast` (no imports run), so a new upward or circular im
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,160 @@ def test_readme_file_tree_names_every_module():
         if p.stem not in tree:
             missing.append(str(p.relative_to(SRC)))
     assert missing == []
+
+
+# ------------------------------------------------------------------------------------- no branching on a name
+#: Engines, model families and vendors (issue 29 item 3): a literal naming one of them may be data (a catalog key, a
+#: default, a message), never the test of a branch. Matched as a word start, case-insensitive.
+NAMED = ("vllm", "sglang", "trtllm", "tensorrt", "lmdeploy", "tgi",                      # engines
+         "deepseek", "llama", "qwen", "kimi", "mixtral", "mistral", "gpt-oss", "gpt_oss", "gemma", "glm",
+         "nvidia", "amd", "google", "intel", "rocm", "gaudi")                             # vendors
+_NAMED = re.compile(r"(?<![a-z0-9])(" + "|".join(re.escape(n) for n in NAMED) + ")", re.I)
+
+#: Where a name may be tested, and why: loading a Hugging Face config.json (specs/model.py), whose keys differ by
+#: model_type, is reading a file format, not behaviour chosen by name; the catalog loader (specs/catalog.py).
+NAME_TESTS_ALLOWED = {"specs/model.py", "specs/catalog.py"}
+#: Single tests allowed elsewhere (file, the literal), each with its reason.
+NAME_TESTS_EXCUSED = {
+    ("faces/web_app.py", "deepseek-r1"): "the price sheet a select box opens on (a default, not behaviour)",
+}
+
+
+def _branch_tests(tree):
+    """Every expression that decides something: if/while/ternary/assert/comprehension conditions, comparisons
+    (==, !=, in, not in, is), str.startswith/endswith calls and match patterns."""
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            yield n.test
+        elif isinstance(n, ast.comprehension):
+            yield from n.ifs
+        elif isinstance(n, ast.Compare):
+            yield n
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("startswith",
+                                                                                             "endswith"):
+            yield n
+        elif isinstance(n, ast.match_case):
+            yield n.pattern
+
+
+def named_branches(source: str, where: str) -> list[str]:
+    """'where:line: literal' for each branch test in `source` that holds a string literal naming an engine, model
+    family or vendor (`NAMED`)."""
+    out = set()
+    for t in _branch_tests(ast.parse(source)):
+        for c in ast.walk(t):
+            value = getattr(c, "value", None)
+            if isinstance(c, (ast.Constant, ast.MatchValue)) and isinstance(value, ast.Constant):
+                value = value.value
+            if isinstance(value, str) and _NAMED.search(value) and (where, value) not in NAME_TESTS_EXCUSED:
+                out.add(f"{where}:{t.lineno}: {value!r}")
+    return sorted(out)
+
+
+def test_the_name_scan_finds_what_it_looks_for():
+    bad = ('if engine.id == "vllm":\n    pass\n'
+           'x = 1 if spec.model_type.startswith(("deepseek", "kimi")) else 0\n'
+           'y = [c for c in chips if c.vendor.lower() in {"amd", "intel"}]\n'
+           'match e:\n    case "sglang":\n        pass\n')
+    assert named_branches(bad, "x.py") == ["x.py:1: 'vllm'", "x.py:3: 'deepseek'", "x.py:3: 'kimi'",
+                                           "x.py:4: 'amd'", "x.py:4: 'intel'", "x.py:6: 'sglang'"]
+    fine = ('ENGINES = {"vllm": 1}\nif name == prof.id:\n    pass\nsrc = "vLLM docs"\n'
+            'if device == "cuda":\n    pass\nif lam > 0:\n    pass\n')
+    assert named_branches(fine, "y.py") == []
+
+
+def test_no_branch_on_an_engine_model_or_vendor_name():
+    """issue 29 item 3: engine behaviour, model capabilities and vendor factors come from catalog data; no code
+    outside the config and catalog loaders tests a literal engine, model-family or vendor name."""
+    found = []
+    for p in sorted(SRC.rglob("*.py")):
+        where = p.relative_to(SRC).as_posix()
+        if where not in NAME_TESTS_ALLOWED:
+            found += named_branches(p.read_text(), where)
+    assert found == []
+
+
+# ------------------------------------------------------------------------------------- one step-time oracle
+#: Step-time arithmetic, by the module it comes from: the lecture's aggregate bound (`roofline`), and the
+#: equations' roofline time functions (the max rule and its two terms).
+STEP_TIME_CALLS = {
+    "chalk.analyses.step.roofline": {"step", "step_fields", "aggregate_step_cost", "aggregate_verification"},
+    "chalk.equations.roofline": {"compute_time_s", "memory_time_s", "step_time_s"},
+    "chalk.equations.kernels": {"roofline_time_s"},
+}
+#: Methods that time a step on the aggregate bound, whatever object they are called on.
+STEP_TIME_METHODS = {"from_roofline"}
+#: Where step-time arithmetic may appear (beside `chalk.equations`, where it is written): the oracle and the one
+#: module that computes the aggregate bound, and the few places that show the bound and say so, each with why.
+STEP_TIME_ALLOWED = {
+    "chalk.analyses.step.roofline": "the lecture's aggregate bound: the one module that computes it",
+    "chalk.analyses.step.step_model": "the oracle: the step model, op by op",
+    "chalk.analyses.step.kernels": "the oracle's kernel times: the measured tables over their roofline floors",
+    "chalk.analyses.step.step_cost": "the oracle's linear form for the simulator (`from_roofline`: the bound's)",
+    "chalk.analyses.step.estimate": "the oracle's door; `--aggregate` asks for the bound by name",
+    "chalk.analyses.step.speculative": "`--aggregate --mtp`: verification on the bound (its `view` says so)",
+    "chalk.analyses.step.measure.fit": "`chalk measure` fits one chip's whole-step roofline (`PREDICTED_BY` says so)",
+    "chalk.analyses.economics.pricing": "the price sheets' mode curve, the lecture's hyperbola (its `view` says so)",
+    "chalk.analyses.blackboard.lecture": "the lecture's claims, each saying in its assumptions that it is the bound",
+    "chalk.faces.plots_deploy": "`measure --plot` draws the whole-step roofline `measure` fitted and predicts with",
+}
+
+
+def step_time_calls(source: str) -> list[tuple[int, str]]:
+    """(line, what) of every call that times a step: a function of `STEP_TIME_CALLS` reached through any import
+    alias (`from m import f as g`, `from pkg import m as M`, `import m as M`), or a `STEP_TIME_METHODS` method."""
+    funcs, mods = {}, {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if full in STEP_TIME_CALLS:
+                    mods[a.asname or a.name] = full
+                elif a.name in STEP_TIME_CALLS.get(node.module, ()):
+                    funcs[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in STEP_TIME_CALLS and a.asname:
+                    mods[a.asname] = a.name
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in funcs:
+            found.append((node.lineno, funcs[f.id]))
+        elif isinstance(f, ast.Attribute):
+            if isinstance(f.value, ast.Name) and f.value.id in mods and f.attr in STEP_TIME_CALLS[mods[f.value.id]]:
+                found.append((node.lineno, f"{mods[f.value.id]}.{f.attr}"))
+            elif f.attr in STEP_TIME_METHODS:
+                found.append((node.lineno, f".{f.attr}"))
+    return sorted(found)
+
+
+def test_step_time_calls_are_found_through_any_alias():
+    src = ("from chalk.analyses.step.roofline import step as bound\nfrom chalk.equations import roofline as R\n"
+           "import chalk.equations.kernels as K\nfrom chalk.analyses.step import roofline\n"
+           "bound(m, s, 1, 2)\nR.step_time_s(1.0, 2.0)\nK.roofline_time_s(1, 2, 3, 4)\nroofline.step(m, s, 1, 2)\n"
+           "StepCost.from_roofline(m, s)\nR.critical_batch(1, 2, 3, 4, 5)\nsc.step_time_s(1, 2)\nstep(1)\n")
+    assert step_time_calls(src) == [(5, "chalk.analyses.step.roofline.step"),
+                                    (6, "chalk.equations.roofline.step_time_s"),
+                                    (7, "chalk.equations.kernels.roofline_time_s"),
+                                    (8, "chalk.analyses.step.roofline.step"), (9, ".from_roofline")]
+
+
+def test_step_times_come_from_the_oracle_or_the_named_aggregate_bound():
+    """issue 29 item 1: every step time comes from the step model; the lecture's aggregate bound is computed in
+    `step/roofline.py` and called only where the output says it shows the bound (`STEP_TIME_ALLOWED`, with why).
+    Each allowed module must still call it (no stale entry keeps a door open)."""
+    found, used = [], set()
+    for p in sorted(SRC.rglob("*.py")):
+        mod = _module(p)
+        if mod.startswith("chalk.equations."):
+            continue
+        calls = step_time_calls(p.read_text())
+        if calls and mod in STEP_TIME_ALLOWED:
+            used.add(mod)
+        elif calls:
+            found += [f"{p.relative_to(SRC).as_posix()}:{line}: {what}" for line, what in calls]
+    assert found == []
+    assert sorted(set(STEP_TIME_ALLOWED) - used) == []

@@ -48,6 +48,14 @@ def _gpu(option) -> str:
     return _rules()["gpu_resource"].get(vendor, {"name": "nvidia.com/gpu"})["name"]
 
 
+def _compose_driver(option) -> str | None:
+    """The docker compose device driver that reserves the option's GPUs (catalog/launch.yaml gpu_resource), or None."""
+    from chalk.specs.catalog import as_system
+
+    vendor = as_system(option["chip"]).chip.vendor.lower()
+    return _rules()["gpu_resource"].get(vendor, {}).get("compose_driver")
+
+
 def _pools(option, engine: str) -> list[dict]:
     """The option's pools for `engine`: role, replicas, nodes and the per-node commands."""
     steps = option["launch_steps"][engine]
@@ -166,7 +174,8 @@ def compose_file(result, option=None, engine=None) -> dict:
     o = option or result["options"][0]
     eng = engine or o["engine"] or next(iter(o["launch_steps"]))
     pools = _pools(o, eng)
-    if _gpu(o) != "nvidia.com/gpu":
+    driver = _compose_driver(o)
+    if driver is None:
         raise InputError(f"--emit compose reserves GPUs through the NVIDIA container runtime; {o['chip']} is not an "
                          f"NVIDIA chip: use --emit k8s")
     if any(p["nodes"] > 1 for p in pools):
@@ -185,7 +194,7 @@ def compose_file(result, option=None, engine=None) -> dict:
             svc = {"image": _image(eng), "command": list(cmd["argv"]), "ipc": "host",
                    "ports": [f"{port + len(services)}:{port}"],
                    "deploy": {"resources": {"reservations": {"devices": [
-                       {"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]}}}}
+                       {"driver": driver, "device_ids": ids, "capabilities": ["gpu"]}]}}}}
             if cmd["config_yaml"]:
                 svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
                 svc["working_dir"] = "/"

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from chalk.errors import InputError
-from chalk.specs.catalog import load_model, model_meta
+from chalk.specs.catalog import load_model, model_meta, package_path, read_json
 from chalk.specs.checkpoints import Checkpoint, checkpoint_for, launch_rules
 from chalk.specs.engine import ENGINES, EngineProfile, load_engine
 from chalk.specs.precision import canonical
@@ -152,11 +152,24 @@ def hf_repo(model) -> str:
 
 
 def _needs_remote_code(model: str) -> bool:
+    """Whether the engines are told to trust the checkpoint's own code (`--trust-remote-code`): as its catalog
+    meta.yaml says (`trust_remote_code`, with `trust_remote_code_source`), else when its config.json maps classes
+    to code shipped in the repository (`auto_map`, Hugging Face's sign that the model's code is not the library's).
+    Read from data, never from the model's name."""
     try:
         spec = load_model(model)
     except Exception:
         return False
-    return spec.model_type.startswith(("deepseek", "kimi")) or spec.id.startswith("kimi")
+    meta = model_meta(spec.id)
+    if "trust_remote_code" in meta:
+        return bool(meta["trust_remote_code"])
+    try:
+        cfg = Path(str(spec.source))  # a user's own config.json, else the catalog's copy
+        if not cfg.is_file():
+            cfg = package_path("catalog", "models", spec.id, "config.json")
+        return cfg.is_file() and bool(read_json(cfg).get("auto_map"))
+    except Exception:
+        return False
 
 
 def _whole(name: str, v) -> int:

@@ -391,7 +391,7 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
             "predicted_over_pretrain": hours / ref.gpu_hours_pretrain if same and ref.gpu_hours_pretrain else None,
             "predicted_over_total": hours / ref.gpu_hours_total if same else None,
             "calibrated_on_this_run": CALIBRATED_ON.get(ref.model),
-            "held_out_check": moe_held_out_check() if spec.id == "deepseek-v3" else None,
+            "held_out_check": HELD_OUT_CHECKS[spec.id]() if spec.id in HELD_OUT_CHECKS else None,
         }
     return TrainingEstimate(
         model=spec.id, hardware=system.id, chip=chip.id, gpus=gpus, tokens=tokens, precision=precision,
@@ -420,6 +420,10 @@ def moe_held_out_check() -> dict:
             "predicted_over_published": e.gpu_hours / DEEPSEEK_V2_GPU_HOURS_PER_TRILLION_TOKENS,
             "source": DEEPSEEK_V2_SOURCE,
             "notes": "not fitted on: MOE_RESIDUAL_EFFICIENCY comes from DeepSeek-V3; 2,048 GPUs assumed"}
+
+
+#: The run a published reference was calibrated on -> the check on a run it was not fitted on, shown beside it.
+HELD_OUT_CHECKS = {"deepseek-v3": moe_held_out_check}
 
 
 # --------------------------------------------------------------------------- calibration, recomputed

@@ -24,8 +24,34 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from chalk.analyses.step.roofline import IDEAL, Efficiency
 from chalk.errors import InputError
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak and a fixed per-step overhead. `IDEAL` is the pure roofline."""
+
+    compute: float = 1.0
+    memory: float = 1.0
+    overhead_s: float = 0.0
+    memory_reserve: float = 0.0  # fraction of HBM kept for activations / workspace / fragmentation
+    label: str = "ideal"
+    #: spread of log(measured / predicted throughput) in the calibration data (p10, p90): the [low, high] range
+    residual_low: float = 0.0
+    residual_high: float = 0.0
+
+    def __post_init__(self):
+        for name in ("compute", "memory"):
+            v = getattr(self, name)
+            if not (0 < v <= 1):
+                raise InputError(f"{name} efficiency must be in (0, 1], got {v!r}")
+        if not (0 <= self.overhead_s < 10):
+            raise InputError(f"overhead must be in [0, 10) s, got {self.overhead_s!r}")
+        if not (0 <= self.memory_reserve < 1):
+            raise InputError(f"memory reserve must be in [0, 1), got {self.memory_reserve!r}")
+
+
+IDEAL = Efficiency()
 
 
 @dataclass(frozen=True)
@@ -88,11 +114,14 @@ class Calibration:
     amd_memory: float = 0.9
 
     def vendor_factors(self, vendor: str) -> tuple[float, float]:
-        """(compute, memory) multipliers of a vendor's software stack relative to the fitted constants."""
-        if str(vendor).lower() == "amd":
-            return self.amd_compute, self.amd_memory
+        """(compute, memory) multipliers of a vendor's software stack relative to the fitted constants: the fitted
+        fields `VENDOR_FIELDS` names for the chip's vendor (its YAML's `vendor`), else the `vendor` table, else 1."""
+        v = str(vendor).lower()
+        fields = VENDOR_FIELDS.get(v)
+        if fields is not None:
+            return getattr(self, fields[0]), getattr(self, fields[1])
         for name, c, m in self.vendor:
-            if name.lower() == str(vendor).lower():
+            if name.lower() == v:
                 return c, m
         return 1.0, 1.0
 
@@ -166,6 +195,10 @@ MOE_SHUFFLE_PASSES = 16.0
 #: ~90% (ratio ~0.9). Approximate kernel-level figures, not fitted per row and not re-verified here; the AMD
 #: rows of the validation set still come out over-predicted with them.
 VENDOR = (("AMD", 0.65, 0.9),)
+
+#: The refitted fields that hold a vendor's (compute, memory) multipliers, by the `vendor` a chip's YAML names (lower
+#: case): data the step model looks up, so no code branches on a vendor. A vendor not listed runs at 1, 1.
+VENDOR_FIELDS = {"amd": ("amd_compute", "amd_memory")}
 
 #: Per-hop latency of a collective: NVLink/NVSwitch ~1 us per ring step (NCCL LL protocol); RDMA over
 #: InfiniBand/RoCE ~5 us (NIC + switch traversal). Physical figures, not fitted.
