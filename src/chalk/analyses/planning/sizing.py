@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 
 from chalk.analyses.planning import fleet
-from chalk.analyses.traffic.serving import (Speculation, _serving_setup, fixed_deployment, search_sizes,
-                                    prefill_piece, prefill_step_tokens, throughput)
+from chalk.analyses.traffic.serving import (Speculation, _serving_setup, default_chunk_tokens, fixed_deployment,
+                                            prefill_piece, prefill_step_tokens, search_sizes, throughput)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -287,7 +287,7 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     pf = 0.0 if s["mode"] == "disaggregated" else B * e * I / O  # prompt tokens per step, on average
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step
-    piece = prefill_piece(I, getattr(eng, "chunked_prefill_tokens", None))
+    piece = prefill_piece(I, eng.chunked_prefill_tokens if eng is not None else default_chunk_tokens())
     a = op["parallelism"]["attn_dp"]
     c_step, _, c_rank = (0.0, 0.0, None) if s["mode"] == "disaggregated" else \
         (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
@@ -333,11 +333,13 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
         prefill = {"servers": s["prefill_replicas"], "tokens_per_s": s["prefill_tokens_per_s"],
                    "lone_prompt_s": s["prefill"]["lone_prompt_s"]}
     chunk = None
-    if ask.engine is not None and s["mode"] == "aggregated":
+    if s["mode"] == "aggregated":
         from chalk.specs.engine import load_engine
 
-        # each attention-DP rank has its own chunk budget (`prefill_step_tokens`)
-        chunk = int(load_engine(ask.engine).chunked_prefill_tokens) * op["parallelism"]["attn_dp"]
+        # each attention-DP rank has its own chunk budget (`prefill_step_tokens`); no engine named: the budget
+        # engines default to, as throughput's (`default_chunk_tokens`)
+        per_rank = load_engine(ask.engine).chunked_prefill_tokens if ask.engine is not None else default_chunk_tokens()
+        chunk = int(per_rank) * op["parallelism"]["attn_dp"]
     return fleet.replay(_step_cost(ask, system, s), replicas=s["replicas"], max_batch=max(int(s["cap"]), 1),
                         rate_per_s=s["requests_per_s"], n_requests=n, input_len=ask.input_len,
                         output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],

@@ -11,6 +11,7 @@ of work, runs prompt chunks; output per GPU counts both pools.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 import dataclasses
 from dataclasses import dataclass
 
@@ -506,10 +507,22 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
 
 
 def _chunk(eng, max_tokens=None):
-    """Prompt tokens per step (the chunked-prefill budget): `max_tokens` if given, else the engine's, else none."""
+    """Prompt tokens per step (the chunked-prefill budget): `max_tokens` if given, else the engine's, else the
+    budget engines default to (`default_chunk_tokens`)."""
     if max_tokens is not None:
         return int(positive("max_tokens", max_tokens, integer=True, scalar=True))
-    return getattr(eng, "chunked_prefill_tokens", None) if eng is not None else None
+    return getattr(eng, "chunked_prefill_tokens", None) if eng is not None else default_chunk_tokens()
+
+
+@lru_cache(maxsize=1)
+def default_chunk_tokens() -> int:
+    """Prompt tokens per step when no engine is named: the median of the catalog's engine profiles' own defaults
+    (their newest releases: vLLM's max_num_batched_tokens on >= 70 GiB GPUs, SGLang's chunked_prefill_size on
+    80-160 GB GPUs, TensorRT-LLM's max_num_tokens; each sourced in catalog/engines/). An engine never prefills a
+    burst of prompts in one unbounded step, so neither does chalk's engine-agnostic default."""
+    from chalk.specs.engine import ENGINES, load_engine
+
+    return int(np.median([load_engine(e).chunked_prefill_tokens for e in ENGINES]))
 
 
 def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False) -> dict:
@@ -646,7 +659,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      calibration_override: Calibration | None = None, speculative: Speculation | None = None,
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
                      simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
-                     max_tokens: int | None = None, replay: dict | None = None) -> dict:
+                     max_tokens: int | None = None, replay: dict | None = None,
+                     requests: int | None = None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -666,6 +680,11 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
     layout plus that wait; output per GPU counts all `gpus`.
     `eplb`: as `throughput`'s.
+    `requests`: a benchmark's whole run rather than its steady state: this many requests in all, `concurrency` of
+    them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
+    N`). Throughput (output over the run's span), mean TTFT and mean TPOT are then the run's own, its cold start
+    (the first wave's prompts queue behind each other's prefill) and ramp-down included, as the benchmark reports
+    them; the closed forms (disaggregated, speculation) add the first wave's queue to the mean TTFT.
     """
     from chalk.analyses.step.estimate import make_layout
 
@@ -752,6 +771,17 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     X = B / (O * tpot)                               # requests completed per second per replica
     waiting = max(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
     ttft = ttft0 + waiting / X
+    n_run = None
+    if requests is not None:
+        n_all = float(positive("requests", requests, integer=True, scalar=True))
+        if n_all < N:
+            raise InputError(f"a run of {n_all:.0f} requests cannot keep {N} in flight: requests must be >= "
+                             "concurrency")
+        n_run = n_all / R
+        # the first wave: Nr prompts sent at once, each prefilled after those ahead of it (a prefill pool admits
+        # x_pool per second; a replica's own chunks take ttft0 per prompt); Nr of the run's n_run requests
+        each = 1.0 / x_pool if np.isfinite(x_pool) else ttft0
+        ttft += (Nr / n_run) * max(Nr - 1.0, 0.0) / 2.0 * each
     out_gpu = X * O * R / gpus
     p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
         else I
@@ -761,8 +791,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     if simulate and not disagg and speculative is None:
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured
+        run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
         sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O,
-                                    **(replay or {}))
+                                    **{**run, **(replay or {})})
         if replay is not None and replay.get("result_only"):
             return sim
         X, B = float(sim.requests_per_s), float(sim.mean_batch)
@@ -772,7 +803,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         waiting = max(Nr - float(sim.mean_concurrency) - X * lat, 0.0)
         window = sim.latency_window
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
-                          f"{window['requests']:,})")
+                          f"{window['requests']:,})") if n_run is None else \
+            f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included)"
     else:  # the closed forms on the engine's clock, moved to the client's
         ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
         latency_source = "closed form"
