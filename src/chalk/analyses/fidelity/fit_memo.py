@@ -331,11 +331,36 @@ class ShardedAnswers:
         self.conns, self.procs = [], []
 
 
-def answers(rows, workers: int | None = None):
+class ExecutorAnswers:
+    """`Answers` split over the shards of an executor (`chalk.executor`: Ray actors), each keeping its own points'
+    answers between calls; the same points, answered the same way, so the same figures as in one process."""
+
+    def __init__(self, rows, executor):
+        self.rows = rows
+        self.group = executor.shards(Answers, [(rows, s) for s in _shards(rows, max(executor.workers, 1))])
+        self.worked = 0
+
+    def run(self, cals, ttft: bool = False) -> np.ndarray:
+        out = np.full((len(cals), len(self.rows)), math.nan)
+        for part in self.group.call("run", list(cals), ttft):
+            have = ~np.isnan(part)
+            out[have] = part[have]
+        return out
+
+    def close(self):
+        self.group.close()
+
+
+def answers(rows, workers=None):
     """An `Answers` for `rows`, split over `workers` processes where more than one is asked for and fork exists
-    (default: the usable CPUs, at most 8)."""
+    (default: the usable CPUs, at most 8), or over an executor's shards where `workers` is one
+    (`chalk.executor.executor(...)`: in-process, a process pool of its size, Ray actors)."""
     import multiprocessing
 
+    if hasattr(workers, "shards"):
+        if workers.kind == "ray":
+            return ExecutorAnswers(rows, workers)
+        workers = workers.workers
     w = min(usable_cpus(), 8) if workers is None else int(workers)
     if w > 1 and "fork" in multiprocessing.get_all_start_methods():
         return ShardedAnswers(rows, w)
