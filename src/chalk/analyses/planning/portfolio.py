@@ -22,11 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
+from chalk.analyses.planning.portfolio_runs import RESULTS_HEADER, read_results  # noqa: F401 - re-exported
 from chalk.analyses.records.results import Result, _frame, jsonable
 from chalk.errors import ChalkError, FitError, InputError
 
@@ -34,13 +34,10 @@ from chalk.errors import ChalkError, FitError, InputError
 MAX_MODELS, MAX_CANDIDATES = 100, 100_000
 #: Branch-and-bound nodes visited before the search stops with the best assignment found (then not proven optimal).
 NODE_LIMIT = 2_000_000
-#: Bytes of a results file `resume` reads at most.
-MAX_RESULTS_BYTES = 1 << 30
 METHOD = ("exact branch and bound over one candidate per model (per chip and region the one of fewest GPUs that "
           "meets the model's targets: the others cost more of every resource), models by descending cheapest cost, "
           "options cheapest first, bounded by the cost so far plus each remaining model's cheapest option and "
           "pruned where a constraint's use so far plus the remaining models' least use exceeds it")
-RESULTS_HEADER = {"chalk_portfolio_results": 1}
 
 _MODEL_KEYS = {"name", "model", "users", "rate", "trace", "speedup", "input_len", "output_len", "min_user_tps",
                "ttft_p99", "tpot_p99", "diurnal", "precisions", "engines", "modes", "chips", "kv_precision"}
@@ -291,85 +288,12 @@ def evaluate(c: dict) -> dict:
 
 
 def run_candidates(cands, executor=None, results=None, resume: bool = False, progress=None) -> tuple[dict, dict]:
-    """({key: record}, counts): every candidate evaluated (on `executor`, default this process), each finished one
-    appended to the JSON-lines file `results` as it finishes; with `resume`, the records already there are reused
-    and only the missing candidates run."""
-    from chalk.executor import InProcess
+    """({key: record}, counts): every candidate evaluated (`evaluate`) on `executor` (default this process), each
+    finished one appended to the JSON-lines file `results`; with `resume`, only the missing ones run
+    (`chalk.analyses.planning.portfolio_runs`)."""
+    from chalk.analyses.planning.portfolio_runs import run
 
-    executor = executor or InProcess()
-    done = read_results(results) if resume and results is not None else {}
-    wanted = {c["key"] for c in cands}
-    have = {k: v for k, v in done.items() if k in wanted}
-    todo = [c for c in cands if c["key"] not in have]
-    fh = None
-    if results is not None:
-        fh = _open_results(results, append=resume)
-    try:
-        n = len(have)
-        if progress:
-            progress(n, len(cands))
-        for _, rec in executor.map(evaluate, todo):
-            have[rec["key"]] = rec
-            if fh is not None:
-                fh.write(json.dumps({"key": rec["key"], "record": rec}, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            n += 1
-            if progress:
-                progress(n, len(cands))
-    finally:
-        if fh is not None:
-            fh.close()
-    return have, {"candidates": len(cands), "evaluated": len(todo), "reused": len(cands) - len(todo)}
-
-
-def _open_results(path, append: bool):
-    p = Path(path)
-    if append and p.exists() and p.stat().st_size > 0:
-        fh = open(p, "r+b")
-        data = fh.read()
-        cut = data.rfind(b"\n") + 1  # a last line cut short by a crash was never finished: it is dropped
-        fh.truncate(cut)
-        fh.close()
-        return open(p, "a", encoding="utf-8")
-    fh = open(p, "w", encoding="utf-8")
-    fh.write(json.dumps(RESULTS_HEADER) + "\n")
-    return fh
-
-
-def read_results(path) -> dict:
-    """{key: record} from a results file (missing: empty). A line that is not a result is one InputError, except a
-    last line cut short by a crash (no newline), which was never finished and is ignored."""
-    from chalk.specs.files import read_bounded_text
-
-    p = Path(path)
-    if not p.exists():
-        return {}
-    text = read_bounded_text(p, str(path), MAX_RESULTS_BYTES, what="a portfolio results file", error=InputError)
-    lines = text.split("\n")
-    try:
-        first = json.loads(lines[0]) if lines[0].strip() else None
-    except ValueError:
-        first = None
-    if first != RESULTS_HEADER and text.strip():
-        raise InputError(f"{path}: line 1 is not a chalk portfolio results header; fix or remove the file, or run "
-                         "without --resume")
-    out = {}
-    for i, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            if not (isinstance(d, dict) and isinstance(d.get("key"), str) and isinstance(d.get("record"), dict)
-                    and d["record"].get("key") == d["key"] and d["record"].get("status") in ("ok", "no fit", "error")):
-                raise ValueError("not a candidate's result")
-        except ValueError as e:
-            if i == len(lines) and not text.endswith("\n"):
-                break  # cut short by a crash: that candidate never finished
-            raise InputError(f"{path}: line {i} is not a portfolio result ({str(e)[:60]}); fix or remove it, or "
-                             "run without --resume") from None
-        out.setdefault(d["key"], d["record"])  # the first answer for a key stands: none is repeated
-    return out
+    return run(evaluate, cands, executor, results, resume, progress)
 
 
 # ----------------------------------------------------------------------------------------------- assignment
