@@ -8,6 +8,7 @@ SI units (FLOP, bytes, seconds). Arguments broadcast as numpy arrays.
 
 from __future__ import annotations
 
+from chalk.equations import roofline as R
 from chalk.equations.num import flt as _f
 from chalk.equations.num import maximum, minimum
 
@@ -25,11 +26,11 @@ OUT_BYTES = 2.0
 def roofline_time_s(flops, bytes_, peak_flops_per_s, bandwidth_bytes_per_s):
     """The roofline floor of one kernel: the slower of its FLOPs at peak and its HBM bytes at peak bandwidth.
 
-    Formula: T = max(F / P, B / BW)
+    Formula: T = max(F / P, B / BW)   (`roofline.step_time_s`, the one max rule, with no overhead)
     Ref: Williams, Waterman, Patterson 2009 (roofline), applied to one kernel.
     Assumes: compute and memory traffic overlap perfectly inside the kernel; no launch latency.
     """
-    return maximum(_f(flops) / peak_flops_per_s, _f(bytes_) / bandwidth_bytes_per_s)
+    return R.step_time_s(R.compute_time_s(flops, peak_flops_per_s), R.memory_time_s(bytes_, bandwidth_bytes_per_s))
 
 
 def gemm_kernel_flops(m, n, k):

@@ -1,12 +1,13 @@
-"""One operation of a forward step: its FLOPs, the bytes it moves, and the time its roofline allows.
+"""One operation of a forward step: its FLOPs and the bytes it moves.
 
 The step model (`chalk.analyses.step.step_model`) turns a decode or prefill step into a list of operations, each a
-small roofline of its own; these are the pieces it is built from.
+small roofline of its own; these are the pieces it is built from. Their time is the one max rule,
+`chalk.equations.roofline.step_time_s`.
 """
 
 from __future__ import annotations
 
-from chalk.equations.num import flt, maximum
+from chalk.equations.num import flt
 
 
 def matmul_flops(m, k, n):
@@ -28,19 +29,6 @@ def gemm_bytes(m, k, n, weight_bytes_per_element, activation_bytes_per_element=2
     """
     m = flt(m)
     return k * n * weight_bytes_per_element + (m * k + m * n) * activation_bytes_per_element
-
-
-def op_time_s(flops, bytes_moved, peak_flops_per_s, bandwidth_bytes_per_s, compute_efficiency=1.0,
-              memory_efficiency=1.0):
-    """Time of one operation: the slower of its compute and its memory traffic at achieved rates.
-
-    Formula: T_op = max(F / (peak * e_c), bytes / (bw * e_m))
-    Ref: Williams et al. 2009 (roofline), per kernel; lecture eq. 1.
-    Assumes: within one kernel compute and memory traffic overlap; kernels run one after another.
-    """
-    c = flt(flops) / (peak_flops_per_s * compute_efficiency)
-    m = flt(bytes_moved) / (bandwidth_bytes_per_s * memory_efficiency)
-    return maximum(c, m)
 
 
 def elementwise_bytes_per_token_layer(hidden_size, mlp_width, activation_bytes_per_element=2.0):

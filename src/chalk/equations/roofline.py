@@ -33,8 +33,14 @@ def step_time_s(compute_s, memory_s, overhead_s=0.0):
     Formula: T = max(T_compute, T_memory) + T_overhead   (eq. 1; overhead 0 in the ideal roofline)
     Ref: lecture eq. 1; scaling-book "T_lower = max(T_math, T_comms)".
     Assumes: compute and memory traffic overlap perfectly.
+
+    The one place chalk writes the roofline's max rule: a kernel's floor (`kernels.roofline_time_s`), an op of
+    the step model, the aggregate bound and the simulator's linear step all call it.
     """
-    return maximum(compute_s, memory_s) + overhead_s
+    t = maximum(compute_s, memory_s)
+    if type(overhead_s) is float and overhead_s == 0.0:  # no overhead: no array copy
+        return t
+    return t + overhead_s
 
 
 def cost_per_token_usd(step_s, usd_per_chip_s, chips, tokens_per_step):

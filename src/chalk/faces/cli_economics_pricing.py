@@ -58,7 +58,8 @@ def _print_report(rep: dict) -> None:
     c.print(t)
     mr = rep["mode_reference"]
     t = table(f"fast / priority / off-peak modes on {mr['model']} / {mr['hardware']}, context {num(mr['context'])}, "
-              f"from the cost-optimal batch {num(mr['baseline_batch'])}",
+              f"from the cost-optimal batch {num(mr['baseline_batch'])} (the lecture's aggregate bound: the "
+              "system as one chip)",
               ["sheet", "mode", "price x", "speed claimed", "batch cut", "cost x", "speed x", "price / cost"])
     for sid, m in modes:
         ok = m["implied_batch"] is not None
@@ -84,7 +85,8 @@ def _print_report(rep: dict) -> None:
     c.print(t)
     c.print("[dim]Refined KV: the output price multiple m above the cliff read as memory = (m - 1) x compute "
             "at the cliff (m = 2 is eq. 6). Modes: the batch that gives the claimed speed-up (or, with none "
-            "claimed, the price multiple as cost) on the roofline's cost-vs-batch curve.[/dim]")
+            "claimed, the price multiple as cost) on the aggregate roofline's cost-vs-batch curve (the whole system "
+            "summed into one chip, the lecture's bound; not a deployment).[/dim]")
 
 
 def _print_sheet(d: dict) -> None:

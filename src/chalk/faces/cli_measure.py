@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
         e = d["efficiency"]
         t.add_row("fitted efficiency", f"compute {pct(e['compute'])}, memory {pct(e['memory'])}, overhead "
                                        f"{seconds(e['overhead_s'])}")
+        t.add_row("predicted by", d["predicted_by"])
         t.add_row("held-out error", f"median {pct(d['median_abs_error_held_out'])}, p90 "
                                     f"{pct(d['p90_abs_error_held_out'])} over {d['n_held_out']} steps")
         console().print(t)

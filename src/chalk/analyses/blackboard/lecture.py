@@ -1,5 +1,8 @@
 """The lecture's deductions (shared/lecture/claims.md), each computed by chalk's own functions.
 
+Step times here are the lecture's aggregate bound (`roofline.step`: the system's chips summed into one
+communication-free chip), as the lecture reasons; each claim that uses it says so in its assumptions.
+
 Claims from later analyses (parallel, serving, simulate, pricing, training, reversible) are pulled
 from their modules' `claims()`; a module not built yet contributes nothing (absent, never faked).
 """
@@ -13,7 +16,8 @@ import numpy as np
 from chalk.analyses.records.claims import Claim
 from chalk.analyses.blackboard.hardware_facts import chip_facts
 from chalk.analyses.step.model_sizes import ModelSizes
-from chalk.analyses.step.roofline import IDEAL, step
+from chalk.analyses.step.calibration import IDEAL
+from chalk.analyses.step.roofline import step as aggregate_bound
 from chalk.equations import moe
 from chalk.equations import roofline as R
 from chalk.specs.catalog import chip_ids, load_chip, load_model, resolve_hardware
@@ -88,25 +92,27 @@ def nvl72_claims() -> list[Claim]:
     for refined, cid, extra in ((False, "batch1_cost_penalty", "lecture form: all 671B weights read every step"),
                                 (True, "batch1_cost_penalty_refined",
                                  "refined form: a batch-1 step reads only the ~37B parameters it routes to")):
-        r = step(ds, rack, batches, ctx, kv_precision="bf16", efficiency=IDEAL, refined=refined)
+        r = aggregate_bound(ds, rack, batches, ctx, kv_precision="bf16", efficiency=IDEAL, refined=refined)
         cost = np.where(r.fits, r.cost_per_mtok_usd, np.inf)
         best = int(np.argmin(cost))
         out.append(Claim(
             id=cid, value=float(cost[0] / cost[best]), unit="x", lecture_value="a thousand times worse",
             lecture_range=(300, 3000) if not refined else None, section="roofline",
-            assumptions=f"DeepSeek-V3, FP8 weights, BF16 KV, GB200 NVL72 (72 GPUs, ideal roofline), context {ctx} "
+            assumptions=f"DeepSeek-V3, FP8 weights, BF16 KV, GB200 NVL72 (72 GPUs summed into one chip: the "
+                        f"aggregate bound, ideal roofline), context {ctx} "
                         f"tokens; batch 1 vs the cheapest batch that fits ({batches[best]:.0f}); {extra}",
             explanation="At batch 1 every weight fetch serves one token; at a large batch it is shared by "
                         "thousands, leaving only compute and each sequence's own KV fetch."))
     # slow mode: 10x the critical batch buys almost nothing once past it
-    r1 = step(ds, rack, 1, ctx, refined=False)
+    r1 = aggregate_bound(ds, rack, 1, ctx, refined=False)
     bstar = r1.critical_batch
-    r = step(ds, rack, np.array([bstar, 10 * bstar]), ctx, refined=False)
+    r = aggregate_bound(ds, rack, np.array([bstar, 10 * bstar]), ctx, refined=False)
     out.append(Claim(
         id="slow_mode_saving", value=float(r.cost_per_mtok_usd[1] / r.cost_per_mtok_usd[0]), unit="x",
         lecture_value="close to 1 (saves little)", lecture_range=(0.4, 1.0), section="roofline",
         assumptions=f"DeepSeek-V3 on GB200 NVL72, FP8 weights, BF16 KV, context {ctx}: cost per token at 10 x B* ({10 * bstar:.0f}) "
-                    f"over cost at B* ({bstar:.0f}); memory permitting (ideal aggregate HBM)",
+                    f"over cost at B* ({bstar:.0f}); the aggregate bound (72 GPUs as one chip), memory permitting "
+                    "(ideal aggregate HBM)",
         explanation="Past the critical batch the cost per token is the compute floor plus each sequence's own KV "
                     "fetch, neither of which a bigger batch amortises: a 'slow mode' that waits for more users "
                     "saves little."))

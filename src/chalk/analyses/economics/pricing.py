@@ -20,7 +20,7 @@ import numpy as np
 
 from chalk.analyses.records.claims import Claim
 from chalk.analyses.step.model_sizes import ModelSizes
-from chalk.analyses.step.roofline import step
+from chalk.analyses.step.roofline import step as aggregate_bound
 from chalk.equations import pricing as P
 from chalk.equations import prefix_cache as PC
 from chalk.errors import InputError
@@ -164,21 +164,23 @@ def mode_curve(a: Assumptions = DEFAULT) -> dict:
     """Step time over batch on the reference model/rack; the baseline is the cost-optimal batch.
 
     Baseline: the critical batch with KV at `mode_context` (compute = memory), or eq. 5's
-    critical batch when the KV read alone outweighs compute; capped by what fits in HBM. Pure
-    roofline (peak rates, no calibration): the readings are ratios, which efficiency mostly cancels.
+    critical batch when the KV read alone outweighs compute; capped by what fits in HBM. The lecture's
+    aggregate bound (`roofline.step`: the whole rack as one chip, peak rates, no calibration), as the
+    lecture draws its hyperbola, and said so (`view`): the readings are ratios, which efficiency mostly cancels.
     """
     model, system = load_model(a.ref_model), resolve_hardware(a.mode_hardware)
-    r = step(model, system, 1.0, a.mode_context, kv_precision=a.kv_precision)
+    r = aggregate_bound(model, system, 1.0, a.mode_context, kv_precision=a.kv_precision)
     b0 = r.critical_batch_with_kv if np.isfinite(r.critical_batch_with_kv) else r.critical_batch
     if r.max_batch_fit >= 1:
         b0 = min(b0, float(r.max_batch_fit))
     hi = b0 * 64 if r.max_batch_fit < 1 else max(b0, float(r.max_batch_fit))
     grid = np.unique(np.concatenate([np.geomspace(1.0, hi, 3001), [b0]]))
-    T = np.asarray(step(model, system, grid, a.mode_context, kv_precision=a.kv_precision).step_time_s)
+    T = np.asarray(aggregate_bound(model, system, grid, a.mode_context, kv_precision=a.kv_precision).step_time_s)
     t0 = float(T[np.searchsorted(grid, b0)])
     T.setflags(write=False)
     grid.setflags(write=False)
-    return {"model": model.id, "hardware": system.id, "context": a.mode_context, "baseline_batch": float(b0),
+    return {"model": model.id, "hardware": system.id, "context": a.mode_context, "view": "aggregate",
+            "baseline_batch": float(b0),
             "baseline_step_s": t0, "batch": grid, "step_s": T,
             "speedup": t0 / T, "cost_multiple": P.cost_multiple(T, grid, t0, b0)}
 
@@ -269,7 +271,7 @@ def pricing_report(a: Assumptions = DEFAULT, sheets: list[PriceSheet] | None = N
             "assumptions": a.to_dict(),
             "retention_tiers": {k: match_storage_tier(v) for k, v in RETENTION_WINDOWS_S.items()},
             "cache_economics": cache_economics(a),
-            "mode_reference": {k: curve[k] for k in ("model", "hardware", "context", "baseline_batch",
+            "mode_reference": {k: curve[k] for k in ("model", "hardware", "context", "view", "baseline_batch",
                                                       "baseline_step_s")}})
 
 
@@ -392,6 +394,7 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     price_h = system.chip.price_usd_per_hour
     return {"model": m.id, "hardware": system.id, "chips": n, "sheet": s.id, "tier": tier.name, "per": per,
             "efficiency": "ideal" if ideal else "calibrated", "layout": dec.layout["label"],
+            "parallelism": {k: dec.layout[k] for k in ("tp", "ep", "etp", "pp", "attn_dp")},
             "decode_batch": float(B), "context": float(context),
             "prompt_len": float(prompt_len), "input_tokens": float(input_tokens),
             "output_tokens": float(output_tokens), "cache_hit_fraction": h,

@@ -25,12 +25,10 @@ from functools import lru_cache
 import numpy as np
 
 from chalk.analyses.step.calibration import Calibration, calibration
-from chalk.analyses.step.model_sizes import ModelSizes
-from chalk.analyses.step.parallel import memory_per_chip, model_costs, resolve_kv_precision, stage_step
+from chalk.analyses.step.parallel import memory_per_chip, stage_step, step_costs
 from chalk.analyses.traffic.serving import fixed_deployment, throughput
 from chalk.errors import ChalkError, SpecError
 from chalk.specs.catalog import load_model, package_path, resolve_hardware
-from chalk.specs.precision import canonical
 
 #: Recorded bound on the median |error| of the calibrated model over the validation set; a test fails if
 #: `chalk validate` regresses past it.
@@ -123,8 +121,7 @@ def parse_rows(text: str) -> tuple[Row, ...]:
 
 def _pool(row: Row, cal: Calibration):
     m, system = load_model(row.model), resolve_hardware(row.hardware)
-    prec = canonical(row.precision) if row.precision else ModelSizes(m).default_precision()
-    costs = model_costs(m, row.precision, resolve_kv_precision(row.kv_precision, prec, system))
+    costs = step_costs(m, system, row.precision, row.kv_precision)[2]
     tp, a, pp = row.tp or 1, row.attn_dp or 1, row.pp or 1
     ep = tp * a if m.is_moe else 1
     return m, system, costs, tp, a, pp, ep

@@ -14,9 +14,8 @@ import numpy as np
 
 from chalk.analyses.step import roofline as RF
 from chalk.analyses.step.calibration import Calibration, calibration, default_efficiency, eplb_mode
-from chalk.analyses.step.model_sizes import sizes
-from chalk.analyses.step.parallel import (Layout, default_kernels, kernel_provenance, kv_per_chip, model_costs,
-                                     resolve_kv_precision, stage_step, valid_tp, weights_per_chip)
+from chalk.analyses.step.parallel import (Layout, default_kernels, kernel_provenance, kv_per_chip, precisions,
+                                     stage_step, step_costs, valid_tp, weights_per_chip)
 from chalk.analyses.step.step_model import ops_table
 from chalk.equations import parallel as P
 from chalk.equations.parallel import kv_shard_fraction
@@ -132,11 +131,9 @@ class _Setup:
 
     def __init__(self, model: ModelSpec, system: System, cal: Calibration, precision: str | None, kv_precision,
                  efficiency: RF.Efficiency | None):
-        sz = sizes(model)
-        self.prec = prec = canonical(precision) if precision else sz.default_precision()
-        self.kvp = kvp = resolve_kv_precision(kv_precision, prec, system)
+        self.prec, self.kvp, self.costs = step_costs(model, system, precision, kv_precision)
+        costs = self.costs
         self.wprec = canonical(precision) if precision else None  # as the Workload holds it
-        self.costs = costs = model_costs(model, precision, kvp)
         chip = system.chip
         self.usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
         lecture_eff, self.spread = _by_calibration(cal)
@@ -357,12 +354,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
         if eplb_mode(eplb) != "auto":
             raise InputError("--eplb applies to a layout's expert-parallel group; the aggregate view has none")
         if kvp is None or str(kvp).lower() == "auto":
-            from chalk.analyses.step.parallel import resolve_kv_precision
-            from chalk.analyses.step.model_sizes import ModelSizes
-            from chalk.specs.precision import canonical
-
-            kvp = resolve_kv_precision(kvp, canonical(precision) if precision else ModelSizes(m).default_precision(),
-                                       system)
+            kvp = precisions(m, system, precision, kvp)[1]
         if layout is not None:
             raise InputError("--layout and --aggregate exclude each other: the aggregate view has no layout")
         eff = efficiency or default_efficiency(ideal, m.num_layers, system.chip)

@@ -184,6 +184,22 @@ def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system
     return "fp8" if narrow and (system is None or "fp8" in system.chip.flops_per_s) else "bf16"
 
 
+def precisions(model: ModelSpec, system: System, precision: str | None, kv_precision: str | None) -> tuple[str, str]:
+    """(weight precision, KV precision) of `model` on `system`: `precision` canonical, else the checkpoint's
+    own; `kv_precision` as `resolve_kv_precision` reads it ('auto' or None: from the weights and the chip)."""
+    prec = canonical(precision) if precision else sizes(model).default_precision()
+    return prec, resolve_kv_precision(kv_precision, prec, system)
+
+
+def step_costs(model: ModelSpec, system: System, precision: str | None,
+               kv_precision: str | None) -> tuple[str, str, "ModelCosts"]:
+    """(weight precision, KV precision, the step model's `ModelCosts`) of `model` on `system`: the setup every
+    caller of the step model starts from (`precisions`, then `model_costs`; precision None keeps the checkpoint's
+    own mix of weight formats)."""
+    prec, kvp = precisions(model, system, precision, kv_precision)
+    return prec, kvp, model_costs(model, precision, kvp)
+
+
 # --------------------------------------------------------------------------- layouts
 def _pow2_upto(n: int) -> list[int]:
     out, v = [], 1
@@ -331,9 +347,7 @@ def layout_step_report(model: ModelSpec, system: System, layout: Layout, batch_p
     """Decode step of one layout at a batch: time breakdown, memory per chip, fit. `overlap`: 'none' reports the
     communication before two-micro-batch overlap hides any of it."""
     cal = calibration(ideal)
-    sz = ModelSizes(model)
-    prec = canonical(precision) if precision is not None else sz.default_precision()
-    costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
+    costs = step_costs(model, system, precision, kv_precision)[2]
     r = stage_step(costs, system, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, 0.0, context,
                    1.0, cal, overlap=overlap)
     w, kv = memory_per_chip(costs, layout.tp, layout.attn_dp, layout.pp, layout.ep, batch_per_replica, context)
@@ -394,9 +408,7 @@ def pipeline_analysis(model: ModelSpec, system: System, precision: str | None = 
     context = float(positive("context", context, scalar=True))
     microbatches = count("micro-batches", microbatches)
     cal = calibration(ideal)
-    sz = ModelSizes(model)
-    prec = canonical(precision) if precision is not None else sz.default_precision()
-    costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
+    costs = step_costs(model, system, precision, kv_precision)[2]
     tp = count("tp", tp, MAX_GPUS) if tp is not None else max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
                    and (model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0))
     moe = model.is_moe
@@ -428,9 +440,7 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
     pipeline analysis."""
     context = float(positive("context", context, scalar=True))
     cal = calibration(ideal)
-    sz = ModelSizes(model)
-    prec = canonical(precision) if precision is not None else sz.default_precision()
-    costs = model_costs(model, precision, resolve_kv_precision(kv_precision, prec, system))
+    costs = step_costs(model, system, precision, kv_precision)[2]
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     # by default one scale-up domain, or the fewest that hold the weights
     n = system.chips * domains_to_hold(system, costs.dense_weight_bytes + costs.expert_weight_bytes, usable) \

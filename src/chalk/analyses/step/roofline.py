@@ -1,55 +1,33 @@
-"""Single-replica roofline for decode and prefill steps, with its breakdown.
+"""The lecture's aggregate bound: every chip of a system summed into one communication-free chip.
 
-Chips in a system are an ideal aggregate here: FLOP/s, bandwidth and HBM are summed and
-communication is free. Real layouts (TP/EP/PP with link costs) live in `chalk.analyses.step.parallel`.
+This is the one module that computes it: `step` (one decode or prefill step, with the lecture's breakdown),
+`aggregate_step_cost` (its linear form for the request simulator) and `aggregate_verification` (a speculative
+verification step on it). FLOP/s, bandwidth and HBM are summed and communication is free, so it bounds a real
+deployment from above; it is no deployment. Every other step time in chalk comes from the step model
+(`chalk.analyses.step.step_model`, through `estimate` and `StepCost.from_step_model`); this bound is shown
+only where the output says so (`estimate --aggregate`, the lecture's claims, the price sheets' mode curve).
+tests/test_house.py lists the modules allowed to call it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from chalk.analyses.records.results import jsonable as _jsonable
 
+from chalk.analyses.step.calibration import IDEAL, Efficiency  # noqa: F401  (re-exported: the lecture's callers)
 from chalk.analyses.step.model_sizes import ModelSizes, sizes
 from chalk.equations import roofline as R
 from chalk.equations.num import flt, ones_like, where
-from chalk.errors import FitError, InputError
+from chalk.errors import FitError
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, weight_only
 from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, sparse_law_name
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """Achieved fractions of peak and a fixed per-step overhead. `IDEAL` is the pure roofline."""
-
-    compute: float = 1.0
-    memory: float = 1.0
-    overhead_s: float = 0.0
-    memory_reserve: float = 0.0  # fraction of HBM kept for activations / workspace / fragmentation
-    label: str = "ideal"
-    #: spread of log(measured / predicted throughput) in the calibration data (p10, p90): the [low, high] range
-    residual_low: float = 0.0
-    residual_high: float = 0.0
-
-    def __post_init__(self):
-        for name in ("compute", "memory"):
-            v = getattr(self, name)
-            if not (0 < v <= 1):
-                raise InputError(f"{name} efficiency must be in (0, 1], got {v!r}")
-        if not (0 <= self.overhead_s < 10):
-            raise InputError(f"overhead must be in [0, 10) s, got {self.overhead_s!r}")
-        if not (0 <= self.memory_reserve < 1):
-            raise InputError(f"memory reserve must be in [0, 1), got {self.memory_reserve!r}")
-
-
-IDEAL = Efficiency()
 
 
 _UNSET = object()
@@ -402,3 +380,70 @@ def step_fields(model: ModelSpec, system: System, batch, context, *, phase: str 
         flops=_scalar(flops), bytes_moved=_scalar(bytes_moved), range=spread,
         overhead_time_s=float(efficiency.overhead_s),
     )
+
+
+def aggregate_step_cost(model, system, chips: int | None = None, precision: str | None = None,
+                        kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
+                        reference_context_tokens: float = 4096) -> dict:
+    """The aggregate bound (`step`) as the request simulator's linear step cost: the fields of a `StepCost`
+    (`StepCost.from_roofline` builds it), for `model` on `chips` chips of `system` (objects or catalog ids), summed
+    into one chip. Exact for pure decode at full attention; attention and KV terms are the tangent at
+    `reference_context_tokens` (sliding windows, top-k).
+
+    Formula: the `StepCost` coefficients of `roofline.step`'s FLOPs and bytes, rates x chips x efficiency.
+    Assumes: the lecture's aggregate (no communication, HBM pooled); routed experts touched as 1 - (1 - k/E)^t.
+    """
+    import math
+
+    from chalk.analyses.step.parallel import precisions
+    from chalk.specs.catalog import load_model, resolve_hardware
+    from chalk.specs.workload import positive
+
+    model = load_model(model) if isinstance(model, str) else model
+    system = resolve_hardware(system) if isinstance(system, str) else system
+    n = int(positive("chips", chips if chips is not None else system.chips, integer=True, scalar=True))
+    L = float(positive("reference context", reference_context_tokens, scalar=True))
+    sz = ModelSizes(model)
+    prec, kvp = precisions(model, system, precision, kv_precision)
+    chip = system.chip
+    peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
+    bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory
+    dense = float(sz.weight_bytes_read(0.0, precision))  # tokens=0 touches no routed expert
+    experts = float(sz.weight_bytes_read(1e9, precision)) - dense if model.is_moe else 0.0
+    frac = model.experts_per_token / model.num_experts if model.is_moe else 0.0
+    l1k = math.log1p(-frac) if frac < 1 else -700.0  # every expert active: (1-k/E)^t = 0 for t >= 1
+    af = lambda x: float(sz.attention_flops_per_token(x))  # noqa: E731
+    kr = lambda x: float(sz.kv_read_bytes_per_sequence(x, kvp))  # noqa: E731
+    a1, k1 = af(L + 1) - af(L), kr(L + 1) - kr(L)
+    kv_write = float(sz.kv_bytes_per_sequence(L, kvp)) / L
+    usable = chip.hbm_bytes * n * (1 - efficiency.memory_reserve) - sz.weight_bytes(precision)
+    return dict(flops_per_token=2 * sz.active_matmul_params, attn_flops_per_context_token=a1,
+                attn_flops_per_sequence=max(af(L) - a1 * L, 0.0),
+                prefill_attn_flops_per_pair=float(sz.prefill_attention_flops(L)) / (L * (L + 1) / 2),
+                peak_flops_per_s=peak, weight_dense_bytes=dense, expert_bytes_all=experts,
+                log1m_expert_fraction=l1k, kv_read_bytes_per_context_token=k1,
+                kv_read_bytes_per_sequence=max(kr(L) - k1 * L, 0.0), kv_write_bytes_per_token=kv_write,
+                bandwidth_bytes_per_s=bw, overhead_s=efficiency.overhead_s,
+                kv_capacity_tokens=max(usable, 0.0) / kv_write,
+                label=f"{model.id} on {n} x {chip.id} ({prec}, KV {kvp}, {efficiency.label}; aggregate bound)")
+
+
+def aggregate_verification(plain: RooflineResult, model: ModelSpec, system: System, verify_tokens, *,
+                           chips: int | None = None, precision: str | None = None, efficiency: Efficiency = IDEAL,
+                           refined: bool = True, sparse_law: str | None = None) -> tuple:
+    """A speculative verification step on the aggregate bound, against its plain decode step `plain` (an
+    aggregate `step` answer): (compute s, weight-read s, KV-read s, step s) of `verify_tokens` (B x (k + 1))
+    query tokens.
+
+    Formula: T = max(T_c(B (k+1)), T_w(B (k+1)) + T_kv(B)) + overhead, the overhead that of the plain step.
+    Assumes: compute and weight reads those of a decode step at batch B (k + 1); each sequence's KV read once,
+    as in the plain step (the k + 1 query tokens attend to the same cached context together).
+    """
+    v = step(model, system, verify_tokens, plain.context, phase="decode", chips=chips, precision=precision,
+             kv_precision=plain.kv_precision, efficiency=efficiency, refined=refined, sparse_law=sparse_law)
+    overhead = np.asarray(plain.step_time_s, dtype=float) - R.step_time_s(np.asarray(plain.compute_time_s, float),
+                                                                         np.asarray(plain.memory_time_s, float))
+    t_c = np.asarray(v.compute_time_s, dtype=float)
+    t_w = np.asarray(v.weight_time_s, dtype=float)
+    t_kv = np.asarray(plain.kv_time_s, dtype=float)  # each sequence's cache read once, as in the plain step
+    return t_c, t_w, t_kv, R.step_time_s(t_c, t_w + t_kv, overhead)

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from chalk.analyses.step.roofline import Efficiency, RooflineResult, _jsonable, _scalar, step
+from chalk.analyses.step.calibration import Efficiency
+from chalk.analyses.step.roofline import RooflineResult, _jsonable, _scalar
 from chalk.equations import speculative as S
 from chalk.errors import InputError
 from chalk.specs.catalog import as_model, as_system
@@ -53,6 +54,8 @@ class SpeculativeResult:
     plain_cost_per_mtok_usd: object
     speedup_vs_plain: object
     pays: object
+    #: 'layout': the step model on the plain step's layout; 'aggregate': the lecture's aggregate bound
+    view: str = "layout"
     assumptions: tuple[str, ...] = field(default_factory=lambda: ASSUMPTIONS)
 
     def to_dict(self) -> dict:
@@ -97,7 +100,6 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     """
     from chalk.analyses.step.calibration import calibration
     from chalk.analyses.step.estimate import layout_estimate
-    from chalk.analyses.step.roofline import step
     from chalk.specs.catalog import as_system
 
     if result.phase != "decode":
@@ -118,19 +120,16 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
         t_w = np.asarray(v.weight_time_s, dtype=float)
         t_kv = np.asarray(v.kv_time_s, dtype=float)
         t_verify = np.asarray(v.step_time_s, dtype=float)
-    else:
+    else:  # the lecture's aggregate bound (`estimate --aggregate --mtp`), computed with the rest of it
         from chalk.analyses.step.calibration import default_efficiency
+        from chalk.analyses.step.roofline import aggregate_verification
 
         if refined is None:
             refined = not result.weights_read.startswith("all weights") or not spec.is_moe
         eff = efficiency or default_efficiency(ideal, spec.num_layers, system.chip)
-        v = step(spec, system, S.verification_tokens(B, k), L, phase="decode", chips=chips, precision=precision,
-                 kv_precision=result.kv_precision, efficiency=eff, refined=refined, sparse_law=sparse_law)
-        overhead = t_plain - np.maximum(result.compute_time_s, result.memory_time_s)
-        t_c = np.asarray(v.compute_time_s, dtype=float)
-        t_w = np.asarray(v.weight_time_s, dtype=float)
-        t_kv = np.asarray(result.kv_time_s, dtype=float)  # each sequence's cache read once, as in the plain step
-        t_verify = np.maximum(t_c, t_w + t_kv) + overhead
+        t_c, t_w, t_kv, t_verify = aggregate_verification(result, spec, system, S.verification_tokens(B, k),
+                                                          chips=chips, precision=precision, efficiency=eff,
+                                                          refined=refined, sparse_law=sparse_law)
     t_draft = S.mtp_draft_time_s(t_plain, k, spec.num_layers, draft_layers)
     t = t_verify + t_draft
     e = float(S.expected_tokens_per_step(a, k))
@@ -145,7 +144,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
         user_tokens_per_s=_scalar(e / t), tokens_per_s=_scalar(B * e / t),
         cost_per_mtok_usd=_scalar(np.asarray(result.cost_per_mtok_usd, dtype=float) / speedup),
         plain_cost_per_mtok_usd=result.cost_per_mtok_usd, speedup_vs_plain=_scalar(speedup),
-        pays=_scalar(speedup > 1.0))
+        pays=_scalar(speedup > 1.0), view="aggregate" if aggregate else "layout")
 
 
 def _first_false(batches, ok, test) -> float:
@@ -168,12 +167,11 @@ def _first_false(batches, ok, test) -> float:
 def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float, context: float = 4096, *,
                           chips: int | None = None, precision: str | None = None, kv_precision: str = "bf16",
                           ideal: bool = False, max_batch: float = 1e6, points: int = 241) -> SpeculativeBreakeven:
-    """The batch up to which verification is nearly free (memory-bound) and up to which speculation pays.
+    """The batch up to which verification is nearly free (memory-bound) and up to which speculation pays, on the
+    lecture's aggregate bound (`estimate(aggregate=True)`: every chip summed into one, no layout).
 
     Speed-up falls with batch: ~E (tokens per step) while memory-bound, ~E / (k + 1) < 1 once compute-bound.
     """
-    from chalk.analyses.step import estimate as api
-
     from chalk.analyses.step.estimate import estimate as _est
 
     k, a = _validate(draft_tokens, acceptance)

@@ -1,8 +1,9 @@
-"""The linearised roofline of one mixed prefill + decode step, for the request simulator.
+"""The linearised step of one mixed prefill + decode step, for the request simulator.
 
-Its coefficients are read once from `ModelSizes` and the system's rates, so a simulated step costs a
-handful of float operations instead of a `roofline.step` call; it agrees with `roofline.step` for pure
-decode batches (tests/test_simulate.py).
+A simulated step costs a handful of float operations. Its coefficients come from the step model on one replica
+layout (`StepCost.from_step_model`: what `chalk simulate` and the serving replays use), or, for the lecture's
+aggregate bound only, from `roofline.aggregate_step_cost` (`from_roofline`; it agrees with `roofline.step` for
+pure decode batches, tests/test_simulate.py).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from chalk.analyses.step.model_sizes import ModelSizes
-from chalk.analyses.step.roofline import IDEAL, Efficiency
+from chalk.analyses.step.calibration import IDEAL, Efficiency
+from chalk.equations import roofline as R
 from chalk.errors import InputError
-from chalk.specs.precision import canonical
 from chalk.specs.workload import positive
 
 
@@ -63,39 +63,12 @@ class StepCost:
     def from_roofline(cls, model, system, chips: int | None = None, precision: str | None = None,
                       kv_precision: str = "bf16", efficiency: Efficiency = IDEAL,
                       reference_context_tokens: float = 4096) -> StepCost:
-        """Coefficients for `model` on `system` (objects or catalog ids), matching `roofline.step`."""
-        from chalk.specs.catalog import load_model, resolve_hardware
+        """The lecture's aggregate bound as a step cost: `roofline.aggregate_step_cost` (computed there, with the
+        rest of the bound). No chalk command simulates on it; the step model's form is `from_step_model`."""
+        from chalk.analyses.step.roofline import aggregate_step_cost
 
-        model = load_model(model) if isinstance(model, str) else model
-        system = resolve_hardware(system) if isinstance(system, str) else system
-        n = int(positive("chips", chips if chips is not None else system.chips, integer=True, scalar=True))
-        L = float(positive("reference context", reference_context_tokens, scalar=True))
-        sz = ModelSizes(model)
-        prec = canonical(precision) if precision is not None else sz.default_precision()
-        from chalk.analyses.step.parallel import resolve_kv_precision
-
-        kvp = canonical(resolve_kv_precision(kv_precision, prec, system))
-        chip = system.chip
-        peak = chip.flops_per_s[chip.compute_precision(prec)] * n * efficiency.compute
-        bw = chip.hbm_bandwidth_bytes_per_s * n * efficiency.memory
-        dense = float(sz.weight_bytes_read(0.0, precision))  # tokens=0 touches no routed expert
-        experts = float(sz.weight_bytes_read(1e9, precision)) - dense if model.is_moe else 0.0
-        frac = model.experts_per_token / model.num_experts if model.is_moe else 0.0
-        l1k = math.log1p(-frac) if frac < 1 else -700.0  # every expert active: (1-k/E)^t = 0 for t >= 1
-        af = lambda x: float(sz.attention_flops_per_token(x))  # noqa: E731
-        kr = lambda x: float(sz.kv_read_bytes_per_sequence(x, kvp))  # noqa: E731
-        a1, k1 = af(L + 1) - af(L), kr(L + 1) - kr(L)
-        kv_write = float(sz.kv_bytes_per_sequence(L, kvp)) / L
-        usable = chip.hbm_bytes * n * (1 - efficiency.memory_reserve) - sz.weight_bytes(precision)
-        return cls(flops_per_token=2 * sz.active_matmul_params, attn_flops_per_context_token=a1,
-                   attn_flops_per_sequence=max(af(L) - a1 * L, 0.0),
-                   prefill_attn_flops_per_pair=float(sz.prefill_attention_flops(L)) / (L * (L + 1) / 2),
-                   peak_flops_per_s=peak, weight_dense_bytes=dense, expert_bytes_all=experts,
-                   log1m_expert_fraction=l1k, kv_read_bytes_per_context_token=k1,
-                   kv_read_bytes_per_sequence=max(kr(L) - k1 * L, 0.0), kv_write_bytes_per_token=kv_write,
-                   bandwidth_bytes_per_s=bw, overhead_s=efficiency.overhead_s,
-                   kv_capacity_tokens=max(usable, 0.0) / kv_write,
-                   label=f"{model.id} on {n} x {chip.id} ({prec}, KV {kvp}, {efficiency.label})")
+        return cls(**aggregate_step_cost(model, system, chips, precision, kv_precision, efficiency,
+                                         reference_context_tokens))
 
     @classmethod
     def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
@@ -114,17 +87,14 @@ class StepCost:
         """
         from chalk.analyses.step.calibration import calibration
         from chalk.analyses.step.estimate import make_layout
-        from chalk.analyses.step.parallel import (default_kernels, memory_per_chip, model_costs, resolve_kv_precision,
-                                             stage_step)
+        from chalk.analyses.step.parallel import default_kernels, memory_per_chip, stage_step, step_costs
         from chalk.equations import parallel as P
         from chalk.specs.catalog import as_model, as_system
 
         model, system = as_model(model), as_system(system)
         cal = cal or calibration(ideal)
         lay = make_layout(model, layout)
-        prec = canonical(precision) if precision else ModelSizes(model).default_precision()
-        kvp = resolve_kv_precision(kv_precision, prec, system)
-        costs = model_costs(model, precision, kvp)
+        _, kvp, costs = step_costs(model, system, precision, kv_precision)
         kern = default_kernels(system.chip, cal) or False
         B = float(positive("batch", batch, scalar=True))
         L = float(positive("context", context, scalar=True))
@@ -184,7 +154,7 @@ class StepCost:
         `prefill_attended_tokens` (token, context) pairs in all, after `prefill_prior_tokens` cached."""
         c, m = self.times_s(n_decode, decode_context_tokens, prefill_tokens, prefill_attended_tokens,
                             prefill_prior_tokens)
-        t = np.maximum(c, m) + self.overhead_s
+        t = np.asarray(R.step_time_s(c, m, self.overhead_s))
         return float(t) if t.ndim == 0 else t
 
     __call__ = step_time_s

@@ -33,6 +33,7 @@ from chalk.analyses.step.calibration import Calibration
 from chalk.equations import moe as MOE
 from chalk.equations import ops as O
 from chalk.equations import parallel as P
+from chalk.equations import roofline as R
 from chalk.equations.num import every, flt, maximum, minimum, some, where, zeros_like
 from chalk.memo import by_identity
 from chalk.specs.precision import bytes_per_element, weight_only
@@ -147,7 +148,7 @@ class _Timer:
         if shape is not None:
             tk = flt(shape(maximum(m, 1.0))) * count * self.k_c
             return where(m > 0, tk, 0.0), c, mm, source
-        return maximum(c, mm), c, mm, self.roofline_source
+        return R.step_time_s(c, mm), c, mm, self.roofline_source
 
     def elementwise(self, bytes_):
         """Memory-bound kernel time of `bytes_` (numpy float64 numbers or arrays) at the achieved HBM bandwidth."""
@@ -375,7 +376,7 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
         kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
         t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
-        t, src = maximum(t_c, t_m), tm.roofline_source
+        t, src = R.step_time_s(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
         t, src = 0.0, st.attn_source
     elif kp is not None:
@@ -400,7 +401,7 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
             t, src = where(T_stage > 0, tk, 0.0), st.moe_source
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / tm.expert_rate
-            t, src = maximum(t_c, t_m), tm.roofline_source + (
+            t, src = R.step_time_s(t_c, t_m), tm.roofline_source + (
                 "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
         add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
         # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all);
@@ -574,7 +575,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
     kv_read = B_rank * kv_seq_read * shard / pp
     t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
-    t, src = maximum(t_c, t_m), tm.roofline_source
+    t, src = R.step_time_s(t_c, t_m), tm.roofline_source
     if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
         t, src = 0.0, st.attn_source
     elif kp is not None:
@@ -597,7 +598,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         byts = sum(flt(ops[n].bytes) for n in compute_names)
         peak = tm.peak_dense
         step_c, step_m = flops / peak, byts / tm.bw
-        whole = maximum(step_c, step_m)
+        whole = R.step_time_s(step_c, step_m)
         naive = sum(flt(ops[n].time_s) for n in compute_names)
         scale = where(naive > 0, whole / where(naive > 0, naive, 1.0), 0.0)
         for n in compute_names:  # attribute the single roofline to the ops in proportion to their own times

@@ -19,16 +19,14 @@ import numpy as np
 
 from chalk.analyses.step.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.records.claims import Claim
-from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.step.parallel import (Layout, check_reach, default_kernels, domains_to_hold, enumerate_layouts,
-                                     kernel_provenance, layout_arrays, memory_per_chip, model_costs, resolve_kv_precision, stage_step)
+                                     kernel_provenance, layout_arrays, memory_per_chip, stage_step, step_costs)
 from chalk.analyses.records.results import ServingResult
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
-from chalk.specs.precision import canonical
 from chalk.specs.workload import MAX_GPUS, count, positive, tokens
 
 #: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
@@ -302,10 +300,7 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     if max_seqs is not None:  # the user's scheduler cap, over the engine's and the fitted one
         n = int(positive("max_seqs", max_seqs, integer=True, scalar=True))
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
-    sz = ModelSizes(m)
-    prec = canonical(precision) if precision else sz.default_precision()
-    kvp = resolve_kv_precision(kv_precision, prec, system)
-    costs = model_costs(m, precision, kvp)
+    costs = step_costs(m, system, precision, kv_precision)[2]
     # a decoding sequence holds its prompt plus the output so far; with spread-out output lengths, long outputs hold
     # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
     o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O

@@ -2,7 +2,8 @@
 
 The replica: the layout given, or the one `throughput` picks for the same model, chip, GPUs, lengths and
 precision (the most output tokens/s per GPU; its replica, dp = 1), timed by the step model on that layout
-(`serving.replica_step_cost`), never the whole box as one chip. The requests: Poisson arrivals, a closed loop,
+(`simulation_step_cost`: the one place a simulation's step cost is chosen, for the CLI and the API), never the
+whole box as one chip. The requests: Poisson arrivals, a closed loop,
 or a trace in any format `chalk.specs.traces` reads (arrival times scaled by `speedup`); lengths are numbers or
 distributions as `throughput` takes them, and any request longer than the model's context is cut to fit
 (`simulate.truncate_to_context`, noted). A trace with prefix-block ids (Mooncake) gets its prefix-cache hits
@@ -31,6 +32,9 @@ class SimulateRun:
     result: object
     setup: dict
     notes: list = field(default_factory=list)
+    #: the StepCost the simulation ran on (`simulation_step_cost`; None for a closed loop, which replays through
+    #: `serving.fixed_deployment`'s own). `step_cost` reads the simulation's label of it.
+    replica_step_cost: object = None
 
     def __getattr__(self, name):  # the setup's keys, then the simulation's own fields (ttft_p99_s, to_frame, ...)
         if name.startswith("__"):
@@ -103,6 +107,31 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[st
                   "--layout sets it")
 
 
+def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = None, batch: float, input_len,
+                         output_len, precision: str | None = None, kv_precision="auto", ideal: bool = False) -> tuple:
+    """The one place a simulation's step cost is chosen (`chalk simulate` and `chalk.simulate` alike):
+    (StepCost, Layout, layout text, where the layout came from).
+
+    The replica: `layout`, else the one `throughput` picks for these lengths on `gpus` (`_replica_layout`); its
+    step: the step model on that replica (`serving.replica_step_cost`, the tangent at `batch` decoding sequences
+    of I + O / 2 tokens), at the calibration `estimate` uses on this chip, so a pure decode step of the simulation
+    at that point takes what `estimate --layout` says. Never the aggregate bound (`roofline.aggregate_step_cost`).
+    """
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.estimate import make_layout
+    from chalk.analyses.step.parallel import precisions
+    from chalk.analyses.traffic.serving import replica_step_cost
+    from chalk.specs.catalog import as_model, as_system
+
+    m, system = as_model(model), as_system(hardware)
+    prec, kvp = precisions(m, system, precision, kv_precision)
+    lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal)
+    lay = make_layout(m, lay_text)
+    sc = replica_step_cost(m, system, lay_text, batch, input_len, output_len, precision=prec, kv_precision=kvp,
+                           cal=calibration(ideal, system.chip))
+    return sc, lay, lay_text, lay_source
+
+
 def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
                       output_len=128, trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None,
                       concurrency: int | None = None, max_batch: int = 256, kv_capacity_tokens=None,
@@ -112,14 +141,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     """Requests on one replica of `model` on `hardware`: Poisson arrivals at `rate` (`requests` of them, default
     10,000), a closed loop of `concurrency` in flight, or a `trace` file (its first `requests`, default all;
     arrivals divided by `speedup`). See the module docstring for the layout, lengths, truncation and prefix cache."""
+    from chalk.analyses.step.parallel import precisions
     from chalk.analyses.traffic import simulate as sim
-    from chalk.analyses.step.estimate import make_layout
-    from chalk.analyses.step.model_sizes import ModelSizes
-    from chalk.analyses.step.parallel import resolve_kv_precision
-    from chalk.analyses.traffic.serving import replica_step_cost
     from chalk.specs.catalog import as_model, as_system
     from chalk.specs.lengths import empirical
-    from chalk.specs.precision import canonical
     from chalk.specs.traces import read_trace
 
     if scheduler not in SCHEDULERS:
@@ -140,8 +165,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         raise InputError(f"more than {sim.MAX_REQUESTS:,} requests stream through the continuous scheduler only")
     lat = client_latency_s(concurrency, client_latency, ideal)
     m, system = as_model(model), as_system(hardware)
-    prec = canonical(precision) if precision else ModelSizes(m).default_precision()
-    kvp = resolve_kv_precision(kv_precision, prec, system)
+    prec, kvp = precisions(m, system, precision, kv_precision)
     notes = []
 
     tr = None
@@ -155,10 +179,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
             raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
         din, dout = _length("input_len", input_len), _length("output_len", output_len)
 
-    lay_text, lay_source = _replica_layout(m, system, layout, gpus, din, dout, prec, kvp, ideal)
-    lay = make_layout(m, lay_text)
-    sc = replica_step_cost(m, system, lay_text, concurrency or max_batch, din, dout, precision=prec,
-                           kv_precision=kvp, ideal=ideal)
+    sc, lay, lay_text, lay_source = simulation_step_cost(m, system, layout=layout, gpus=gpus,
+                                                         batch=concurrency or max_batch, input_len=din,
+                                                         output_len=dout, precision=prec, kv_precision=kvp,
+                                                         ideal=ideal)
     if layout is None:
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
@@ -219,7 +243,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                                                      "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
                   "prefix_cache": None if hits is None else hits.to_dict(),
                   "prefix_cache_hit_rate": None if hits is None else hits.hit_rate})
-    return SimulateRun(res, setup, notes)
+    return SimulateRun(res, setup, notes, sc)
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
@@ -262,7 +286,7 @@ def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, r
     setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
     setup.update({"input_len_mean": None, "output_len_mean": None, "truncated_requests": None,
                   "client_latency_s": 0.0, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
-    return SimulateRun(res, setup, notes)
+    return SimulateRun(res, setup, notes, sc)
 
 
 def _finite(v: float) -> float | None:

@@ -72,7 +72,7 @@ from chalk.analyses.step.measure.common import (  # noqa: F401
     _THREAD_NOTE, MISSING_DEPS, STATISTICS, TORCH_TO_CHALK, _calibrate_inner, _check_device,
     _check_transformers_version, _loadavg, _prepare_openmp, _stat, _sync_fn, _time_fn, _torch, _transformers)
 from chalk.analyses.step.measure.fit import (  # noqa: F401
-    FitResult, _grid_losses, _roofline_cases, fit_efficiency, split_held_out)
+    PREDICTED_BY, FitResult, _grid_losses, _roofline_cases, fit_efficiency, split_held_out)
 from chalk.analyses.step.measure.steps import (  # noqa: F401
     _CPU_DECODE_QUICK, _CPU_PREFILL_QUICK, _GPU_DECODE_QUICK, _GPU_PREFILL_QUICK, QUICK_MODEL_CONFIG,
     QUICK_MODEL_CONFIG_GPU, QUICK_MODEL_ID, QUICK_MODEL_ID_GPU, StepTiming, _attention_for, _choose_dtype,
@@ -192,6 +192,7 @@ class MeasureResult:
             "wall_s": self.wall_s,
             "files": dict(self.files),
             "notes": list(self.notes),
+            "predicted_by": PREDICTED_BY,
         }
 
 
@@ -373,6 +374,7 @@ def format_report(result: MeasureResult) -> str:
              f"model      {result.model} in {result.dtype}, {result.attention} attention",
              f"fit        e_c {result.fit.compute:.3f}  e_m {result.fit.memory:.3f}  overhead decode "
              f"{result.fit.overhead_s * 1e3:.2f} ms  prefill {result.fit.overhead_prefill_s * 1e3:.2f} ms",
+             f"predicted  by {PREDICTED_BY}",
              f"{'phase':8}{'batch':>6}{'ctx':>7}{'measured ms':>13}{'predicted ms':>14}{'err':>8}  bound    set"]
     for k in result.cases:
         lines.append(f"{k.phase:8}{k.batch:6d}{k.context:7d}{k.measured_s * 1e3:13.2f}{k.predicted_s * 1e3:14.2f}"

@@ -9,6 +9,11 @@ system and P, W are the measured ceilings, by minimising the mean squared log er
 training subset (`split_held_out`: alternate cases in (batch, context) order within each phase;
 the rest are held out). The held-out cases are then predicted by `roofline.step` with the fitted
 `Efficiency` (`_roofline_cases`).
+
+This is the whole-step roofline of the one chip measured: the lecture's aggregate bound with one chip
+(`estimate --aggregate`), not the step model's op-by-op time. It fits the chip's global fractions of
+peak (written to its YAML's `efficiency:` block), which the step model then uses on that chip in place
+of the kernel tables (`calibration.calibration(chip=...)`); `chalk measure` says so in its output.
 """
 
 from __future__ import annotations
@@ -20,9 +25,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chalk.analyses.step import roofline as RL
+from chalk.analyses.step.calibration import IDEAL, Efficiency
+from chalk.equations import roofline as R
 from chalk.errors import InputError
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
+
+#: What a `chalk measure` prediction is, said wherever one is shown.
+PREDICTED_BY = ("the whole-step roofline of this one chip at the fitted efficiencies (the aggregate bound on one "
+                "chip, as estimate --aggregate computes it; not the step model's op-by-op time)")
 
 if TYPE_CHECKING:
     from chalk.analyses.step.measure.steps import StepTiming
@@ -41,15 +52,15 @@ class FitResult:
     n_train: int
     separate_overheads: bool
 
-    def efficiency(self, phase: str = "decode", label: str = "measured") -> RL.Efficiency:
+    def efficiency(self, phase: str = "decode", label: str = "measured") -> Efficiency:
         o = self.overhead_prefill_s if phase == "prefill" else self.overhead_s
-        return RL.Efficiency(compute=self.compute, memory=self.memory, overhead_s=o, label=label)
+        return Efficiency(compute=self.compute, memory=self.memory, overhead_s=o, label=label)
 
 
 def _grid_losses(tc, tm, y, ec, em, o):
     """Sum over cases of squared log error for every (ec, em, o): shape (len(ec), len(em), len(o))."""
-    t = np.maximum(tc[None, None, None, :] / ec[:, None, None, None],
-                   tm[None, None, None, :] / em[None, :, None, None]) + o[None, None, :, None]
+    t = R.step_time_s(tc[None, None, None, :] / ec[:, None, None, None],
+                      tm[None, None, None, :] / em[None, :, None, None], o[None, None, :, None])
     r = np.log(t) - np.log(y)[None, None, None, :]
     return np.sum(r * r, axis=-1)
 
@@ -125,7 +136,8 @@ def split_held_out(decode_grid, prefill_grid) -> tuple[list[bool], list[bool]]:
 
 
 def _roofline_cases(spec: ModelSpec, system: System, timings: Sequence[StepTiming], precision: str,
-                    efficiency: Callable[[str], RL.Efficiency] | None = None) -> list[RL.RooflineResult]:
-    """chalk's own roofline for every timed case (IDEAL efficiency unless given one per phase)."""
+                    efficiency: Callable[[str], Efficiency] | None = None) -> list[RL.RooflineResult]:
+    """chalk's whole-step roofline of the one measured chip (the aggregate bound on one chip) for every timed case
+    (IDEAL efficiency unless given one per phase)."""
     return [RL.step(spec, system, t.batch, t.context, phase=t.phase, precision=precision, kv_precision=precision,
-                    efficiency=efficiency(t.phase) if efficiency else RL.IDEAL) for t in timings]
+                    efficiency=efficiency(t.phase) if efficiency else IDEAL) for t in timings]
