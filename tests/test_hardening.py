@@ -348,3 +348,153 @@ def test_plan_emit_on_a_full_disk_leaves_the_folder_as_it_was(tmp_path):
     assert "--emit" in line and "File too large" in line
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(dest.iterdir()) == []
     assert _chalk(args).returncode == 0 and len(list(dest.iterdir())) >= 2
+
+
+# ------------------------------------------------------------------ 5. big and odd numbers in configs and flags
+def _config(tmp_path, name, base_id, text=None, **edits) -> Path:
+    """A model folder holding catalog model `base_id`'s config.json with `edits` (or `text` as the whole file)."""
+    import json
+
+    from chalk.specs import catalog
+
+    cfg = json.loads((catalog._catalog_dir("models") / base_id / "config.json").read_text())
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(text if text is not None else json.dumps({**cfg, **edits}))
+    return d
+
+
+GPTQ = {"quant_method": "gptq", "group_size": 128, "desc_act": False, "sym": True}
+ODD_CONFIGS = {  # folder: (catalog model it edits, edits, a phrase the one line must hold)
+    "sparse-step-zero": ("qwen3-30b-a3b", {"decoder_sparse_step": 0}, "decoder_sparse_step must be between 1"),
+    "moe-freq-zero": ("deepseek-v3", {"moe_layer_freq": 0}, "moe_layer_freq must be between 1"),
+    "dsa-topk-zero": ("deepseek-v3.2", {"index_topk": 0}, "index_topk must be between 1"),
+    "dsa-heads-zero": ("deepseek-v3.2", {"index_n_heads": 0}, "index_n_heads must be between 1"),
+    "kv-lora-zero": ("deepseek-v3", {"kv_lora_rank": 0}, "kv_lora_rank must be between 1"),
+    "v-head-zero": ("deepseek-v3", {"v_head_dim": 0}, "v_head_dim must be between 1"),
+    "bits-zero": ("llama-3.1-8b", {"quantization_config": {**GPTQ, "bits": 0}}, "bits must be one of"),
+    "bits-1e9": ("llama-3.1-8b", {"quantization_config": {**GPTQ, "bits": 1e9}}, "bits must be one of"),
+    "layers-2^31": ("llama-3.1-8b", {"num_hidden_layers": 2**31}, "num_hidden_layers must be between 0 and 1000000"),
+}
+
+
+@pytest.mark.parametrize("command", [["estimate", *H], ["throughput", *H, "--input-len", "1000", "--output-len", "200"],
+                                     ["models", "show"]], ids=["estimate", "throughput", "models show"])
+@pytest.mark.parametrize("name", sorted(ODD_CONFIGS))
+def test_odd_config_values_are_one_line(tmp_path, name, command):
+    base, edits, phrase = ODD_CONFIGS[name]
+    d = _config(tmp_path, name, base, **edits)
+    args = command + ([str(d)] if command[0] == "models" else ["-m", str(d)])
+    code, out, err, dt = _invoke(tuple(args))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0], (code, err[-600:])
+    assert dt < 5, dt
+
+
+@pytest.mark.parametrize("where", ["config.json", "a chip YAML"])
+def test_an_integer_of_5001_digits_is_one_line(tmp_path, where):
+    if where == "config.json":
+        d = _config(tmp_path, "digits", "llama-3.1-8b", text='{"model_type": "llama", "vocab_size": ' + "1" * 5001 + "}")
+        args = ["models", "show", str(d)]
+    else:
+        from chalk.specs import catalog
+
+        chip = (catalog._catalog_dir("chips") / "h100-sxm.yaml").read_text()
+        p = tmp_path / "chip.yaml"
+        p.write_text(re.sub(r"(?m)^hbm_gb: .*$", "hbm_gb: " + "9" * 5001, chip))
+        args = ["estimate", *M, "-H", str(p)]
+    code, out, err, _ = _invoke(tuple(args))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "a number of more than 4,300 digits" in lines[0], (code, err[-600:])
+
+
+@pytest.mark.parametrize("value,phrase", [("99999999999999999999", "at most 1,000,000,000,000,000"),
+                                          ("9" * 400, "at most 1,000,000,000,000,000"), ("0", "positive")])
+def test_concurrency_beyond_int64_is_one_line(value, phrase):
+    code, out, err, _ = _invoke(tuple(THR + ["--layout", "tp=1", "--concurrency", value]))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0] and len(lines[0]) < 200, (code, err[-600:])
+
+
+def test_counts_beyond_int64_through_the_library():
+    from chalk.specs.workload import count, positive
+
+    for v, phrase in ((10**20, "at most"), (-10**20, "positive"), (10**5000, "over 4,000 digits")):
+        with pytest.raises(InputError, match=phrase):
+            count("concurrency", v)
+    assert positive("x", 10**20, maximum=1e300) == 1e20  # within a stated bound it is a number like any other
+    import chalk
+
+    with pytest.raises(InputError, match="at most"):
+        chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=100, output_len=10, layout="tp=1", concurrency=10**20)
+
+
+@pytest.mark.parametrize("args,phrase", [
+    (["pricing", "--hardware", "h100-sxm", "--precision", "no-such"], "unknown precision 'no-such'"),
+    (["pricing", "--hardware", "h100-sxm", "--precision", ""], "unknown precision ''"),
+    (["pricing", "--precision", "no-such"], "unknown precision"),
+    (["pricing", "--precision", "bf16"], "give --hardware"),
+    (["pricing", "--hardware", "h100-sxm", "--ratio", "300", "--precision", "bf16"], "and no --ratio"),
+    (["pricing", "--precision", "", "show", "deepseek-r1"], "unknown precision ''"),
+])
+def test_pricing_precision_is_never_dropped(args, phrase):
+    code, out, err, _ = _invoke(tuple(args))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0], (code, err[-600:])
+    code, out, err, _ = _invoke(("pricing", "--hardware", "h100-sxm", "--precision", "bf16", "--json"))
+    assert code == 0 and "h100-sxm at bf16" in out
+
+
+# ------------------------------------------------------------------ 7. cheap checks first
+def test_measure_refuses_a_model_too_big_before_torch_or_any_measurement(tmp_path):
+    """A config of a million layers (436 TB of bf16 weights) is refused from its size alone: no torch import, no
+    ceiling measured (before, `measure --quick` measured for minutes first)."""
+    d = _config(tmp_path, "deep", "llama-3.1-8b", num_hidden_layers=1_000_000)
+    script = ("import sys\n"
+              "from chalk.faces.cli import main\n"
+              "try:\n"
+              "    main(sys.argv[1:])\n"
+              "finally:\n"
+              "    print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", script, "measure", "--quick", "-m", str(d)], capture_output=True,
+                       timeout=120)
+    dt = time.perf_counter() - t0
+    err = r.stderr.decode()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert r.returncode == 2 and "Traceback" not in err and len(lines) == 2, err[-1500:]
+    assert "needs 436226.1 GB of bf16 weights" in lines[0] and "use a smaller config" in lines[0], lines
+    assert lines[1] == "no torch" and dt < 20, (lines, dt)
+
+
+@pytest.mark.parametrize("args", [
+    ["throughput", "-H", "h100-sxm", *LENS],
+    ["simulate", "-H", "h100-sxm", "--rate", "1", "--requests", "100000", *LENS],
+    ["plan", "-H", "h100-sxm,b200", "--users", "20", *LENS],
+], ids=["throughput", "simulate", "plan"])
+def test_a_model_that_cannot_fit_is_refused_before_any_step_is_timed(tmp_path, monkeypatch, args):
+    """Weights alone beyond the most GPUs searched: refused before the search times a single step (a million-layer
+    config took 15 s to refuse in plan on one chip, minutes on every chip)."""
+    from chalk.analyses.traffic import serving
+
+    d = _config(tmp_path, "deep", "llama-3.1-8b", num_hidden_layers=1_000_000)
+    calls = []
+    real = serving._evaluate
+    monkeypatch.setattr(serving, "_evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    code, out, err, dt = _invoke(tuple(args[:1] + ["-m", str(d)] + args[1:]))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "does not fit any layout" in lines[0], (code, err[-600:])
+    assert calls == [], f"{len(calls)} searches evaluated"
+
+
+def test_per_layer_counts_are_computed_once():
+    """The step model asks a spec for its MoE and sliding-layer counts on every layout and batch: cached."""
+    from chalk.specs.catalog import load_model
+
+    m = load_model("gpt-oss-20b")
+    assert (m.n_moe_layers, m.n_sliding_layers, m.n_full_layers) == (24, 12, 12)  # config.json: 24 layers, alternating
+    assert "n_moe_layers" in m.__dict__ and "n_sliding_layers" in m.__dict__
+    import dataclasses
+
+    dense = dataclasses.replace(m, moe_layers=(False,) * m.num_layers)
+    assert dense.n_moe_layers == 0 and not dense.is_moe and m.is_moe

@@ -30,6 +30,13 @@ def _assumptions(obj: dict | None, **given):
     from chalk.analyses.economics.pricing import assumptions
 
     vals = {**(obj or {}), **{k: v for k, v in given.items() if v is not None}}
+    if vals.get("precision") is not None:  # never dropped: an empty or unknown name, or one with nothing to apply to
+        from chalk.errors import InputError
+        from chalk.specs.precision import canonical
+
+        canonical(vals["precision"])
+        if vals.get("hardware") is None or vals.get("ratio") is not None:
+            raise InputError("--precision picks the FLOP/s of --hardware's ratio: give --hardware (and no --ratio)")
     kw = {"active_params": vals.pop("active_params", None), "hardware": vals.pop("hardware", None),
           "precision": vals.pop("precision", None) or "fp8", "multiplies_per_byte": vals.pop("ratio", None)}
     return assumptions(**kw, **vals)

@@ -296,8 +296,6 @@ def calibrate(
 ):
     """Refit chalk's few global efficiency parameters on the validation set, families weighed equally, and size the
     range answers state from leave-one-family-out cross-validation (minutes)."""
-    import datetime
-
     import yaml
 
     from chalk.analyses.fidelity import calibrate as C
@@ -318,35 +316,21 @@ def calibrate(
     with _progress(as_json, "range (cross-validation)") as tick:
         cv = C.cross_validate(start=cal, workers=workers, progress=tick)
     lo, hi = cv["cv_range"]
-    fitted = {k: getattr(cal, k) for k in C.FIT_GRID}
-    fitted.update(residual_low=round(lo, 3), residual_high=round(hi, 3), use_kernel_tables=cal.use_kernel_tables,
-                  request_latency_s=cal.request_latency_s)
-    today = datetime.date.today().isoformat()
-    out = {"fitted": fitted, "objective": obj, "rows": len(C._rows()), "date": today,
-           "method": "coordinate descent over chalk.analyses.fidelity.calibrate.FIT_GRID; objective weighted median |log "
-                     "error| + 0.5 weighted mean(min(|log error|, log 3)) over throughput and TPOT rows of "
-                     "validation.csv, each source family weighing the same",
-           "range": {"low": fitted["residual_low"], "high": fitted["residual_high"],
-                     "quantiles": cv["range_quantiles"], "method": C.RANGE_METHOD,
-                     "cv_range_coverage": cv["cv_range_coverage"], "families": cv["n_families"], "rows": cv["n"],
-                     "date": today}}
-    if range_only:  # the fit as it was: an existing file keeps its record, only the range is new
+    old = None
+    if range_only and write:  # the fit as it was: an existing file keeps its record, only the range is new
         import os
 
-        out["objective"] = "unchanged (--range-only: the shipped fit, its range resized)"
-        if write and os.path.isfile(write) and os.path.getsize(write):
+        if os.path.isfile(write) and os.path.getsize(write):
             from chalk.specs.catalog import read_yaml
 
             old = read_yaml(write, f"--write {write}")
-            if isinstance(old, dict) and isinstance(old.get("fitted"), dict):
-                old["fitted"].update(residual_low=fitted["residual_low"], residual_high=fitted["residual_high"])
-                old["range"] = out["range"]
-                out = old
+    out = C.record(cal, obj, cv, old=old)
     if write:
         from chalk.specs.catalog import in_catalog, write_compiled_catalog
         from chalk.specs.files import atomic_write
 
-        atomic_write(write, yaml.safe_dump(out, sort_keys=False), "--write")
+        atomic_write(write, C.dump_record(out) if "parameters" in out else yaml.safe_dump(out, sort_keys=False),
+                     "--write")
 
         if in_catalog(write):  # the package's own calibration.yaml: its compiled entry follows it
             write_compiled_catalog()
@@ -354,20 +338,14 @@ def calibrate(
         emit_json(out)
         return
     title = "range only" if obj is None else f"objective {obj:.3f}"
-    t = table(f"calibration · {out['rows']} rows · {title}", ["parameter", "value"])
-    for k, v in fitted.items():
-        t.add_row(k, str(v))
+    t = table(f"calibration · {len(C._rows())} rows · {title}", ["parameter", "value", "on the grid's edge"])
+    for k, v in C.recorded(out).items():
+        p = (out.get("parameters") or {}).get(k) or {}
+        edge = p.get("edge") or (f"one step from {p['near_edge']}" if p.get("near_edge") else "")
+        t.add_row(k, str(v), edge)
     console().print(t)
     console().print(f"range: x{math.exp(lo):.2f} to x{math.exp(hi):.2f} of each estimate, holding "
                     f"{pct(cv['cv_range_coverage'])} of held-out measured values over {cv['n_families']} families")
-
-
-def _len_arg(v: str):
-    """A length option: a plain number stays a number; anything else is a distribution or a file."""
-    try:
-        return float(v)
-    except ValueError:
-        return v
 
 
 def _speculation(mtp, acceptance, speculative):
@@ -427,9 +405,6 @@ def validate(
     cv: bool = typer.Option(False, "--cv", help="Leave-one-family-out cross-validation: each source family "
                             "predicted by a fit that never saw it (a minute or more)."),
     workers: Optional[int] = WORKERS_OPT,
-    ray: bool = typer.Option(False, "--ray", help="With --cv: answer the rows on Ray actors, a local Ray (or "
-                             "$RAY_ADDRESS); the same figures. Needs pip install 'chalk[ray]'."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --cv: the Ray cluster to use."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
@@ -442,16 +417,7 @@ def validate(
         if workers is not None:
             workers = count("workers", workers, 64)
         with _progress(as_json, "cross-validation") as tick:
-            if ray or ray_address is not None:  # Ray actors answer the row shards (chalk.executor)
-                from chalk.faces.cli_portfolio import executor_for
-
-                ex = executor_for(ray, ray_address, workers)
-                try:
-                    r = cross_validate(workers=ex, progress=tick)
-                finally:
-                    ex.close()
-            else:
-                r = cross_validate(workers=workers, progress=tick)
+            r = cross_validate(workers=workers, progress=tick)
         if as_json:
             emit_json(r)
             return

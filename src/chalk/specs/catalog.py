@@ -98,6 +98,11 @@ def _precompiled(path, raw: bytes):
         return None
 
 
+def _too_long(e: ValueError) -> str:
+    """A parser's ValueError in a few words: Python reads no integer of more than 4,300 digits from text."""
+    return "a number of more than 4,300 digits" if "digits" in str(e) else e.__class__.__name__
+
+
 def _parse_yaml(raw: bytes, where: str):
     """PyYAML's safe parse of a file's bytes (libyaml's C loader where PyYAML was built with it: ~10x faster than
     the pure-Python one), every failure as one SpecError line. PyYAML is imported here, on first need."""
@@ -112,6 +117,8 @@ def _parse_yaml(raw: bytes, where: str):
         raise SpecError(f"{where}: malformed YAML{at}") from None
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise SpecError(f"{where}: malformed YAML ({_too_long(e)})") from None
 
 
 def read_yaml(path, where: str | None = None) -> dict:
@@ -169,6 +176,8 @@ def read_json(path, where: str | None = None) -> dict:
         raise SpecError(f"{where}: malformed JSON at line {e.lineno} column {e.colno}") from None
     except RecursionError:
         raise SpecError(f"{where}: JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise SpecError(f"{where}: malformed JSON ({_too_long(e)})") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a JSON object at the top level")
     return data

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from chalk.errors import SpecError, UnknownNameError, UnsupportedArchitectureError
 from chalk.specs.precision import canonical
 from chalk.specs.quantisation import WeightFormat, weight_format_from_config
-from chalk.specs.validate import field_choice, field_number, spec_int, spec_number, spec_str, spec_str_list
+from chalk.specs.validate import MAX_DIM, field_choice, field_number, spec_int, spec_number, spec_str, spec_str_list
 from chalk.specs.workload import short
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
@@ -23,6 +24,9 @@ _SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads"
 _COUNTS = ("intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
            "index_n_heads", "index_head_dim", "index_topk", "num_experts", "experts_per_token",
            "moe_intermediate_size", "num_shared_experts", "mtp_layers")
+#: Most decoder layers a config may hold: chalk keeps per-layer flags, and no checkpoint comes near it (the
+#: deepest in the catalog, Llama 3.1 405B, has 126). A million still loads, so a fit check can refuse it in one line.
+MAX_LAYERS = 1_000_000
 #: config.json keys that count the multi-token-prediction (draft) layers a checkpoint ships beyond its decoder
 #: layers: DeepSeek-V3/R1/V3.2, GLM-4.5 and MiMo write num_nextn_predict_layers, Qwen3-Next and Qwen3.5
 #: mtp_num_hidden_layers
@@ -102,15 +106,17 @@ class ModelSpec:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         field_choice(self, "attention", ("gqa", "mla"))
 
-    @property
+    # counts over the per-layer flags are cached: the step model asks for them on every layout and batch, and a
+    # config may hold up to MAX_LAYERS layers (a fields-only copy, `dataclasses.replace`, computes them afresh)
+    @cached_property
     def is_moe(self) -> bool:
         return self.num_experts > 0 and any(self.moe_layers)
 
-    @property
+    @cached_property
     def n_moe_layers(self) -> int:
         return sum(self.moe_layers)
 
-    @property
+    @cached_property
     def n_sliding_layers(self) -> int:
         return sum(self.sliding_layers)
 
@@ -132,11 +138,12 @@ def _get(cfg: dict, *keys, default=None, required=False, where="config.json"):
     return default
 
 
-def _int(cfg: dict, *keys, default=None, required=True, where="config.json", minimum: int = 0) -> int:
+def _int(cfg: dict, *keys, default=None, required=True, where="config.json", minimum: int = 0,
+         maximum: int = MAX_DIM) -> int:
     v = _get(cfg, *keys, default=default, required=required, where=where)
     if v is None:
         return 0
-    return spec_int(v, f"{where}: {keys[0]}", minimum=minimum)
+    return spec_int(v, f"{where}: {keys[0]}", minimum=minimum, maximum=maximum)
 
 
 def _int_list(cfg: dict, key: str, where: str) -> list[int]:
@@ -207,7 +214,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         shown = f"'{mt}'" if mt else "(none)"
         raise UnsupportedArchitectureError(
             f"{where}: unsupported model_type {shown}; chalk sizes {', '.join(SUPPORTED_MODEL_TYPES)}")
-    L = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", where=where)
+    L = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", where=where, maximum=MAX_LAYERS)
     H = _int(cfg, "hidden_size", "d_model", where=where)
     nh = _int(cfg, "num_attention_heads", "n_head", where=where)
     if L == 0 or H == 0 or nh == 0:
@@ -248,7 +255,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         d["moe_layers"] = tuple([True] * L)
     if mt == "qwen3_moe":
         E = _int(cfg, "num_experts", where=where)
-        step = _int(cfg, "decoder_sparse_step", default=1, required=False, where=where) or 1
+        step = _int(cfg, "decoder_sparse_step", default=1, required=False, where=where, minimum=1)
         only_mlp = set(_int_list(cfg, "mlp_only_layers", where))
         d.update(num_experts=E, experts_per_token=_int(cfg, "num_experts_per_tok", where=where),
                  moe_intermediate_size=_int(cfg, "moe_intermediate_size", where=where))
@@ -256,10 +263,10 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
     if mt in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"):
         d.update(
             attention="mla", q_lora_rank=_int(cfg, "q_lora_rank", default=0, required=False, where=where),
-            kv_lora_rank=_int(cfg, "kv_lora_rank", where=where),
+            kv_lora_rank=_int(cfg, "kv_lora_rank", where=where, minimum=1),
             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where=where),
             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where=where),
-            v_head_dim=_int(cfg, "v_head_dim", where=where),
+            v_head_dim=_int(cfg, "v_head_dim", where=where, minimum=1),
             num_kv_heads=1,
             num_experts=_int(cfg, "n_routed_experts", default=0, required=False, where=where),
             experts_per_token=_int(cfg, "num_experts_per_tok", default=0, required=False, where=where),
@@ -268,12 +275,12 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         )
         d["head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
         first_dense = _int(cfg, "first_k_dense_replace", default=0, required=False, where=where)
-        freq = _int(cfg, "moe_layer_freq", default=1, required=False, where=where) or 1
+        freq = _int(cfg, "moe_layer_freq", default=1, required=False, where=where, minimum=1)
         d["moe_layers"] = tuple(d["num_experts"] > 0 and i >= first_dense and i % freq == 0 for i in range(L))
         if mt == "deepseek_v32" or cfg.get("index_topk"):
-            d.update(index_n_heads=_int(cfg, "index_n_heads", where=where),
-                     index_head_dim=_int(cfg, "index_head_dim", where=where),
-                     index_topk=_int(cfg, "index_topk", where=where))
+            d.update(index_n_heads=_int(cfg, "index_n_heads", where=where, minimum=1),
+                     index_head_dim=_int(cfg, "index_head_dim", where=where, minimum=1),
+                     index_topk=_int(cfg, "index_topk", where=where, minimum=1))
     if mt == "gpt_oss":
         E = _int(cfg, "num_local_experts", "num_experts", where=where)
         d.update(qkv_bias=True, o_bias=True, attention_sinks=True, router_bias=True, expert_bias=True,

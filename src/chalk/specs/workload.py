@@ -27,6 +27,12 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
     """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`. `scalar`: one
     number, not a list or an array."""
     t = type(value)
+    if t is int and not -2**63 <= value < 2**63:  # beyond int64: numpy holds it as an object and float() may overflow
+        if value < 0:
+            raise InputError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {short(value)}")
+        if value > maximum:
+            raise InputError(f"{name} must be at most {_limit(maximum)}, got {short(value)}")
+        return value if integer else float(value)
     if t is float or t is int or t is np.float64:  # one plain number inside the bounds: no array needed
         v = float(value)
         if (v > 0 or (allow_zero and v == 0)) and v <= maximum and (not integer or v == math.floor(v)):
@@ -46,11 +52,14 @@ def positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fals
     if np.any(a < 0) or (not allow_zero and np.any(a == 0)):
         raise InputError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {short(value)}")
     if np.any(a > maximum):
-        limit = f"{maximum:,.0f}" if maximum <= 1e15 and maximum == int(maximum) else f"{maximum:g}"
-        raise InputError(f"{name} must be at most {limit}, got {short(value)}")
+        raise InputError(f"{name} must be at most {_limit(maximum)}, got {short(value)}")
     if integer and np.any(a != np.floor(a)):
         raise InputError(f"{name} must be a whole number, got {short(value)}")
     return value if arr.ndim else (int(a) if integer else float(a))
+
+
+def _limit(maximum: float) -> str:
+    return f"{maximum:,.0f}" if maximum <= 1e15 and maximum == int(maximum) else f"{maximum:g}"
 
 
 def count(name: str, value, maximum: float = MAX_QUANTITY) -> int:
@@ -84,6 +93,8 @@ def short(value, limit: int = 60) -> str:
                 return f"an array of {value.size} values from {np.min(value):g} to {np.max(value):g}"
         except (TypeError, ValueError):
             return f"an array of {value.size} values"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
     r = repr(value)
     return r if len(r) <= limit else r[: limit - 3] + "..."
 

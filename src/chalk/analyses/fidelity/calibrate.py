@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from chalk.analyses.step.calibration import CALIBRATION, Calibration
+from chalk.analyses.step.calibration import CALIBRATION, Calibration, recorded  # noqa: F401 (recorded: the reader)
 from chalk.analyses.fidelity.validate import FITTED_METRICS  # metrics in the objective and the headline
 
 #: The parameters refitted, and the grid each is searched over.
@@ -419,3 +419,159 @@ def residual_range(cal: Calibration, rows=None) -> tuple[float, float]:
     r = speed_residuals(rows, predictions(cal, rows=rows))
     w = family_weights(rows, sel & np.isfinite(r))
     return tuple(weighted_quantile(r, w, q) for q in RANGE_QUANTILES)
+
+
+# --------------------------------------------------------------------------------------------- the record
+#: Format of the calibration record (catalog/calibration.yaml) that `record` writes and
+#: `chalk.analyses.step.calibration` reads.
+RECORD_FORMAT = 2
+
+#: The objective, in words (written beside its value).
+OBJECTIVE = ("weighted median |log error| + 0.5 weighted mean(min(|log error|, log 3)) over the throughput and TPOT "
+             "rows (FITTED_METRICS) of validation.csv, each source family weighing the same (a family's rows weigh "
+             "1 / its row count); an unanswered row counts as log 3")
+
+#: How the fit searches (written beside it).
+METHOD = "coordinate descent over chalk.analyses.fidelity.calibrate.FIT_GRID from the shipped calibration"
+
+#: The parameters the record holds that coordinate descent does not search, and how each is set.
+NOT_SEARCHED = {
+    "request_latency_s": "fitted alone on the TTFT rows over REQUEST_LATENCY_GRID (fit_request_latency), after "
+                         "the searched parameters",
+    "residual_low": "the stated range's low end (the `range` block): a family-weighted percentile of the "
+                    "leave-one-family-out residuals (cv_range)",
+    "residual_high": "the stated range's high end (the `range` block), as residual_low",
+    "use_kernel_tables": "a switch, not searched: GEMMs, attention and MoE timed from the measured kernel tables",
+}
+
+#: Every parameter's grid: the coordinate-descent grid, and the request latency's own.
+GRIDS = {**FIT_GRID, "request_latency_s": REQUEST_LATENCY_GRID}
+
+
+def grid_edge(value, grid) -> str | None:
+    """'low' or 'high' when `value` is the first or last point of `grid` (the search could not go further that
+    way), else None."""
+    pts = sorted(float(g) for g in grid)
+    v = float(value)
+    if v <= pts[0]:
+        return "low"
+    if v >= pts[-1]:
+        return "high"
+    return None
+
+
+def near_edge(value, grid) -> str | None:
+    """'low' or 'high' when `value` is one grid step in from that end (the edge is the next value tried)."""
+    pts = sorted(float(g) for g in grid)
+    v = float(value)
+    if len(pts) >= 3 and v == pts[1]:
+        return "low"
+    if len(pts) >= 3 and v == pts[-2]:
+        return "high"
+    return None
+
+
+def _plain(v):
+    """A YAML-friendly scalar: numpy numbers as Python ones."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    return float(v) if isinstance(v, (float, np.floating)) else v
+
+
+def parameter_record(name: str, value) -> dict:
+    """One parameter as the record states it: its value, the grid it was searched over (None for one not searched,
+    with `how` it is set), and whether it sits on the grid's edge (`edge`) or one step in (`near_edge`)."""
+    value = _plain(value)
+    grid = GRIDS.get(name)
+    if grid is None:
+        return {"value": value, "grid": None, "edge": None, "near_edge": None, "how": NOT_SEARCHED[name]}
+    out = {"value": value, "grid": [_plain(g) for g in grid], "edge": grid_edge(value, grid),
+           "near_edge": near_edge(value, grid)}
+    if name in NOT_SEARCHED:
+        out["how"] = NOT_SEARCHED[name]
+    return out
+
+
+def validation_sha256(text: str | None = None) -> str:
+    """sha256 of the validation data (validation.csv's text as shipped, or `text`): which data a fit saw."""
+    import hashlib
+
+    if text is None:
+        from chalk.specs.catalog import package_path
+
+        text = package_path("validation", "validation.csv").read_text()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def family_counts(rows, fitted_only: bool = True) -> dict[str, int]:
+    """{source family: rows}, of the rows in the objective (fitted metrics) or all rows."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if not fitted_only or r.metric in FITTED_METRICS:
+            out[r.family] = out.get(r.family, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _data_record(rows, sha: str | None, date: str) -> dict:
+    return {"date": date, "rows": len(rows), "rows_in_objective": int(sum(r.metric in FITTED_METRICS for r in rows)),
+            "metrics": list(FITTED_METRICS), "families": family_counts(rows),
+            "validation_sha256": sha or validation_sha256()}
+
+
+def range_record(cv: dict, rows, date: str, sha: str | None = None) -> dict:
+    """The stated range as `cross_validate` sized it, with the data it was sized on."""
+    lo, hi = cv["cv_range"]
+    return {"low": round(lo, 3), "high": round(hi, 3), "quantiles": list(cv["range_quantiles"]),
+            "method": RANGE_METHOD, "cv_range_coverage": cv["cv_range_coverage"], "families": cv["n_families"],
+            "rows": cv["n"], "date": date, "validation_sha256": sha or validation_sha256(),
+            "families_rows": family_counts(rows)}
+
+
+def record(cal: Calibration, objective_value, cv: dict, rows=None, date: str | None = None,
+           old: dict | None = None) -> dict:
+    """The calibration record `chalk calibrate --write` stores (catalog/calibration.yaml, format `RECORD_FORMAT`):
+    `parameters` (per parameter: value, grid, edge, near_edge, how when not searched), `fit` (date, method,
+    objective and its formula, rows, metrics and source families in the objective, sha256 of the validation data)
+    and `range` (the stated range and the data it was sized on). `objective_value` None keeps `old`'s fit
+    (`--range-only`): only the range and its two parameters are new."""
+    import datetime
+
+    rows = _rows(rows)
+    date = date or datetime.date.today().isoformat()
+    sha = validation_sha256()
+    rng = range_record(cv, rows, date, sha)
+    if objective_value is None and isinstance(old, dict) and old.get("format") != RECORD_FORMAT \
+            and isinstance(old.get("fitted"), dict):  # an older file keeps its format: only its range is new
+        out = dict(old)
+        out["fitted"] = {**old["fitted"], "residual_low": rng["low"], "residual_high": rng["high"]}
+        out["range"] = rng
+        return out
+    if objective_value is None and isinstance(old, dict) and old.get("format") == RECORD_FORMAT \
+            and isinstance(old.get("parameters"), dict):
+        out = dict(old)
+        out["parameters"] = dict(old["parameters"])
+    else:
+        params = {k: parameter_record(k, getattr(cal, k)) for k in (*FIT_GRID, "request_latency_s")}
+        params["use_kernel_tables"] = parameter_record("use_kernel_tables", cal.use_kernel_tables)
+        fit = {**_data_record(rows, sha, date), "method": METHOD,
+               "objective": {"value": None if objective_value is None else float(objective_value),
+                             "formula": OBJECTIVE}}
+        if objective_value is None:
+            fit["objective"]["value"] = "unchanged (--range-only: the shipped fit, its range resized)"
+        out = {"format": RECORD_FORMAT, "parameters": params, "fit": fit}
+    out["parameters"]["residual_low"] = parameter_record("residual_low", rng["low"])
+    out["parameters"]["residual_high"] = parameter_record("residual_high", rng["high"])
+    out["range"] = rng
+    return out
+
+
+def dump_record(doc: dict) -> str:
+    """The record as YAML text: keys in their order, grids on one line."""
+    import yaml
+
+    return ("# chalk's calibration record, written by `chalk calibrate --write` (chalk.analyses.fidelity.calibrate."
+            "record) and read\n# at import by chalk.analyses.step.calibration; the README's table of it: "
+            "scripts/calibration_table.py.\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
+                                                                width=120))

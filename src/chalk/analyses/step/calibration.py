@@ -3,19 +3,25 @@
 A handful of global, physically meaningful constants, each documented with the data it came from.
 Kernel ceilings bound them from above (the best a kernel reaches in isolation); the end-to-end values
 were then fitted to the project's validation set (`chalk/validation/validation.csv`, `chalk validate`)
-by coordinate descent over a coarse grid, minimising median |error| + 0.5 * mean(min(|log error|, log 3))
-over all rows at once, never per row. Fitted: COMPUTE, MEMORY, OVERHEAD_*, OVERLAP, PIPELINE_BUBBLE,
-MOE_SHUFFLE_PASSES, MAX_SEQS_PER_SCHEDULER; taken from kernel or link figures: LINK, *_LATENCY_S,
-MEMORY_RESERVE, VENDOR, MOE_GEMM_HALF_TOKENS; parameter-free: MOE_LOAD_IMBALANCE (balls in bins). The last
-refit held out the MLPerf Inference rows (ids `mlperf*`), fitting on the other 59, and reports them separately.
-The [low, high] range comes from the spread of held-out residuals (leave-one-family-out, `chalk calibrate`).
+by coordinate descent over a coarse grid (`chalk.analyses.fidelity.calibrate.FIT_GRID`), minimising one objective
+over all rows at once, never per row.
 
-The literals below are the starting point and the record of where each came from; the shipped values are the
-last `chalk calibrate --write` fit (`catalog/calibration.yaml`, read at import), which also fits the per-sequence
-host time, the prefill alignment across attention-DP ranks, the KV reserve, the AMD factors and the request
-latency. `chalk validate --cv` judges that fit by leaving out one source at a time.
+Three kinds of constant live here:
+- refitted by `chalk calibrate` (REFITTABLE): COMPUTE, MEMORY, OVERHEAD_*, OVERLAP, MOE_SHUFFLE_PASSES,
+  MAX_SEQS_PER_SCHEDULER, the AMD factors, RESIDUAL_*, and the fields without a literal below (KV reserve, request
+  latency, prefill alignment, per-sequence host time, EPLB width). Their shipped values are the calibration record,
+  `catalog/calibration.yaml`, read at import: per parameter its value, grid and whether it sits on the grid's edge,
+  with the objective, the rows and source families and a hash of the validation data it was fitted on. The
+  literals below are only the starting point of the first fit and the record of where each came from; the
+  comments quote the shipped value as "shipped: X", and tests/test_calibration_record.py fails when one differs
+  from the record. The README's table of them is generated (scripts/calibration_table.py).
+- fitted once by hand, before `chalk calibrate` existed, and never refitted: PIPELINE_BUBBLE.
+- taken from kernel or link figures: LINK, *_LATENCY_S, MEMORY_RESERVE, VENDOR, MOE_GEMM_HALF_TOKENS;
+  parameter-free: MOE_LOAD_IMBALANCE (balls in bins).
+The [low, high] range comes from the spread of held-out residuals (leave-one-family-out, `chalk calibrate`);
+`chalk validate --cv` judges the fit by leaving out one source family at a time.
 
-Nothing here reads a file: the constants are literals, `calibrated_efficiency()` is cached.
+Only `_fitted_file` reads a file (the record, once at import); `calibrated_efficiency()` is cached.
 """
 
 from __future__ import annotations
@@ -139,17 +145,19 @@ class Calibration:
 #: Achieved fraction of dense matmul peak, end to end (GEMMs and attention plus the norms, activations, routing
 #: and quantisation kernels they drag along). Ceiling: DeepGEMM 1350 / 1979 = 68% FP8 on H800 and FlashMLA
 #: 580 / 989 = 59% BF16 (open-infra-index; reference README convention 6); Azure GB200 2,744 / 5,000 = 55%
-#: sustained FP8 GEMM. Fitted: 0.475 (the grid searched 0.30-0.80 in steps of 0.025; 0.45 before the MoE terms).
-#: Data that pins it: prefill-heavy rows (TensorRT-LLM Llama-3.1-8B 2048/128 on H100, SGLang DeepSeek-V3 prefill
-#: on H100 at 7,209 tok/s/GPU = ~27% of FP8 peak for the whole MoE step). MLPerf Llama-2-70B Offline on Hopper
-#: (held out) implies 43-62% of FP8 peak end to end (v4.1-v5.0, at an assumed ~300-token mean prompt) while the
-#: TensorRT-LLM Blackwell FP4 rows want less than 0.475: one fraction for every precision cannot serve both.
+#: sustained FP8 GEMM. The literal is the first fit (2026-11-21, on the roofline alone, before the measured kernel
+#: tables): prefill-heavy rows pinned it (TensorRT-LLM Llama-3.1-8B 2048/128 on H100, SGLang DeepSeek-V3 prefill on
+#: H100 at 7,209 tok/s/GPU = ~27% of FP8 peak for the whole MoE step). Since the kernel tables time GEMMs, attention
+#: and MoE where measured, it times only the ops without a table (and chips without one); shipped: 0.65, one grid
+#: step from the top of its grid (catalog/calibration.yaml).
 COMPUTE = 0.475
 
 #: Achieved fraction of HBM bandwidth. Ceiling: FlashMLA 3000 / 3350 GB/s = 90% on H800; Azure GB200
 #: 7.35 / 8 TB/s = 92%; DeepGEMM's M = 64-128 FP8 GEMMs stream weights at 2,100-2,670 GB/s on H800 (63-80%).
-#: Fitted 0.82 (grid 0.60-0.92; 0.75 before the MoE terms): weight streaming through small-M GEMMs and paged-KV
-#: gathers run below the streaming ceiling. Data that pins it: decode-heavy rows (Llama 128/2048 and 1k/1k).
+#: The literal is the first fit (2026-11-21, roofline alone): weight streaming through small-M GEMMs and paged-KV
+#: gathers ran below the streaming ceiling on decode-heavy rows (Llama 128/2048 and 1k/1k). With the kernel tables
+#: it times the ops without a table (elementwise, sampling, other chips); shipped: 0.9, the top of its grid
+#: (catalog/calibration.yaml).
 MEMORY = 0.82
 
 #: Achieved fraction of one-way link bandwidth in collectives: NCCL all-reduce bus bandwidth ~360 of
@@ -158,24 +166,26 @@ MEMORY = 0.82
 LINK = 0.75
 
 #: Per-forward-pass overhead: a fixed part (scheduling, sampling, CUDA-graph replay, host sync) and a per-layer
-#: part (kernel launches and the small non-GEMM kernels of each layer). Fitted (grid 0-3 ms and 5-60 us);
-#: the result, 1.4-5 ms for 32-126 layers (2.5 ms for DeepSeek's 61), matches the "1-5 ms per large MoE step"
-#: of engine profiles; pinned by small-batch rows (InferenceX DeepSeek-R1 TP8 at 16 concurrent on B200).
+#: part (kernel launches and the small non-GEMM kernels of each layer), pinned by small-batch rows (InferenceX
+#: DeepSeek-R1 TP8 at 16 concurrent on B200). The literals are the first fit (0.1 ms and 40 us: 1.4-5 ms for 32-126
+#: layers, the "1-5 ms per large MoE step" of engine profiles). Shipped: 1 ms fixed and 10 us per layer (1.3-2.3 ms
+#: for 32-126 layers), with a per-sequence host time beside them (`overhead_per_seq_s`; catalog/calibration.yaml).
 OVERHEAD_FIXED_S = 0.1e-3
 OVERHEAD_PER_LAYER_S = 40e-6
 
-#: Fraction of the shorter of (compute, communication) that two-micro-batch overlap hides. Fitted 0.25 (grid
-#: 0-0.6). Large-EP decode sits near the plain sum: SGLang's H100 EP72 decode (256 seqs/GPU, 2,785 tok/s/GPU)
-#: and the Kimi K2 H200 EP96 decode (3,000 tok/s/GPU, batch 480 read as per GPU) match compute + communication
-#: with little hidden, while
-#: SGLang's EP32 prefill (7,209 tok/s/GPU) needs about half hidden.
+#: Fraction of the shorter of (compute, communication) that two-micro-batch overlap hides. The literal is the first
+#: fit: large-EP decode sat near the plain sum (SGLang's H100 EP72 decode, 256 seqs/GPU, 2,785 tok/s/GPU; the Kimi K2
+#: H200 EP96 decode, 3,000 tok/s/GPU) while SGLang's EP32 prefill (7,209 tok/s/GPU) needed about half hidden.
+#: Shipped: 0.5, one step from the top of its grid (catalog/calibration.yaml).
 OVERLAP = 0.25
 
 #: Inference pipelines lose throughput to micro-batch imbalance and per-stage synchronisation: each extra stage
 #: stretches the stage step by this fraction. TensorRT-LLM's own RTX 6000 Pro table (perf-overview.md, Llama 3.3
 #: 70B FP4, 128/128) gives per-GPU throughput 3,264 (PP1), 3,086 (PP2), 2,410 (PP4), 1,485 (PP8), i.e. 0.06-0.17
-#: per extra stage over PCIe; fitted 0.30 (grid 0-0.3, the top of it; 0.20 before the MoE terms) on NVLink
-#: systems, where engines prefer TP.
+#: per extra stage over PCIe. 0.30 is a hand fit of 2026-11-21 (grid 0-0.3, the top of it; 0.20 before the MoE
+#: terms) on NVLink systems, where engines prefer TP, made before `chalk calibrate` existed: it is not in that
+#: command's grid, so no refit has moved it or judged it since. A fixed constant, not a shipped fit; the step model's
+#: pipeline_sync op applies it (few validation rows run pipeline parallelism to pin it).
 PIPELINE_BUBBLE = 0.30
 
 #: Fixed cost of one MoE dispatch or combine (kernel launch, barrier, signalling): DeepEP low-latency kernels
@@ -185,15 +195,17 @@ ALLTOALL_LATENCY_S = 20e-6
 
 #: Passes over a routed token copy's hidden vector (2-byte activations) outside the expert GEMMs: gather into
 #: expert order, scatter back, weighted combine, activation quantisation. It is what makes small-expert MoEs
-#: (Qwen3-30B-A3B: hidden 2048, experts 768 wide) bandwidth-bound around their GEMMs. Fitted 16 (grid 0-48):
-#: it takes the prefill-heavy Qwen3 rows of the TensorRT-LLM table from +90-140% to +50-80% over.
+#: (Qwen3-30B-A3B: hidden 2048, experts 768 wide) bandwidth-bound around their GEMMs. First fit 16 (grid 0-48):
+#: it took the prefill-heavy Qwen3 rows of the TensorRT-LLM table from +90-140% to +50-80% over. Shipped: 16, one
+#: step from the top of its grid (catalog/calibration.yaml).
 MOE_SHUFFLE_PASSES = 16.0
 
 #: Vendor software maturity, relative to the NVIDIA-dominated fit: (vendor, compute multiplier, memory multiplier).
 #: AMD: public GEMM sweeps (SemiAnalysis, "MI300X vs H100 vs H200", Dec 2024) put MI300X BF16/FP8 GEMMs at
 #: roughly half of peak against ~70% on H100 (ratio ~0.65), and stream-type tests at ~80% of HBM peak against
-#: ~90% (ratio ~0.9). Approximate kernel-level figures, not fitted per row and not re-verified here; the AMD
-#: rows of the validation set still come out over-predicted with them.
+#: ~90% (ratio ~0.9). Approximate kernel-level figures, the starting point; `chalk calibrate` refits them on the AMD
+#: rows as `amd_compute` and `amd_memory` (`VENDOR_FIELDS`). Shipped: 0.7 compute and 0.7 memory, the memory factor
+#: at the bottom of its grid (catalog/calibration.yaml).
 VENDOR = (("AMD", 0.65, 0.9),)
 
 #: The refitted fields that hold a vendor's (compute, memory) multipliers, by the `vendor` a chip's YAML names (lower
@@ -213,13 +225,11 @@ MEMORY_RESERVE = 0.10
 #: defaults span 256 (vLLM V0 max_num_seqs, SGLang's CUDA-graph batch sizes) to 1024 (vLLM V1 max_num_seqs on
 #: large GPUs) and 2048 (TensorRT-LLM max_batch_size for trtllm-bench); MLPerf Offline submissions run 806-2048
 #: per GPU (NVIDIA llama2-70b configs, inference_results_v4.1/v5.0: gpu_batch_size 806 on H200 in v4.1, 2048 on
-#: H200/B200 in v5.0, 1024 per PP2 pair on H100). Refitted with the MoE terms over 256-2048, the whole-set fit
-#: still prefers 256 (objective 0.248 at 256 against 0.255 at the best larger cap, 768): above it the MoE rows
-#: (TensorRT-LLM Qwen3, InferenceX DeepSeek) over-predict by far more than the dense rows gain. Consequence:
-#: dense offline/max-throughput points that real engines reach with 1-2K sequences (MLPerf Llama-2-70B rows:
-#: median -19%) stay under-predicted. A cap of 2048 would cut that to -16% and the dense median to 0.11, but
-#: raise the MoE median to 0.23 and its p90 to 1.0: the MoE terms below do not explain enough of the MoE
-#: rows' large-batch shortfall to allow it.
+#: H200/B200 in v5.0, 1024 per PP2 pair on H100). The literal, 256, is the first whole-set fit (2026-11-21, roofline
+#: alone): larger caps let the MoE rows (TensorRT-LLM Qwen3, InferenceX DeepSeek) over-predict by more than the
+#: dense rows gained. Once GEMMs, attention and MoE came from the measured kernel tables (2026-11-24) the refit
+#: moved it up. Shipped: 512, one step from the bottom of its grid (catalog/calibration.yaml); dense offline points
+#: that engines reach with 1-2K sequences (MLPerf Llama-2-70B) stay capped below them.
 MAX_SEQS_PER_SCHEDULER = 256
 
 #: Tokens per expert at which a grouped expert GEMM runs at half the efficiency of a large dense GEMM:
@@ -244,8 +254,9 @@ MOE_LOAD_IMBALANCE = True
 
 #: Spread of the residuals log(measured / predicted) over the validation set, so [low, high] = estimate *
 #: exp(residual). The literals are the first in-sample 10th and 90th percentiles (67 rows, after the MoE refit); the
-#: shipped values (catalog/calibration.yaml, its `range` block saying how) are the family-weighted percentiles of
-#: the leave-one-family-out residuals that hold 80% of held-out measured values (`calibrate.cv_range`).
+#: shipped values (shipped: -0.637 and 0.29; catalog/calibration.yaml, its `range` block saying how) are the
+#: family-weighted percentiles of the leave-one-family-out residuals that hold 80% of held-out measured values
+#: (`calibrate.cv_range`).
 RESIDUAL_LOW = -0.49
 RESIDUAL_HIGH = 0.26
 
@@ -280,6 +291,16 @@ def _apply_fitted(base: Calibration, d: dict) -> Calibration:
     return dataclasses.replace(base, **upd)
 
 
+def recorded(doc: dict) -> dict:
+    """{parameter: value} of a calibration record: its `parameters` block (format 2, each parameter a mapping with
+    its `value`, grid and edge; `chalk.analyses.fidelity.calibrate.record`), or an older file's `fitted` block."""
+    params = doc.get("parameters") if isinstance(doc, dict) else None
+    if isinstance(params, dict):
+        return {k: v.get("value") for k, v in params.items() if isinstance(v, dict) and "value" in v}
+    fitted = doc.get("fitted") if isinstance(doc, dict) else None
+    return dict(fitted) if isinstance(fitted, dict) else {}
+
+
 def _fitted_file(base: Calibration) -> Calibration:
     """The last `chalk calibrate --write` result shipped as package data, if any."""
     from chalk.specs.catalog import package_path, read_yaml
@@ -287,7 +308,7 @@ def _fitted_file(base: Calibration) -> Calibration:
     f = package_path("catalog", "calibration.yaml")
     if not f.is_file():
         return base
-    return _apply_fitted(base, read_yaml(f, "catalog calibration.yaml").get("fitted", {}))
+    return _apply_fitted(base, recorded(read_yaml(f, "catalog calibration.yaml")))
 
 
 CALIBRATION = _fitted_file(CALIBRATION)

@@ -478,6 +478,9 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
     if not layouts:
         raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
+    total = costs.dense_weight_bytes + costs.expert_weight_bytes
+    if total / max(sizes) > system.chip.hbm_bytes * (1 - cal.memory_reserve):  # cheap check first: weights alone
+        raise FitError(_no_fit(m, costs, sizes, system, cal))  # overflow the most GPUs searched, before any step
     g = _grid(layouts, cal.max_seqs_per_scheduler)
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
@@ -499,6 +502,13 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
                    max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args)
+
+
+def _no_fit(m, costs, sizes, system, cal) -> str:
+    total = costs.dense_weight_bytes + costs.expert_weight_bytes
+    return (f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit any layout on "
+            f"{'/'.join(map(str, sizes))} x {system.chip.id} "
+            f"({system.chip.hbm_bytes * (1 - cal.memory_reserve) / 1e9:.0f} GB usable per chip)")
 
 
 def _chunk(eng, max_tokens=None):
@@ -549,10 +559,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         per_gpu = ev["output_per_gpu"]
     ok = ev["fits"].copy()
     if not np.any(ok):
-        total = costs.dense_weight_bytes + costs.expert_weight_bytes
-        raise FitError(f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit any layout on "
-                       f"{'/'.join(map(str, s.sizes))} x {system.chip.id} "
-                       f"({system.chip.hbm_bytes * (1 - cal.memory_reserve) / 1e9:.0f} GB usable per chip)")
+        raise FitError(_no_fit(m, costs, s.sizes, system, cal))
     feasible = ok.copy()
     if min_user_tps:
         ok &= ev["user_tokens_per_s"] >= min_user_tps
@@ -689,10 +696,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                                                   precision, kv_precision, ideal,
                                                                   calibration_override, engine, cache_hit, eplb,
                                                                   max_seqs)
-    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer, float)) or \
-            not np.isfinite(concurrency) or concurrency < 1 or int(concurrency) != concurrency:
+    if isinstance(concurrency, bool):
         raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-    N = int(concurrency)
+    N = count("concurrency", concurrency)  # one line for a float, NaN, < 1 or beyond int64 (1e20)
     lay = make_layout(m, layout)
     G = lay.replica_gpus
     gpus = G if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))

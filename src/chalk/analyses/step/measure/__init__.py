@@ -82,6 +82,7 @@ from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.errors import ChalkError, InputError
 from chalk.specs.hardware import Chip
 from chalk.specs.files import atomic_path, make_folder
+from chalk.specs.model import ModelSpec
 
 
 # =========================================================================== 4. run it all
@@ -197,6 +198,14 @@ class MeasureResult:
 
 
 
+def _refuse_unless_fits(spec: ModelSpec, precision: str, device: str, mem_avail: float) -> None:
+    """One ChalkError line when `spec`'s weights at `precision` take more than half the memory free on `device`."""
+    weight_bytes = ModelSizes(spec).weight_bytes(precision)
+    if weight_bytes > 0.5 * mem_avail:
+        raise ChalkError(f"{spec.id} needs {weight_bytes / 1e9:.1f} GB of {precision} weights; "
+                         f"this {device} has {mem_avail / 1e9:.1f} GB free (use a smaller config)")
+
+
 def run_measure(device: str = "cpu", quick: bool = True, model=None, out_dir=None,
                 progress: Callable[[str], None] | None = None, *, dtype: str | None = None,
                 attn_implementation: str | None = None,
@@ -215,11 +224,18 @@ def run_measure(device: str = "cpu", quick: bool = True, model=None, out_dir=Non
     """
     t_start = time.perf_counter()
     say = progress or (lambda s: None)
+    _stat([1.0], statistic)
+    cfg, spec = _config_dict(model, device)
+    # cheap checks first: a model too big for this machine is refused before torch loads or anything is measured,
+    # at the narrowest dtype the run could pick (checked again below at the one it picks)
+    narrowest = TORCH_TO_CHALK.get(dtype, "bf16") if dtype != "float8" else "bf16"
+    if device == "cpu":
+        _refuse_unless_fits(spec, narrowest, device, _host_available_bytes())
     torch = _torch()
     _check_transformers_version()
     device = _check_device(torch, device)
-    _stat([1.0], statistic)
-    cfg, spec = _config_dict(model, device)
+    if device == "cuda":
+        _refuse_unless_fits(spec, narrowest, device, float(torch.cuda.mem_get_info()[0]))
     notes: list[str] = []
     load0 = _loadavg()
 
@@ -249,9 +265,7 @@ def run_measure(device: str = "cpu", quick: bool = True, model=None, out_dir=Non
     sz = ModelSizes(spec)
     weight_bytes = sz.weight_bytes(precision)
     mem_avail = _host_available_bytes() if device == "cpu" else float(torch.cuda.mem_get_info()[0])
-    if weight_bytes > 0.5 * mem_avail:
-        raise ChalkError(f"{spec.id} needs {weight_bytes / 1e9:.1f} GB of {precision} weights; "
-                         f"this {device} has {mem_avail / 1e9:.1f} GB free (use a smaller config)")
+    _refuse_unless_fits(spec, precision, device, mem_avail)
 
     dgrid, pgrid = default_grid(quick, device)
     if decode_grid is not None:
