@@ -405,6 +405,9 @@ def validate(
     cv: bool = typer.Option(False, "--cv", help="Leave-one-family-out cross-validation: each source family "
                             "predicted by a fit that never saw it (a minute or more)."),
     workers: Optional[int] = WORKERS_OPT,
+    ray: bool = typer.Option(False, "--ray", help="With --cv: answer the rows on Ray actors, a local Ray (or "
+                             "$RAY_ADDRESS); the same figures. Needs pip install 'chalk[ray]'."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --cv: the Ray cluster to use."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
@@ -417,7 +420,16 @@ def validate(
         if workers is not None:
             workers = count("workers", workers, 64)
         with _progress(as_json, "cross-validation") as tick:
-            r = cross_validate(workers=workers, progress=tick)
+            if ray or ray_address is not None:  # Ray actors answer the row shards (chalk.executor)
+                from chalk.faces.cli_portfolio import executor_for
+
+                ex = executor_for(ray, ray_address, workers)
+                try:
+                    r = cross_validate(workers=ex, progress=tick)
+                finally:
+                    ex.close()
+            else:
+                r = cross_validate(workers=workers, progress=tick)
         if as_json:
             emit_json(r)
             return
