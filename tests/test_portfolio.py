@@ -167,6 +167,18 @@ def test_resume_never_repeats_or_loses_a_candidate(tmp_path, monkeypatch):
     assert calls == [] and third["run"]["evaluated"] == 0 and third.answer() == full.answer()
 
 
+def test_resume_reruns_only_what_changed(tmp_path):
+    """A candidate's key follows everything its answer depends on: change one model's demand and a resumed run
+    evaluates that model's candidates only, never reusing a stale answer."""
+    res = tmp_path / "r.jsonl"
+    P.portfolio(small(), results=res)
+    changed = small()
+    changed["models"][1]["users"] = 600
+    again = P.portfolio(changed, results=res, resume=True)
+    assert again["run"] == {**again["run"], "evaluated": 2, "reused": 2}
+    assert P.portfolio(changed)["total"] == again["total"]
+
+
 # ----------------------------------------------------------------------------------------------- bad input
 def _one_line_exit_2(out):
     assert out.returncode == 2, out.stderr
@@ -190,6 +202,14 @@ def test_unmeetable_budget_is_one_line(tmp_path):
     pf = _write(tmp_path, small(budget_usd_per_hour=1.0))
     err = _one_line_exit_2(_cli("--portfolio", str(pf), "--results", str(tmp_path / "r.jsonl")))
     assert "budget" in err and "no assignment" in err
+
+
+def test_targets_no_chip_meets_are_one_line(tmp_path):
+    pf = small()
+    pf["models"][0]["min_user_tps"] = 5000
+    pf["chips"] = ["h100-sxm"]
+    err = _one_line_exit_2(_cli("--portfolio", str(_write(tmp_path, pf)), "--results", str(tmp_path / "r.jsonl")))
+    assert err.startswith("chalk: error: a: no chip")
 
 
 def test_unreachable_ray_address_is_one_line(tmp_path):
