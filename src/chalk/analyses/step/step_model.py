@@ -1,7 +1,10 @@
 """The one step model: a decode or prefill step of one pipeline stage, as a list of timed operations.
 
-Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput`, `simulate`, `plan`, `report`,
-`pricing margin`, the web explorer) takes it from `stage_ops`. A step of one attention rank of one stage is:
+Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput`, `simulate` with or without
+`--layout`, `plan`, `report`, `pricing margin`, the web explorer) takes it from `stage_ops`. The one other step time
+is the lecture's aggregate bound (`roofline.py`: `estimate --aggregate`, the lecture's claims, the price sheets'
+mode curve), named as such wherever it is shown; tests/test_house.py keeps it so. A step of one attention rank of
+one stage is:
 
   attention projections (QKV/O, MLA down/up)  GEMM, m = tokens on the rank
   attention                                   decode (KV read) and prefill (causal), by kernel family
@@ -13,9 +16,9 @@ Every command that needs a step time (`estimate`, `sweep`, `layout`, `throughput
   overhead                                    launches, scheduling, host sync: fixed, per layer, per sequence (fitted)
   pipeline sync                               micro-batch imbalance per extra stage (calibrated)
 
-Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth). Achieved rates come from the
-measured kernel tables where chalk has them for the chip (`chalk.analyses.step.kernels`), else from the calibrated
-fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
+Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth) (`equations.roofline.step_time_s`,
+the one max rule). Achieved rates come from the measured kernel tables where chalk has them for the chip
+(`chalk.analyses.step.kernels`), else from the calibrated fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
 throughput search times thousands of points in one call; one question (numbers, not arrays) runs the same code on
 numpy float64 scalars, whose maximum / minimum / where skip numpy's per-call cost (`chalk.equations.num`). The op
 times add up to the stage step time exactly.
