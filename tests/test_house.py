@@ -340,3 +340,45 @@ def test_step_times_come_from_the_oracle_or_the_named_aggregate_bound():
             found += [f"{p.relative_to(SRC).as_posix()}:{line}: {what}" for line, what in calls]
     assert found == []
     assert sorted(set(STEP_TIME_ALLOWED) - used) == []
+
+
+# ------------------------------------------------------------------------------------- two test tiers, one install each
+def test_the_fast_tier_installs_without_torch_or_transformers():
+    """issue 29 item 5: `pip install -e ".[test]"` pulls no torch or transformers (a 13-minute install on a busy
+    machine); the `measure` extra brings them, and .ci/run installs it before the slow tier."""
+    import tomllib
+
+    root = SRC.parent.parent
+    if not (root / "pyproject.toml").exists() or not (root / ".ci" / "run").exists():
+        import pytest
+
+        pytest.skip("not a source checkout")
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {e: {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps} for e, deps in extras.items()}
+    assert not {"torch", "transformers"} & names["test"], names["test"]
+    assert {"torch", "transformers"} <= names["measure"]
+    steps = [ln.split("#")[0].strip() for ln in (root / ".ci" / "run").read_text().splitlines()]
+    steps = [s for s in steps if s]
+    fast = next(i for i, s in enumerate(steps) if s.endswith("-m pytest"))
+    slow = next(i for i, s in enumerate(steps) if "pytest -m slow" in s)
+    measure = next(i for i, s in enumerate(steps) if "pip install" in s and "measure" in s)
+    assert fast < measure < slow
+    assert not any("pip install" in s and "measure" in s for s in steps[:fast])
+    quick = (root / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert 'pip install -e ".[test]" && python -m pytest ' in quick and "-m slow" in quick and "measure" in quick
+
+
+def test_a_command_module_that_fails_to_import_is_an_error(tmp_path):
+    """issue 29 item 5: a command module that cannot be imported stops chalk with one line naming it (exit 2), never
+    a CLI silently missing its commands; a missing module the same."""
+    (tmp_path / "cli_broken.py").write_text("raise ImportError('a dependency went missing')\n")
+    code = ("import sys\nimport chalk.faces\nfrom chalk.faces import cli\n"
+            f"chalk.faces.__path__.append({str(tmp_path)!r})\n"
+            "cli.COMMAND_MODULES = cli.COMMAND_MODULES + (sys.argv[1],)\ncli.main(['--help'])\n")
+    for mod, why in (("cli_broken", "ImportError: a dependency went missing"), ("cli_gone", "ModuleNotFoundError")):
+        out = subprocess.run([sys.executable, "-c", code, mod], capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, (out.returncode, out.stderr[-600:])
+        assert f"chalk.faces.{mod} failed to import" in lines[0] and why in lines[0], lines
+    ok = subprocess.run([sys.executable, "-m", "chalk", "--help"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "plan" in ok.stdout and "calibrate" in ok.stdout

@@ -194,8 +194,8 @@ def test_missing_torch_is_one_clear_error(monkeypatch):
 # --------------------------------------------------------------------------- the real path (torch)
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    pytest.importorskip("torch", reason="needs torch and transformers: pip install -e '.[measure]'")
+    pytest.importorskip("transformers", reason="needs torch and transformers: pip install -e '.[measure]'")
     out = tmp_path_factory.mktemp("measure")
     ceil = M.measure_ceilings("cpu", quick=True, matmul_sizes=(256,), copy_bytes=32 * 2 ** 20)
     msgs: list[str] = []
@@ -263,6 +263,6 @@ def test_tiny_run_writes_files(tiny_run):
 
 
 def test_measure_rejects_bad_device():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch and transformers: pip install -e '.[measure]'")
     with pytest.raises(InputError):
         M.measure_ceilings("tpu")

@@ -73,8 +73,8 @@ def test_dsa_reads_topk_plus_indexer():
 
 
 def _hf_param_count(cfg: dict) -> int:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch", reason="needs torch and transformers: pip install -e '.[measure]'")
+    transformers = pytest.importorskip("transformers", reason="needs torch and transformers: pip install -e '.[measure]'")
     cfg = dict(cfg)
     cfg.pop("quantization_config", None)
     cfg.pop("auto_map", None)

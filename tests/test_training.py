@@ -46,12 +46,13 @@ def test_llama_405b_gpu_hours_within_30pct_of_model_card(llama):
     assert llama.published["predicted_over_total"] == pytest.approx(ratio)
 
 
-def test_deepseek_v3_gpu_hours_within_30pct_of_report(dsv3):
-    # Calibration point for the MoE efficiency: it reproduces the report by construction.
+def test_deepseek_v3_is_the_moe_calibration_run_not_a_check(dsv3):
+    """MOE_RESIDUAL_EFFICIENCY is solved on this run, so matching the report is provenance (the constant still
+    comes from its data), not accuracy: the accuracy check is DeepSeek-V2, a run it never saw
+    (`test_deepseek_v3_says_it_is_calibrated_and_checks_a_held_out_run`)."""
     assert dsv3.gpus == 2048 and dsv3.chip == "h800" and dsv3.precision == "fp8"
-    assert 0.7 <= dsv3.gpu_hours / DSV3_GPU_HOURS_PRETRAIN <= 1.3
-    assert dsv3.gpu_hours / DSV3_GPU_HOURS_PRETRAIN == pytest.approx(1.0, abs=0.01)
-    assert 0.7 <= dsv3.gpu_hours / DSV3_GPU_HOURS_TOTAL <= 1.3
+    assert dsv3.published["calibrated_on_this_run"] == "MOE_RESIDUAL_EFFICIENCY"
+    assert dsv3.gpu_hours / DSV3_GPU_HOURS_PRETRAIN == pytest.approx(1.0, abs=0.01)  # by construction
     # DeepSeek's own cost figure: $2 per H800 GPU-hour -> $5.328M for pretraining
     assert dsv3.cost_usd == pytest.approx(2.0 * DSV3_GPU_HOURS_PRETRAIN, rel=0.01)
 
@@ -92,11 +93,20 @@ def test_calibration_constants_recomputed_from_their_measurements():
     assert 0.5 < c["moe_efficiency"] < 0.8
 
 
-@pytest.mark.parametrize("gpus,mfu", tr.LLAMA_MFU_ROWS)
-def test_llama_table4_mfu_reproduced(gpus, mfu):
-    e = tr.train_estimate("llama-3.1-405b", gpus=gpus)
+@pytest.mark.parametrize("held_out", range(len(tr.LLAMA_MFU_ROWS)))
+def test_llama_table4_mfu_predicted_from_the_other_row(held_out):
+    """KERNEL_MFU_BF16 is fitted on both rows of Llama 3 Table 4 (43% MFU on 8,192 H100s, 41% on 16,384), so
+    reproducing them checks nothing. Leave one out: the kernel MFU solved on the other row alone, and the pipeline
+    bubble of this row's layout, predict its published MFU within 0.5 points (held out: 40.7% for 41%, 43.3% for
+    43%); a bubble model that did not carry across layouts would miss by the ~2 points the rows differ."""
+    g_fit, mfu_fit = tr.LLAMA_MFU_ROWS[1 - held_out]
+    gpus, mfu = tr.LLAMA_MFU_ROWS[held_out]
+    k = tr._solve(lambda x: tr.train_estimate("llama-3.1-405b", gpus=g_fit, precision="bf16", kernel_mfu=x).mfu,
+                  mfu_fit)
+    e = tr.train_estimate("llama-3.1-405b", gpus=gpus, precision="bf16", kernel_mfu=k)
     assert e.layout.pipeline_stages == 16 and e.layout.tensor_parallel == 8 and e.layout.interleave == 8
-    assert e.mfu == pytest.approx(mfu, abs=0.003)
+    assert e.mfu == pytest.approx(mfu, abs=0.005)
+    assert abs(k - tr.KERNEL_MFU_BF16) < 0.003  # each row alone gives nearly the constant both give
 
 
 def test_fp8_and_moe_terms():

@@ -40,6 +40,11 @@ COMMAND_MODULES = ("cli_lecture", "cli_catalog", "cli_serving", "cli_simulate", 
                    "cli_measure", "cli_plan")
 
 
+class CommandModuleError(ChalkError):
+    """A module of COMMAND_MODULES failed to import: chalk stops with one line naming it rather than run without its
+    commands."""
+
+
 class _LazyGroup(TyperGroup):
     """The `chalk` command group. The commands defined in this module are built at once; those of
     COMMAND_MODULES only when a command line names none of the former, or when anything reads the whole tree
@@ -63,11 +68,13 @@ class _LazyGroup(TyperGroup):
         self._all_loaded = True
         more = typer.Typer()
         for mod in COMMAND_MODULES:
+            name = f"chalk.faces.{mod}"
             try:
-                importlib.import_module(f"chalk.faces.{mod}").register(more)
-            except ModuleNotFoundError as e:
-                if e.name != f"chalk.faces.{mod}":
-                    raise
+                module = importlib.import_module(name)
+            except Exception as e:  # a broken or missing module is an error, never a silently missing command
+                raise CommandModuleError(f"command module {name} failed to import ({type(e).__name__}: {e}); its "
+                                         "commands would be missing") from e
+            module.register(more)
         every = {**self._commands, **typer.main.get_group(more).commands}
         # commands before groups, the order typer lists them in when all are registered on one app
         self._commands = dict(sorted(every.items(), key=lambda kv: hasattr(kv[1], "list_commands")))
