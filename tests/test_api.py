@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import chalk
+import chalk.errors
 
 pd = pytest.importorskip("pandas")
 
@@ -19,9 +20,96 @@ def _json_ready(d):
 
 def test_top_level_names():
     for name in ("estimate", "Session", "sweep", "throughput", "layout", "simulate", "train", "pricing", "validate",
-                 "plan"):
+                 "plan", "hardware", "models", "lecture", "report", "plot"):
         assert name in chalk.__all__
+        assert name in dir(chalk)  # notebook completion on `chalk.` offers the API
         assert callable(getattr(chalk, name)), name
+    assert not [n for n in dir(chalk) if not n.startswith("__") and n not in chalk.__all__]
+
+
+def _cli_params(command: str) -> set[str]:
+    import typer
+
+    from chalk.faces.cli import app
+
+    group = typer.main.get_group(app)
+    return {p.name for p in group.commands[command].params}
+
+
+def test_estimate_takes_every_option_of_the_command_and_of_the_analysis():
+    """issue 26 / 27 item 8: the API's estimate names every option `chalk estimate` takes (its display switches
+    aside) and every option of the analysis it calls, explicitly (no **kwargs hiding them)."""
+    import inspect
+
+    from chalk.analyses.step.estimate import estimate as analysis
+
+    api = inspect.signature(chalk.estimate).parameters
+    assert not [p for p in api.values() if p.kind is p.VAR_KEYWORD]
+    display = {"show_ops", "as_json", "plot"}  # how the command prints, not what it asks
+    assert _cli_params("estimate") - display - set(api) == set()
+    assert set(inspect.signature(analysis).parameters) - set(api) == set()
+
+
+@pytest.mark.parametrize("name", ["estimate", "throughput", "plan", "report", "plot"])
+def test_every_parameter_is_documented(name):
+    import inspect
+
+    fn = getattr(chalk, name)
+    doc = inspect.getdoc(fn)
+    missing = [p for p in inspect.signature(fn).parameters if p not in ("model", "hardware", "kind", "output")
+               and p not in doc]
+    assert not missing, f"chalk.{name}: {missing} not in its docstring"
+
+
+def test_mtp_through_the_api_is_the_cli_speculative_answer():
+    r = chalk.estimate("llama-3.1-8b", "h100-sxm", 8, 4096, mtp=2, acceptance=0.8)
+    s = r.speculative
+    assert s.draft_tokens == 2 and s.acceptance == 0.8
+    assert s.tokens_per_step == pytest.approx(1 + 0.8 + 0.8 ** 2)  # 1 + a + a^2 tokens per verify step
+    assert s.plain_step_time_s == pytest.approx(r.step_time_s)
+    _json_ready(r.to_dict())
+    with pytest.raises(chalk.errors.InputError):
+        chalk.estimate("llama-3.1-8b", "h100-sxm", acceptance=0.8)
+    with pytest.raises(chalk.errors.InputError, match="no MTP draft layers"):  # no sourced rate to assume
+        chalk.estimate("llama-3.1-8b", "h100-sxm", mtp=2)
+    # a model with its own MTP layers: their sourced rate (DeepSeek-V3 report: 85-90%, the low end)
+    assert chalk.estimate("deepseek-v3", "gb200-nvl72", 64, 4096, mtp=1).speculative.acceptance == 0.85
+    with pytest.raises(chalk.errors.InputError):
+        chalk.estimate("llama-3.1-8b", "h100-sxm", lecture_weights=True, refined=True)
+
+
+def test_frames_of_every_result():
+    r = chalk.estimate("llama-3.1-8b", "h100-sxm", np.array([1.0, 8.0, 64.0]), 4096.0, layout="tp=1")
+    df = r.to_frame()
+    assert len(df) == 3 and list(df["batch"]) == [1.0, 8.0, 64.0]
+    assert list(df["step_time_s"]) == pytest.approx(list(np.asarray(r.step_time_s)))
+    assert list(df["energy_joules_per_token"]) == pytest.approx(list(np.asarray(r.energy.joules_per_token)))
+    t = chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200)
+    tf = t.to_frame()
+    assert len(tf) == 1 and tf["output_tokens_per_s_per_gpu"].iloc[0] == t.output_tokens_per_s_per_gpu
+    assert tf["energy_joules_per_token"].iloc[0] == t.energy["joules_per_token"]
+    assert tf["parallelism_tp"].iloc[0] == t.parallelism["tp"]
+    hw = chalk.hardware()
+    assert len(hw.to_frame()) == len(hw.chips) and "h100-sxm" in set(hw.to_frame()["id"])
+    assert hw.to_frame().set_index("id").loc["h100-sxm", "tdp_w"] == 700
+    ms = chalk.models()
+    assert len(ms.to_frame()) == len(ms.models) and "llama-3.1-8b" in set(ms.to_frame()["id"])
+    lec = chalk.lecture()
+    assert len(lec.to_frame()) == len(lec.claims) > 10
+    _json_ready(hw.to_dict()), _json_ready(ms.to_dict()), _json_ready(lec.to_dict())
+
+
+def test_report_and_plot_through_the_api(tmp_path):
+    html = chalk.report("llama-3.1-8b", "h100-sxm", batch=8)
+    assert html.startswith("<!doctype html>") and "llama-3.1-8b" in html.lower()
+    out = chalk.report("llama-3.1-8b", "h100-sxm", tmp_path / "r.html", batch=8)
+    assert out.read_text(encoding="utf-8") == html
+    fig = chalk.plot("latency-vs-batch", model="llama-3.1-8b", hardware="h100-sxm")
+    assert type(fig).__name__ == "Figure"
+    png = chalk.plot("latency-vs-batch", tmp_path / "l.png", model="llama-3.1-8b", hardware="h100-sxm")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(chalk.errors.InputError, match="pipeline"):
+        chalk.plot("latency-vs-batch", model="llama-3.1-8b", hardware="h100-sxm", stages=4)
 
 
 def test_estimate_and_session_agree():

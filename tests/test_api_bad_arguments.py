@@ -55,6 +55,10 @@ def _estimate_options():
     return inspect.signature(estimate).parameters
 
 
+def _api_estimate_options():
+    return inspect.signature(chalk.estimate).parameters
+
+
 def _layout_options():
     from chalk.analyses.step.parallel import layout_report
 
@@ -63,8 +67,8 @@ def _layout_options():
 
 #: public name -> (callable, positional args, good keyword args, where `**kwargs` go, how many values to try)
 CALLS = {
-    "estimate": (chalk.estimate, (M, H), {}, _estimate_options, None),
-    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, _estimate_options, None),
+    "estimate": (chalk.estimate, (M, H), {}, None, None),
+    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, _api_estimate_options, None),
     "Session": (_session, (M, H), {}, _estimate_options, None),
     "Session.estimate": (_session_estimate, (), {}, _estimate_options, None),
     "throughput": (chalk.throughput, (M, H), {"input_len": 1000, "output_len": 200}, None, None),
@@ -76,15 +80,20 @@ CALLS = {
     "validate": (chalk.validate, (), {}, None, 8),  # each call reads the validation set: a sample of values
     "plan": (chalk.plan, (M, H), {"input_len": 1000, "output_len": 200, "rate": 5, "sim_requests": 200,
                                   "curves": False}, None, 8),
+    # each answer draws a figure or builds a page: a sample of values per parameter
+    "report": (chalk.report, (M, H), {}, None, 6),
+    "plot": (chalk.plot, ("latency-vs-batch",), {"model": M, "hardware": H}, None, 6),
 }
 #: public names the table above covers (each is one or more rows of it)
 COVERED = {"estimate", "sweep", "Session", "throughput", "layout", "simulate", "train", "pricing", "validate",
-           "plan", "__version__"}
+           "plan", "report", "plot", "__version__"}
+#: public calls that take no argument (nothing to get wrong): each is called once in tests/test_api.py
+NO_ARGUMENTS = {"hardware", "models", "lecture"}
 
 #: text parameters where any string is a legitimate value (free text, or a repository name chalk cannot check)
 FREE_TEXT = {"ratio_source", "draft_model"}
 #: parameters where zero is legitimate
-ZERO_OK = {"seed", "cache_hit", "obsolescence_probability", "client_latency_s", "rl_tokens"}
+ZERO_OK = {"seed", "cache_hit", "obsolescence_probability", "client_latency_s", "rl_tokens", "usd_per_kwh", "acceptance"}
 #: positive real numbers with no lower bound above zero: 5e-324 is legitimate
 TINY_OK = A.POSITIVE | A.NON_NEGATIVE | {"batch", "context", "batches", "contexts", "cache_hit",
                                          "obsolescence_probability", "active_params", "multiplies_per_byte"}
@@ -148,7 +157,7 @@ def _cases():
 def _call(name, param, value):
     fn, args, kw, _, _ = CALLS[name]
     args, kw = list(args), dict(kw)
-    positional = {"train": ["model"]}.get(name, ["model", "hardware"][:len(args)])
+    positional = {"train": ["model"], "plot": ["kind"]}.get(name, ["model", "hardware"][:len(args)])
     if param in positional:
         args[positional.index(param)] = value
     else:
@@ -157,7 +166,9 @@ def _call(name, param, value):
 
 
 def test_every_public_name_is_covered():
-    assert set(chalk.__all__) == COVERED
+    assert set(chalk.__all__) == COVERED | NO_ARGUMENTS
+    for name in NO_ARGUMENTS:
+        assert not inspect.signature(getattr(chalk, name)).parameters, name
     for name in CALLS:
         assert _parameters(name), name
 

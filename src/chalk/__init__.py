@@ -1,17 +1,25 @@
 """chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.
 
-The Python API is the first face; the CLI and the web explorer are thin faces on these functions:
+The Python API is the first face; the CLI and the web explorer are thin faces on these functions (each takes
+the options of the command of the same name, by the same names; see `help(chalk.estimate)`):
 
-    chalk.estimate   one step on a real layout, op by op          -> RooflineResult
+    chalk.estimate   one step on a real layout, op by op          -> RooflineResult (with .energy)
     chalk.Session    a model on hardware asked many questions      -> .estimate(...)
-    chalk.sweep      estimate over batch x context                 -> a table
-    chalk.throughput the best (or a fixed) deployment              -> ServingResult
+    chalk.sweep      estimate over batch x context                 -> SweepResult
+    chalk.throughput the best (or a fixed) deployment              -> ServingResult (with ["energy"])
     chalk.layout     layouts, memory per GPU, MoE rack, pipelines  -> LayoutReport
-    chalk.simulate   requests through continuous batching          -> SimulationResult
+    chalk.simulate   requests through continuous batching          -> SimulateRun
+    chalk.plan       GPUs, layout, replicas and dollars for a demand -> PlanResult (each option with energy)
     chalk.train      training time and cost                        -> TrainingResult
-    chalk.pricing    API price sheets read back into hardware facts -> dict report
-    chalk.validate   predicted vs measured on the validation set   -> dict report
-    chalk.plan       GPUs, layout, replicas and dollars for a demand
+    chalk.pricing    API price sheets read back into hardware facts -> PricingReport
+    chalk.validate   predicted vs measured on the validation set   -> ValidationReport
+    chalk.hardware   the catalog's chips and systems               -> Catalog
+    chalk.models     the catalog's models and their sizes          -> Catalog
+    chalk.lecture    the lecture's deductions, computed            -> LectureResult
+    chalk.report     the lecture replayed as one HTML page         -> str (or the path written)
+    chalk.plot       one of the lecture's graphs                   -> Figure (or the path written)
+
+Every result has `.to_dict()` (JSON-ready) and `.to_frame()` (a pandas DataFrame; pandas optional).
 """
 
 from __future__ import annotations
@@ -19,18 +27,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 #: top-level name -> (module, attribute), imported on first use to keep `import chalk` and the CLI fast
-_LAZY = {
-    "estimate": ("chalk.api", "estimate"),
-    "sweep": ("chalk.api", "sweep"),
-    "Session": ("chalk.api", "Session"),
-    "throughput": ("chalk.api", "throughput"),
-    "layout": ("chalk.api", "layout"),
-    "simulate": ("chalk.api", "simulate"),
-    "train": ("chalk.api", "train"),
-    "pricing": ("chalk.api", "pricing"),
-    "validate": ("chalk.api", "validate"),
-    "plan": ("chalk.api", "plan"),
-}
+_LAZY = {**{name: ("chalk.api", name) for name in (
+    "estimate", "sweep", "Session", "throughput", "layout", "simulate", "plan", "train", "pricing", "validate",
+    "hardware", "models", "lecture")},
+    # faces built on the API: their own module, so chalk.api never imports a face
+    "report": ("chalk.faces.notebook", "report"), "plot": ("chalk.faces.notebook", "plot")}
 
 __all__ = [*_LAZY, "__version__"]
 
@@ -41,4 +42,9 @@ def __getattr__(name: str):
 
         mod, attr = _LAZY[name]
         return getattr(importlib.import_module(mod), attr)
-    raise AttributeError(name)
+    raise AttributeError(f"module 'chalk' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names (notebook completion on `chalk.` offers the API) and the module's own."""
+    return sorted(set(__all__) | {n for n in globals() if n.startswith("__")})

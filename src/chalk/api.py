@@ -6,6 +6,8 @@ import inspect
 
 import numpy as np
 
+from chalk.analyses.records.results import (Catalog, LectureResult, PlanResult, PricingReport, ServingResult,
+                                            ValidationReport)
 from chalk.analyses.step.roofline import Efficiency, RooflineResult
 from chalk.errors import InputError
 from chalk.specs.arguments import check_value, checked
@@ -45,16 +47,79 @@ def _layout_fn():
     return layout_report
 
 
-@checked(types={"efficiency": _efficiency}, like=_estimate_fn)
-def estimate(model, hardware, batch=1, context=4096, **kwargs) -> RooflineResult:
-    """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout;
-    see `chalk.analyses.step.estimate.estimate` for every option (layout, aggregate, gpus, precision, ...)."""
+@checked(types={"efficiency": _efficiency})
+def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
+             gpus: int | None = None, chips: int | None = None, precision: str | None = None,
+             kv_precision: str | None = "auto", ideal: bool = False, lecture_weights: bool = False,
+             refined: bool | None = None, sparse_law: str | None = None, mtp: int | None = None,
+             acceptance: float | None = None, strict_fit: bool = False, eplb: str | None = None,
+             efficiency: Efficiency | None = None, usd_per_kwh: float | None = None,
+             pue: float | None = None) -> RooflineResult:
+    """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout
+    (`chalk estimate`). Every option of the command, by the same name:
+
+    model: a catalog id or alias, a config.json (or its folder), or a ModelSpec.
+    hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
+    batch, context: sequences in the step (per replica) and context tokens (the prompt length for prefill);
+        numbers or numpy arrays (a grid, answered in one vectorised call).
+    phase: 'decode' or 'prefill'.
+    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' or {'tp': 8} (default: the smallest tensor-parallel
+        group in the scale-up domain that holds the weights and this batch's KV).
+    aggregate: the lecture's view instead: every chip summed into one communication-free chip (an upper bound).
+    gpus: GPUs available (default: the system's scale-up domain); with `aggregate`, the chips summed. `chips` is
+        its older name.
+    precision, kv_precision: weights/compute ('bf16', 'fp8', 'fp4', ...; None: the checkpoint's) and KV cache
+        ('auto': FP8 with 8-bit weights on chips with an FP8 rate, else BF16).
+    ideal: peak rates, no calibration. efficiency: an `Efficiency` of your own instead of the calibrated one.
+    lecture_weights: read all weights every step (the lecture's form; implies the aggregate view) instead of only
+        the experts a batch touches (`refined=False` says the same).
+    sparse_law: 'sqrt', the lecture's square-root law (implies the aggregate view).
+    mtp, acceptance: draft tokens per step and their per-token acceptance (speculative decoding / MTP; default
+        acceptance: the model's own MTP layers' sourced rate, none for a model without them); the answer's
+        `speculative` holds that step (`SpeculativeResult`).
+    strict_fit: raise FitError when it does not fit in HBM.
+    eplb: MoE expert-load balancer on the EP group: 'auto' (default), 'on', 'off'.
+    usd_per_kwh, pue: electricity price and power usage effectiveness for the answer's `energy` (default: the
+        catalog's sourced figures, `energy.yaml`).
+
+    Returns a `RooflineResult` (frozen; `.to_dict()`, `.to_frame()`), its `energy` an `Energy` (joules per token,
+    power per GPU and per replica, kWh per day, the electricity share of its $/M tokens).
+    """
+    from chalk.analyses.economics.energy import energy_settings, estimate_energy
     from chalk.analyses.step.estimate import estimate as _estimate
 
-    return _estimate(model, hardware, batch, context, **kwargs)
+    energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before any work
+    if gpus is not None and chips is not None and gpus != chips:
+        raise InputError(f"gpus={gpus} and chips={chips} disagree: chips is gpus' older name, give one")
+    if lecture_weights and refined:
+        raise InputError("lecture_weights=True is refined=False: give one of them")
+    if acceptance is not None and mtp is None:
+        raise InputError("acceptance is the acceptance rate of mtp's draft tokens: give mtp too")
+    if mtp is not None and phase != "decode":
+        raise InputError("mtp (speculative decoding) applies to decode steps, not prefill")
+    refined = (not lecture_weights) if refined is None else refined
+    r = _estimate(model, hardware, batch, context, phase=phase, layout=layout, aggregate=aggregate,
+                  gpus=gpus if gpus is not None else chips, precision=precision, kv_precision=kv_precision,
+                  ideal=ideal, efficiency=efficiency, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit,
+                  eplb=eplb)
+    spec = None
+    if mtp is not None:
+        from chalk.analyses.step.speculative import speculative_estimate
+
+        acceptance = _acceptance(model, acceptance)
+        spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
+                                    chips=gpus if gpus is not None else chips, precision=precision,
+                                    kv_precision=r.kv_precision, ideal=ideal, layout=r.layout,
+                                    aggregate=r.view == "aggregate", eplb=eplb)
+    return r.attached(energy=estimate_energy(r, as_system(hardware).chip, usd_per_kwh=usd_per_kwh, pue=pue),
+                      speculative=spec)
 
 
-@checked(types={"efficiency": _efficiency}, like=_estimate_fn)
+def _api_estimate():
+    return estimate
+
+
+@checked(types={"efficiency": _efficiency}, like=_api_estimate)
 def sweep(model, hardware, batches=None, contexts=None, **kwargs):
     """Vectorised sweep over batch x context: a `SweepResult`, one row per (batch, context).
 
@@ -162,21 +227,79 @@ def __getattr__(name: str):
 
 
 @checked(types={"calibration_override": _calibration})
-def throughput(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto",
-               min_user_tps=None, max_ttft_s=None, disaggregated=False, pareto=False, ideal=False,
-               calibration_override=None, layout=None, concurrency=None, speculative="auto", engine=None,
-               cache_hit=None, prefill_gpus=None, eplb=None, tpot_p99_s=None, ttft_p99_s=None, max_seqs=None,
-               max_tokens=None) -> dict:
-    """The best (or a fixed) deployment: `chalk.analyses.traffic.serving.throughput`, every argument checked first."""
+def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None, precision: str | None = None,
+               kv_precision: str | None = "auto", min_user_tps: float | None = None,
+               max_ttft_s: float | None = None, tpot_p99_s: float | None = None, ttft_p99_s: float | None = None,
+               max_seqs: int | None = None, max_tokens: int | None = None, disaggregated: bool = False,
+               layout=None, concurrency: int | None = None, prefill_gpus: int | None = None,
+               mtp: int | None = None, acceptance: float | None = None, speculative="auto",
+               engine: str | None = None, cache_hit: float | None = None, pareto: bool = False,
+               ideal: bool = False, eplb: str | None = None, calibration_override=None,
+               usd_per_kwh: float | None = None, pue: float | None = None) -> ServingResult:
+    """The best deployment over layouts x batch that fit and meet the constraints, or with `layout` and
+    `concurrency` what that exact deployment does (`chalk throughput`). Every option of the command:
+
+    input_len, output_len: tokens per request: a mean, a distribution ('lognormal:mean=2000,p99=8000') or a file
+        of lengths.
+    gpus: GPUs available (with `disaggregated`: the decode pool). precision, kv_precision: as `estimate`.
+    min_user_tps: output tokens/s per user at least. max_ttft_s: mean time to first token at most (s).
+    tpot_p99_s, ttft_p99_s: p99 targets (s), checked by replaying the chosen point.
+    max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
+    disaggregated: separate prefill and decode pools. layout, concurrency: one fixed deployment (closed loop of
+        `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`.
+    mtp, acceptance: draft tokens per step and their acceptance (as `--mtp K --acceptance A`); speculative: a
+        `Speculation`, 'auto' (the model's own MTP layers) or None; give one of the two forms.
+    engine: 'vllm' | 'sglang' | 'trtllm' (its scheduler cap, KV memory, chunk and overhead). cache_hit: fraction
+        of prompt tokens from the prefix cache. pareto: also the latency-cost frontier. ideal, eplb: as `estimate`.
+    calibration_override: a `Calibration` of your own instead of chalk's.
+    usd_per_kwh, pue: for the answer's `energy` (default: the catalog's sourced figures).
+
+    Returns a `ServingResult` (a dict with attribute access, `.to_dict()`, `.to_frame()`); its throughputs are
+    per GPU (`*_per_gpu`), its `energy` the `Energy` figures as a dict.
+    """
+    from chalk.analyses.economics.energy import energy_settings, serving_energy
     from chalk.analyses.traffic.serving import throughput as _throughput
 
-    return _throughput(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus,
-                       precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps,
-                       max_ttft_s=max_ttft_s, disaggregated=disaggregated, pareto=pareto, ideal=ideal,
-                       calibration_override=calibration_override, layout=layout, concurrency=concurrency,
-                       speculative=speculative, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus,
-                       eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
-                       max_tokens=max_tokens)
+    energy_settings(usd_per_kwh, pue)
+    speculative = _speculation(model, mtp, acceptance, speculative)
+    system = as_system(hardware)
+    r = _throughput(model, system, input_len=input_len, output_len=output_len, gpus=gpus,
+                    precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps,
+                    max_ttft_s=max_ttft_s, disaggregated=disaggregated, pareto=pareto, ideal=ideal,
+                    calibration_override=calibration_override, layout=layout, concurrency=concurrency,
+                    speculative=speculative, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus,
+                    eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
+                    max_tokens=max_tokens)
+    r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
+    return r
+
+
+def _speculation(model, mtp, acceptance, speculative):
+    """The `speculative` argument of throughput and plan from `mtp` / `acceptance` (the CLI's --mtp K
+    --acceptance A) or as given; both forms at once is a contradiction."""
+    from chalk.analyses.traffic.serving import Speculation
+
+    if acceptance is not None and mtp is None:
+        raise InputError("acceptance is the acceptance rate of mtp's draft tokens: give mtp too")
+    if mtp is None:
+        return speculative
+    if speculative != "auto":
+        raise InputError("mtp (with acceptance) and speculative both say how to speculate: give one of them")
+    return Speculation(mtp, _acceptance(model, acceptance))
+
+
+def _acceptance(model, acceptance):
+    """`acceptance` as given, else the model's own MTP draft layers' sourced rate (its catalog meta.yaml, else
+    the catalog's speculation.yaml default); a model without draft layers has none to assume: give it."""
+    if acceptance is not None:
+        return acceptance
+    from chalk.analyses.traffic.serving import model_speculation
+
+    own = model_speculation(model)
+    if own is None:
+        raise InputError(f"{short(as_model(model).name)} has no MTP draft layers, so chalk has no sourced "
+                         "acceptance rate for its drafts: give acceptance= with mtp=")
+    return own.acceptance
 
 
 @checked
@@ -200,7 +323,7 @@ def train(model, hardware=None, gpus=None, tokens=None, precision=None, *, seq_l
                           kernel_mfu=kernel_mfu, moe_residual_efficiency=moe_residual_efficiency)
 
 
-def pricing(a=None, sheets=None) -> dict:
+def pricing(a=None, sheets=None) -> PricingReport:
     """API price sheets read back into hardware facts: `chalk.analyses.economics.pricing.pricing_report`, with the
     `Assumptions` (default: the lecture's) and the sheets checked first."""
     from chalk.analyses.economics.pricing import DEFAULT, Assumptions, pricing_report
@@ -226,7 +349,7 @@ def pricing(a=None, sheets=None) -> dict:
 
 
 @checked(types={"cal": _calibration})
-def validate(ideal: bool = False, cal=None) -> dict:
+def validate(ideal: bool = False, cal=None) -> ValidationReport:
     """Predicted vs measured on the validation set: `chalk.analyses.fidelity.validate.validate`, arguments checked."""
     from chalk.analyses.fidelity.validate import validate as _validate
 
@@ -234,17 +357,71 @@ def validate(ideal: bool = False, cal=None) -> dict:
 
 
 @checked
-def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, rate=None, min_user_tps=None,
-         ttft_p99_s=None, tpot_p99_s=None, diurnal=None, prices=None, engine=None, precision=None,
-         kv_precision="auto", speculative="auto", draft_model=None, modes=("aggregated", "disaggregated"),
-         ideal=False, sim_requests=12000, seed=0, curves=True, eplb=None, trace=None, speedup=1.0,
-         checkpoint=None):
-    """GPUs, layout, replicas and dollars for a demand: `chalk.analyses.planning.plan.plan`, every argument checked."""
+def plan(model, hardware=None, *, input_len=None, output_len=None, users: float | None = None,
+         rate: float | None = None, min_user_tps: float | None = None, ttft_p99_s: float | None = None,
+         tpot_p99_s: float | None = None, diurnal=None, prices=None, engine: str | None = None, precision=None,
+         kv_precision: str | None = "auto", mtp: int | None = None, acceptance: float | None = None,
+         speculative="auto", draft_model: str | None = None, modes=("aggregated", "disaggregated"),
+         ideal: bool = False, sim_requests: int = 12000, seed: int = 0, curves: bool = True, eplb: str | None = None,
+         trace=None, speedup: float = 1.0, checkpoint: str | None = None, usd_per_kwh: float | None = None,
+         pue: float | None = None) -> PlanResult:
+    """GPUs, layout, replicas and dollars for a demand (`chalk plan`). Every option of the command:
+
+    hardware: chips or systems to choose among (a list or 'h100-sxm,h200'; None: every catalog chip with a price).
+    input_len, output_len: as `throughput`. users (requests in flight) or rate (requests/s): the demand.
+    min_user_tps, ttft_p99_s, tpot_p99_s: the targets (s). diurnal: 24 hourly multipliers (numbers or a CSV).
+    prices: {'h100-sxm': 2.5} or 'h100-sxm=2.5' in $/GPU-hour. engine: size with that engine only.
+    precision: one or several weight precisions to choose from (None: the checkpoint's); kv_precision: as
+        `estimate`. mtp, acceptance or speculative: as `throughput`. draft_model: a draft for the launch command.
+    modes: 'aggregated', 'disaggregated' or both. sim_requests, seed: the replay that checks each option.
+    curves: also GPUs-vs-demand and cost-vs-speed curves. trace, speedup: demand and lengths from a request trace.
+    checkpoint: the user's own checkpoint for the launch commands. ideal, eplb: as `estimate`.
+    usd_per_kwh, pue: for each option's `energy` (default: the catalog's sourced figures).
+
+    Returns a `PlanResult` (`.to_dict()`, `.to_frame()`: one row per option, with precision, tok/s/GPU and energy).
+    """
+    from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
     from chalk.analyses.planning.plan import plan as _plan
 
-    return _plan(model, hardware, input_len=input_len, output_len=output_len, users=users, rate=rate,
-                 min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s, diurnal=diurnal,
-                 prices=prices, engine=engine, precision=precision, kv_precision=kv_precision,
-                 speculative=speculative, draft_model=draft_model, modes=modes, ideal=ideal,
-                 sim_requests=sim_requests, seed=seed, curves=curves, eplb=eplb, trace=trace, speedup=speedup,
-                 checkpoint=checkpoint)
+    energy_settings(usd_per_kwh, pue)
+    speculative = _speculation(model, mtp, acceptance, speculative)
+    r = _plan(model, hardware, input_len=input_len, output_len=output_len, users=users, rate=rate,
+              min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s, diurnal=diurnal,
+              prices=prices, engine=engine, precision=precision, kv_precision=kv_precision,
+              speculative=speculative, draft_model=draft_model, modes=modes, ideal=ideal,
+              sim_requests=sim_requests, seed=seed, curves=curves, eplb=eplb, trace=trace, speedup=speedup,
+              checkpoint=checkpoint)
+    return attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)
+
+
+# ------------------------------------------------------------------ catalogs, the lecture, the report, the plots
+def hardware() -> Catalog:
+    """Every chip and system in the catalog (`chalk hardware list`): `chips` (each chip's spec and its derived
+    ratios) and `systems`. `.to_frame()`: one row per chip."""
+    from dataclasses import asdict
+
+    from chalk.analyses.blackboard.hardware_facts import chip_facts
+    from chalk.specs import catalog
+
+    chips = [catalog.load_chip(c) for c in catalog.chip_ids()]
+    systems = [catalog.load_system(s) for s in catalog.system_ids()]
+    return Catalog(kind="chips", chips=[{**asdict(c), **chip_facts(c)} for c in chips],
+                   systems=[{"id": s.id, "name": s.name, "chip": s.chip.id, "chips": s.chips, "kind": s.kind}
+                            for s in systems])
+
+
+def models() -> Catalog:
+    """Every model in the catalog with its sizes (`chalk models list`): `models`, one summary each (parameters,
+    weight bytes, KV bytes per token, attention). `.to_frame()`: one row per model."""
+    from chalk.analyses.step.model_sizes import ModelSizes
+    from chalk.specs import catalog
+
+    return Catalog(kind="models", models=[ModelSizes(catalog.load_model(m)).summary() for m in catalog.model_ids()])
+
+
+def lecture() -> LectureResult:
+    """The lecture's deductions, each computed by chalk (`chalk lecture`): `claims`, each with its statement,
+    chalk's value, the lecture's and whether they agree. `.to_frame()`: one row per claim."""
+    from chalk.analyses.blackboard.lecture import all_claims
+
+    return LectureResult(claims=[c.to_dict() for c in all_claims()])

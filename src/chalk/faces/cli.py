@@ -13,6 +13,7 @@ from chalk.errors import ChalkError
 from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, acceptance_for,
                                     console, emit_json, fail, num, out_file, pct, seconds, si, table, usd, whole,
                                     write_plot)
+from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
 def _flag_type_hidden() -> None:
@@ -125,6 +126,8 @@ def estimate(
                                   "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
     eplb: str = EPLB_OPT,
+    usd_per_kwh: Optional[float] = USD_PER_KWH_OPT,
+    pue: Optional[float] = PUE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS), help="Also write latency-vs-batch to this .png/.svg."),
 ):
@@ -137,7 +140,7 @@ def estimate(
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
     kw = dict(phase=phase.value, layout=layout, aggregate=aggregate, gpus=gpus, precision=precision,
               kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
-              strict_fit=strict_fit, eplb=eplb)
+              strict_fit=strict_fit, eplb=eplb, usd_per_kwh=usd_per_kwh, pue=pue)
     if "," in hardware:
         from chalk.analyses.planning.compare import compare, hardware_list
 
@@ -200,6 +203,7 @@ def estimate(
         ("bound", str(r.bound)), ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),
         ("throughput", f"{num(r.tokens_per_s)} tokens/s"), ("per user", f"{num(r.user_tokens_per_s)} tokens/s"),
         ("cost", f"{usd(r.cost_per_mtok_usd)} per M tokens"),
+        *energy_rows(r.energy),
         ("critical batch (eq. 5, weights only)", num(r.critical_batch)),
         ("critical batch with KV at this context", num(r.critical_batch_with_kv) if r.critical_batch_with_kv
          else "none: KV alone outweighs compute"),

@@ -10,6 +10,7 @@ import typer
 from chalk.faces import cli_portfolio as PF
 from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, num,
                                     out_file, pct, table, usd, wrote)
+from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
 def register(app: typer.Typer) -> None:
@@ -83,6 +84,8 @@ def plan(
     seed: int = typer.Option(0, "--seed", help="Seed of the replay's arrivals and lengths."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     eplb: str = EPLB_OPT,
+    usd_per_kwh: Optional[float] = USD_PER_KWH_OPT,
+    pue: Optional[float] = PUE_OPT,
     launch: bool = typer.Option(True, "--launch/--no-launch", help="Print the launch commands."),
     emit: Tuple[str, str] = typer.Option((None, None), "--emit", help="Also write the cheapest option: --emit k8s DIR "
                                              "(Kubernetes manifests) or --emit compose DIR (docker-compose, one "
@@ -114,12 +117,16 @@ def plan(
     if modes is None:
         raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode[:40]!r}")
     acceptance = acceptance_for(mtp, acceptance)
+    from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
+
+    energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
     r = run(model, hardware, users=users, rate=rate, input_len=_len_arg(input_len), output_len=_len_arg(output_len),
             min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
             engine=engine, precision=precision, kv_precision=kv_precision,
             speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
             modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
             trace=trace, speedup=speedup, checkpoint=checkpoint)
+    attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)
     if emit[0] is not None:
         from chalk.faces.emit_plan import emit as write
 
@@ -223,6 +230,8 @@ def _print(r, launch: bool) -> None:
             f"{b['precision']} weights, {b['kv_precision']} KV"
             + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step)"
                if b["speculative"] else ""))
+    for k, v in energy_rows(b.get("energy")):
+        c.print(f"  {k}: {v}")
     for o in r["options"]:
         if o.get("diurnal"):
             di = o["diurnal"]

@@ -18,6 +18,7 @@ GPUS_OPT = typer.Option(None, "--gpus", "--chips", help="GPUs in the deployment 
 PREC_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's).")
 KV_OPT = typer.Option("auto", "--kv-precision",
                       help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16.")
+from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
 def register(app: typer.Typer) -> None:
@@ -157,6 +158,8 @@ def throughput(
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     eplb: str = EPLB_OPT,
+    usd_per_kwh: Optional[float] = USD_PER_KWH_OPT,
+    pue: Optional[float] = PUE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                       help="Also write the pareto frontier to this .png/.svg."),
@@ -166,6 +169,9 @@ def throughput(
     from chalk.analyses.traffic.serving import throughput as run
 
     spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative), speculative)
+    from chalk.analyses.economics.energy import energy_settings, serving_energy
+
+    energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
     kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
@@ -193,6 +199,7 @@ def throughput(
         return
     m, system = _resolve(model, hardware)
     r = run(m, system, **kw)
+    r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
                    kv_precision=kv_precision, ideal=ideal, input_len=r["input_len"], output_len=r["output_len"])
@@ -222,6 +229,7 @@ def throughput(
             ("cost, split by phase", f"{usd(r['cost_per_mtok_output_decode_share_usd'])} per M output tokens "
                                      f"(decode share) + {usd(r['cost_per_mtok_input_prefill_share_usd'])} per M "
                                      "input tokens (prefill share)")]
+    rows += energy_rows(r["energy"])
     sp = r.get("speculative")
     if sp:
         gain = f", {sp['gain_vs_plain']:.2f}x the best plain point" if sp["used"] and sp.get("gain_vs_plain") else ""

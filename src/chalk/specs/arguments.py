@@ -21,29 +21,30 @@ from chalk.specs.workload import MAX_GPUS, MAX_QUANTITY, count, positive, short
 
 #: parameters that are switches: True or False only (a string "x" is not read as True)
 FLAGS = frozenset({"ideal", "aggregate", "refined", "strict_fit", "disaggregated", "pareto", "curves",
-                   "prefix_cache"})
+                   "prefix_cache", "lecture_weights"})
 #: names of catalog entries or choices: a non-empty string (or None where the default is None)
 NAMES = frozenset({"precision", "kv_precision", "phase", "engine", "eplb", "scheduler", "draft_model",
-                   "checkpoint", "sparse_law"})
+                   "checkpoint", "sparse_law", "kind", "schedule", "compare"})
 #: whole numbers >= 1
 COUNTS = frozenset({"gpus", "chips", "concurrency", "requests", "max_batch", "prefill_chunk", "prefill_gpus",
                     "max_seqs", "max_tokens", "sim_requests", "pipeline_stages", "interleave", "seq_len",
-                    "kv_capacity_tokens"})
+                    "kv_capacity_tokens", "mtp", "stages", "microbatches"})
 #: finite numbers > 0
 POSITIVE = frozenset({"rate", "speedup", "min_user_tps", "max_ttft_s", "tpot_p99_s", "ttft_p99_s", "period_s",
                       "tokens", "global_batch_tokens", "inference_tokens_per_s", "deployment_days",
                       "rl_flops_per_param", "rl_inefficiency", "inference_inefficiency", "users"})
 #: finite numbers >= 0
-NON_NEGATIVE = frozenset({"client_latency_s", "rl_tokens"})
+NON_NEGATIVE = frozenset({"client_latency_s", "rl_tokens", "usd_per_kwh"})
 #: numbers in a range: (low, low inclusive, high, high inclusive)
 FRACTIONS = {"cache_hit": (0.0, True, 1.0, False), "obsolescence_probability": (0.0, True, 1.0, False),
-             "kernel_mfu": (1e-6, True, 1.0, True), "moe_residual_efficiency": (1e-6, True, 1.0, True)}
+             "kernel_mfu": (1e-6, True, 1.0, True), "moe_residual_efficiency": (1e-6, True, 1.0, True),
+             "acceptance": (0.0, True, 1.0, True), "pue": (1.0, True, 10.0, True)}
 #: a batch or context: a positive number or an array of them
 QUANTITIES = frozenset({"batch", "context", "batches", "contexts"})
 #: token lengths: a number >= 1 (or an array), or a distribution / lengths file named by a string
 LENGTHS = frozenset({"input_len", "output_len"})
 #: file paths: a non-empty string or path
-PATHS = frozenset({"trace"})
+PATHS = frozenset({"trace", "output"})
 #: never a value of these types where a name, a path or a spec object belongs
 _SCALARS = (bool, np.bool_, numbers.Number, Decimal, bytes, bytearray)
 _LAYOUT_KEYS = ("tp", "ep", "etp", "pp", "attn_dp", "dp_attn", "attention_dp", "dp_attention")

@@ -30,15 +30,76 @@ class ServingResult(Result):
     concurrency, gpus, parallelism {tp, ep, pp, dp, attn_dp}, layout, mode ('aggregated' | 'disaggregated' |
     'fixed'), batch_per_replica, cost_per_mtok_output_usd (all GPU time), cost_per_mtok_output_decode_share_usd,
     cost_per_mtok_input_prefill_share_usd, range, step, modes, speculative, notes; fixed mode adds ttft_p99_s,
-    tpot_p99_s, replicas, concurrency_per_replica, decoding_per_replica.
+    tpot_p99_s, replicas, concurrency_per_replica, decoding_per_replica. Through the API: energy
+    (`chalk.analyses.economics.energy.Energy` as a dict: joules_per_token, power_w_per_gpu, power_w_per_fleet,
+    kwh_per_day, electricity_usd_per_mtok, electricity_share_of_cost, ...).
+    `.to_frame()`: one row, the scalar keys (parallelism and energy flattened); `attrs` hold model and hardware.
     """
+
+    def to_frame(self):
+        df = _frame([_flat(self)])
+        df.attrs.update({"model": self.get("model"), "hardware": self.get("hardware")})
+        return df
 
 
 class LayoutReport(Result):
     """`chalk.layout`: feasible layouts with memory per GPU, the MoE rack layout and the pipeline analysis."""
 
 
-def _frame(records: list[dict]):
+class Catalog(Result):
+    """`chalk.hardware()` (keys: kind 'chips', chips, systems) or `chalk.models()` (kind 'models', models): the
+    catalog's entries. `.to_frame()`: one row per chip or model (its scalar fields)."""
+
+    def to_frame(self):
+        return _frame([_flat(e) for e in self[self["kind"]]])
+
+
+class LectureResult(Result):
+    """`chalk.lecture()`: `claims`, the lecture's deductions each computed by chalk. `.to_frame()`: one row per
+    claim."""
+
+    def to_frame(self):
+        return _frame([_flat(c) for c in self["claims"]])
+
+
+def _flat(d: dict) -> dict:
+    """The scalar entries of `d`, with those of its `parallelism` and `energy` dicts as `parallelism_*` and
+    `energy_*` columns (lists and other dicts left out)."""
+    out = {}
+    for k, v in d.items():
+        if k in ("parallelism", "energy") and isinstance(v, dict):
+            out.update({f"{k}_{q}": x for q, x in v.items() if not isinstance(x, (dict, list, tuple))})
+        elif not isinstance(v, (dict, list, tuple, np.ndarray)):
+            out[k] = v
+    return out
+
+
+def roofline_frame(r):
+    """`RooflineResult.to_frame()`: one row per (batch, context) point of the result (one row for a scalar
+    answer); array fields spread over the rows, the layout as its label, energy as `energy_*` columns."""
+    skip = {"notes", "range", "layout", "ops", "energy", "speculative"}
+    shape = np.broadcast(np.asarray(r.batch), np.asarray(r.context)).shape
+    n = int(np.prod(shape)) if shape else 1
+    cols = {}
+
+    def put(name, v):
+        a = np.asarray(v)
+        if a.dtype == object and a.ndim == 0:
+            cols[name] = [v] * n
+        elif a.ndim == 0 or a.shape == shape:
+            cols[name] = np.broadcast_to(a, shape).ravel().tolist() if shape else [a.item()]
+
+    for k in r.FIELDS:
+        if k not in skip:
+            put(k, getattr(r, k))
+    cols["layout"] = [(r.layout or {}).get("label")] * n
+    e = r.energy.to_dict() if hasattr(r.energy, "to_dict") else (r.energy or {})
+    for k, v in e.items():
+        put(f"energy_{k}", v)
+    return _frame(cols)
+
+
+def _frame(records):
     """A pandas DataFrame of `records`; pandas is imported only here (an optional extra)."""
     try:
         import pandas as pd
@@ -72,13 +133,14 @@ class PlanResult(Result):
     Keys: options (each: hardware, chip, system, mode, gpus, replicas, layout, parallelism, prefill,
     concurrency_per_replica, max_concurrency_per_replica, capacity_per_replica, headroom, precision, kv_precision,
     speculative, usd_per_gpu_hour, usd_per_hour, usd_per_day, usd_per_mtok_output, predicted, simulated {ttft_p99_s,
-    tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, diurnal), unavailable (hardware,
+    tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, diurnal, energy (through the API
+    and the CLI: `Energy` as a dict)), unavailable (hardware,
     mode, why), demand, targets, input_len, output_len, engine, efficiency, notes, curves.
     """
 
-    FRAME_KEYS = ("hardware", "mode", "engine", "engine_version", "precision", "layout", "gpus", "replicas",
-                  "concurrency_per_replica", "usd_per_gpu_hour", "usd_per_hour", "usd_per_day", "usd_per_mtok_output",
-                  "headroom", "meets_targets", "why")
+    FRAME_KEYS = ("hardware", "mode", "engine", "engine_version", "precision", "kv_precision", "layout", "gpus",
+                  "replicas", "concurrency_per_replica", "output_tokens_per_s", "usd_per_gpu_hour", "usd_per_hour",
+                  "usd_per_day", "usd_per_mtok_output", "headroom", "meets_targets", "why")
 
     def to_frame(self):
         """One row per option (the scalar columns, the price's source and date, and the simulated p99s); pandas
@@ -86,8 +148,11 @@ class PlanResult(Result):
         rows = [{**{k: o.get(k) for k in self.FRAME_KEYS},
                  "price_source": (o.get("price") or {}).get("source"), "price_date": (o.get("price") or {}).get("date"),
                  "price_given": (o.get("price") or {}).get("given"),
+                 "output_tokens_per_s_per_gpu": o["output_tokens_per_s"] / o["gpus"] if o.get("gpus") else None,
                  "simulated_ttft_p99_s": o["simulated"]["ttft_p99_s"],
-                 "simulated_tpot_p99_s": o["simulated"]["tpot_p99_s"]} for o in self["options"]]
+                 "simulated_tpot_p99_s": o["simulated"]["tpot_p99_s"],
+                 **{f"energy_{k}": v for k, v in (o.get("energy") or {}).items()
+                    if not isinstance(v, (dict, list))}} for o in self["options"]]
         df = _frame(rows)
         df.attrs.update({"model": self["model"], "demand": self["demand"], "targets": self["targets"]})
         return df
@@ -112,4 +177,6 @@ def jsonable(v):
         return [jsonable(x) for x in v]
     if isinstance(v, dict):
         return {k: jsonable(x) for k, x in v.items()}
+    if hasattr(v, "to_dict") and hasattr(v, "__dataclass_fields__"):  # a typed record (e.g. Energy)
+        return jsonable(v.to_dict())
     return v

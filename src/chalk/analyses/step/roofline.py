@@ -93,6 +93,11 @@ class RooflineResult:
     overhead_time_s: object
     #: which framework and version the kernel tables come from (layout view; None: no tables used)
     kernels: str | None
+    #: joules per token, power, kWh per day, electricity share of cost (`chalk.analyses.economics.energy.Energy`):
+    #: attached by the API and the faces (`attached`); None from the step model itself
+    energy: object
+    #: the same step with speculative decoding (`SpeculativeResult`) when the API is asked for `mtp` draft tokens
+    speculative: object
 
     #: field names in order; those after `notes` have defaults (`_DEFAULTS`: a fresh dict for `range`)
     FIELDS = ("model", "hardware", "chips", "phase", "batch", "context", "precision", "compute_precision",
@@ -102,9 +107,10 @@ class RooflineResult:
               "balance_context", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_sequence",
               "memory_needed_bytes", "hbm_bytes", "max_batch_fit", "fits", "total_params", "active_params", "flops",
               "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s",
-              "kernels")
+              "kernels", "energy", "speculative")
     _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
-                 "overhead_time_s": 0.0, "kernels": None}
+                 "overhead_time_s": 0.0, "kernels": None, "energy": None,
+                 "speculative": None}
     _NAMES = frozenset(FIELDS)
     __slots__ = FIELDS + ("_later",)
 
@@ -135,8 +141,36 @@ class RooflineResult:
             raise TypeError(f"RooflineResult() got an unexpected field {name!r}") from None
         if "_later" in fields:
             raise TypeError("RooflineResult() got an unexpected field '_later'")
+        for name in _ATTACHED:
+            if name not in fields:
+                put(r, name, None)  # never deferred: the API and the faces attach them (`attached`)
         put(r, "_later", later)
         return r
+
+    def attached(self, **figures) -> "RooflineResult":
+        """This result with the figures the API and the faces attach (`energy`, `speculative`); the fields not
+        yet worked out stay deferred."""
+        bad = set(figures) - set(_ATTACHED)
+        if bad:
+            raise TypeError(f"RooflineResult.attached() takes {', '.join(_ATTACHED)}, not {sorted(bad)}")
+        r = type(self).__new__(type(self))
+        put, get = object.__setattr__, object.__getattribute__
+        for name in self.FIELDS:
+            try:
+                put(r, name, get(self, name))
+            except AttributeError:  # deferred: `later` gives it on first read of the copy
+                pass
+        for name, v in figures.items():
+            put(r, name, v)
+        put(r, "_later", get(self, "_later"))
+        return r
+
+    def to_frame(self):
+        """A pandas DataFrame: one row per (batch, context) point, the scalar fields as columns (the layout as its
+        label, the energy figures as `energy_*`); pandas is imported only here."""
+        from chalk.analyses.records.results import roofline_frame
+
+        return roofline_frame(self)
 
     def __getattr__(self, name: str):
         """A deferred field, worked out (all of them at once) on first read."""
@@ -173,6 +207,10 @@ class RooflineResult:
 
     def to_dict(self) -> dict:
         return {k: _jsonable(getattr(self, k)) for k in self.FIELDS}
+
+
+#: fields the step model leaves None and the API or a face attaches (`RooflineResult.attached`)
+_ATTACHED = ("energy", "speculative")
 
 
 def _rebuild(cls, fields: dict):
