@@ -93,3 +93,49 @@ def test_report_runs_no_experiment(monkeypatch):
 
     monkeypatch.setattr(reversible, "measure_memory", boom)
     assert "revnet_memory_saving" in build_report("llama-3.1-8b", "hgx-h100", context=4096, ideal=True)
+
+
+def test_report_names_the_step_of_every_figure(page):
+    """issue 27: the serving step detail (a step carrying a prefill chunk) was called 'per step' beside decode
+    figures; every time now says whether it is prefill or decode."""
+    serving = page[page.index("4. The serving answer"):page.index("5. The lecture")]
+    assert "per step" not in serving.replace("per-step", "")
+    assert "fetch the weights once per decode step" in page
+    assert "T (decode step time)" in page and "decode step time" in page
+    assert "time to first token (prefill)" in page
+    assert "the step that carries a new prompt&#x27;s prefill chunk beside the decoding batch (prefill + decode)" \
+        in page
+    assert "One replica decoding, no prefill" in page
+    assert "The serving answer (prefill and decode)" in page
+
+
+def test_report_takes_the_request_and_the_layout():
+    """issue 27: --input-len / --output-len / --layout reach the serving answer and the decode table."""
+    from chalk import api
+    from chalk.analyses.traffic.serving import throughput
+
+    page = build_report("llama-3.1-8b", "hgx-h100", context=4096, ideal=True, input_len=2000, output_len=300,
+                        layout="tp=2")
+    assert "serving requests of 2000 tokens in, 300 out (section 4), layout tp=2" in page
+    assert "2000 tokens in, 300 out per request on average" in page and "layout fixed at tp=2" in page
+    res = throughput("llama-3.1-8b", "hgx-h100", input_len=2000.0, output_len=300.0, ideal=True, pareto=True,
+                     layout="tp=2")
+    assert f"layout {res['layout']} (TP 2, EP 1, PP 1, DP 1)" in page
+    m = re.search(r"Cheapest batch that fits: batch ([\d,]+): ([\d.]+) (µs|ms) per decode step", page)
+    assert m
+    r = api.estimate("llama-3.1-8b", "hgx-h100", float(m.group(1).replace(",", "")), 4096, ideal=True, layout="tp=2")
+    assert r.layout["label"] == "TP2"
+    assert float(m.group(2)) == pytest.approx(r.step_time_s * (1e6 if m.group(3) == "µs" else 1e3), rel=0.01)
+    dist = build_report("llama-3.1-8b", "hgx-h100", context=4096, ideal=True,
+                        input_len="lognormal:mean=2000,p99=8000", output_len=300)
+    assert "serving requests of lognormal:mean=2000,p99=8000 tokens in" in dist
+
+
+def test_cli_report_refuses_a_bad_request_before_work(tmp_path):
+    out = tmp_path / "r.html"
+    for args, word in ((["--input-len", "lognormal:mean=x"], "mean"), (["--output-len", "0"], "output_len"),
+                       (["--layout", "tp=x"], "layout")):
+        p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "report", "--model", "llama-3.1-8b", "-H",
+                            "hgx-h100", "-o", str(out), *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and word in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not out.exists()

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import PLOT_FORMATS, fail, out_file, whole, write_plot, wrote
+from chalk.faces.cli_common import PLOT_FORMATS, fail, length, out_file, whole, write_plot, wrote
 
 PLOT_KINDS = ("latency-vs-batch", "cost-vs-batch", "cost-vs-context", "pareto", "hardware-ratio", "pipeline",
               "batch-train", "training-pools")
@@ -74,14 +74,25 @@ def report(
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens."),
     batch: Optional[float] = typer.Option(None, "--batch", "-b", callback=whole("--batch"), metavar="<int>",
                                           help="Operating batch (default: critical, rounded up to a power of 2)."),
-    chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
-    precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-    kv_precision: str = typer.Option("auto", "--kv-precision"),
-    ideal: bool = typer.Option(False, "--ideal"),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs (default: the system's scale-up "
+                                        "domain)."),
+    precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
+    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
+    ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
+    input_len: Optional[str] = typer.Option(None, "--input-len", callback=length("--input-len"),
+                                            help="The serving answer's prompt tokens per request: a mean (2000) or "
+                                                 "a distribution (lognormal:mean=2000,p99=8000) (default: "
+                                                 "--context)."),
+    output_len: str = typer.Option("1024", "--output-len", callback=length("--output-len"),
+                                   help="The serving answer's output tokens per request: as --input-len."),
+    layout: Optional[str] = typer.Option(None, "--layout",
+                                         help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8: the serving answer and "
+                                              "the decode table use it (default: searched / chosen)."),
 ):
     """Write one self-contained HTML page replaying the lecture for a model/hardware pair."""
     from chalk.faces.report import write_report
 
     path = write_report(output, model=model, hardware=hardware, context=context, batch=batch, chips=chips,
-                        precision=precision, kv_precision=kv_precision, ideal=ideal)
+                        precision=precision, kv_precision=kv_precision, ideal=ideal, input_len=input_len,
+                        output_len=output_len, layout=layout)
     wrote(path)

@@ -60,23 +60,23 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
         return [f(r) for r in rs]
 
     steps = [
-        Step("1", "A step takes the longer of its compute and its memory traffic",
+        Step("1", "A decode step takes the longer of its compute and its memory traffic",
              "T = max(T_compute, T_memory) + overhead   (overhead 0 in the ideal roofline)",
-             [("T_compute", col(lambda r: seconds(r.compute_time_s))),
-              ("T_memory", col(lambda r: seconds(r.memory_time_s))),
+             [("T_compute (decode)", col(lambda r: seconds(r.compute_time_s))),
+              ("T_memory (decode)", col(lambda r: seconds(r.memory_time_s))),
               (f"per-step overhead ({eff.label})", col(lambda r: seconds(r.overhead_time_s))),
-              ("T (step time)", col(lambda r: seconds(r.step_time_s))),
+              ("T (decode step time)", col(lambda r: seconds(r.step_time_s))),
               ("bound", col(lambda r: str(r.bound)))]),
         Step("2", "Compute: every active weight multiplies every token once (2 FLOPs per multiply-add)",
              "T_compute = B × (2·N_active + attention FLOPs per token) / (peak FLOP/s × achieved fraction)",
              [("B (sequences)", col(lambda r: num(r.batch))),
               ("N_active", [si(r1.active_params)] * len(rs)),
-              ("FLOPs in the step", col(lambda r: si(r.flops, "FLOP"))),
+              ("FLOPs in the decode step", col(lambda r: si(r.flops, "FLOP"))),
               ("peak", [peak] * len(rs)),
               (f"achieved fraction of peak ({eff.label})", [pct(eff.compute)] * len(rs)),
               ("T_compute", col(lambda r: seconds(r.compute_time_s))),
               ("MFU", col(lambda r: pct(r.mfu)))]),
-        Step("3", "Memory: fetch the weights once per step, and each sequence's whole KV cache",
+        Step("3", "Memory: fetch the weights once per decode step, and each sequence's whole KV cache",
              "T_memory = (weight bytes read + B × L × KV bytes per token) / (HBM bandwidth × achieved fraction)",
              [("weight bytes (all weights)", [si(r1.weight_bytes, "B")] * len(rs)),
               ("weights read", [r1.weights_read] * len(rs)),
@@ -87,7 +87,7 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
               ("HBM bandwidth", [bw] * len(rs)),
               (f"achieved fraction of bandwidth ({eff.label})", [pct(eff.memory)] * len(rs)),
               ("T_memory", col(lambda r: seconds(r.memory_time_s)))]),
-        Step("4", "Cost: rent every chip for the step, share it among the tokens it produced",
+        Step("4", "Cost: rent every chip for the decode step, share it among the tokens it produced",
              "cost per token = T × ($ per chip-second × chips) / B",
              [("price", [f"${chip.price_usd_per_hour:.2f} per chip-hour × {n} chips"
                          + (" (assumption)" if chip.price_is_assumption else "")] * len(rs)),
@@ -177,28 +177,75 @@ def _doc_sections(doc: str) -> dict:
     return out
 
 
-def serving_answer(model, hardware, *, context, chips, precision, kv_precision, ideal, output_len=1024):
-    """chalk.analyses.traffic.serving.throughput's best point for requests of `context` prompt tokens and `output_len`
-    output tokens, as {source, answer, modes, result}; None when the serving analysis is not in this build. The
-    result carries the search's frontier too (the report's frontier figure draws it)."""
+def serving_answer(model, hardware, *, context, chips, precision, kv_precision, ideal, output_len=1024,
+                   input_len=None, layout=None):
+    """chalk.analyses.traffic.serving.throughput's best point (on `layout` when given) for requests of `input_len`
+    prompt tokens (default `context`) and `output_len` output tokens, as {source, answer, modes, result}; None when
+    the serving analysis is not in this build. The result carries the search's frontier too (the report's frontier
+    figure draws it). The answer names the step each time belongs to: prefill (time to first token) or decode."""
     try:
         from chalk.analyses.traffic.serving import throughput
     except ImportError:
         return None
-    res = throughput(model, hardware, input_len=float(context), output_len=float(output_len), gpus=chips,
-                     precision=precision, kv_precision=kv_precision, ideal=ideal, pareto=True)
+    res = throughput(model, hardware, input_len=_length(context if input_len is None else input_len),
+                     output_len=_length(output_len), gpus=chips, precision=precision, kv_precision=kv_precision,
+                     ideal=ideal, pareto=True, layout=layout)
     p = res["parallelism"]
-    return {"source": f"chalk.analyses.traffic.serving.throughput ({res['efficiency']} efficiency; {num(context)} "
-                      f"tokens in, {num(output_len)} out per request; {res['mode']} serving)",
+    input_len, output_len = float(res["input_len"]), float(res["output_len"])  # the means of what was given
+    return {"source": f"chalk.analyses.traffic.serving.throughput ({res['efficiency']} efficiency; {num(input_len)} "
+                      f"tokens in, {num(output_len)} out per request on average; {res['mode']} serving"
+                      + (f"; layout fixed at {layout}" if layout else "; the best layout searched") + ")",
             "answer": f"{num(res['output_tokens_per_s_per_gpu'])} output tokens/s per GPU at "
-                      f"{num(res['user_tokens_per_s'])} tokens/s per user, time to first token "
-                      f"{seconds(res['ttft_s'])}, {usd(res['cost_per_mtok_output_usd'])} per million output "
-                      f"tokens; layout {res['layout']} (TP {p['tp']}, EP {p['ep']}, PP {p['pp']}, DP {p['dp']})"
-                      f" on {num(res['gpus'])} GPUs with {num(res['concurrency'])} sequences in flight",
-            "modes": res.get("modes", []), "result": res, "output_len": float(output_len)}
+                      f"{num(res['user_tokens_per_s'])} tokens/s per user (decode: one token every "
+                      f"{seconds(res['tpot_s'])}), time to first token (prefill) {seconds(res['ttft_s'])}, "
+                      f"{usd(res['cost_per_mtok_output_usd'])} per million output tokens; layout {res['layout']} "
+                      f"(TP {p['tp']}, EP {p['ep']}, PP {p['pp']}, DP {p['dp']}) on {num(res['gpus'])} GPUs with "
+                      f"{num(res['concurrency'])} sequences in flight",
+            "modes": res.get("modes", []), "result": res, "output_len": float(output_len), "input_len": input_len}
 
 
-def reconcile(serving: dict, best: dict, r_best, context: float, output_len: float) -> list[str]:
+def _length(x):
+    """A request length as the serving search takes it: a number as a float, a distribution's text as given."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return x
+
+
+def length_text(x) -> str:
+    v = _length(x)
+    return num(v) if isinstance(v, float) else str(v)
+
+
+def check_request(input_len=None, output_len=None, layout=None) -> None:
+    """Refuse a bad length or layout in one line before any work (the serving search would, but only after the
+    lecture's figures are drawn)."""
+    from chalk.analyses.step.estimate import parse_layout
+    from chalk.specs.lengths import parse_lengths
+    from chalk.specs.workload import positive
+
+    for name, x in (("input_len", input_len), ("output_len", output_len)):
+        if x is None:
+            continue
+        v = _length(x)
+        if isinstance(v, float):
+            positive(name, v, scalar=True)
+        else:
+            parse_lengths(v)
+    if layout is not None:
+        parse_layout(layout)
+
+
+def step_label(res: dict) -> str:
+    """Which step a serving answer's step detail (`res['step']`) describes: in aggregated serving the step that
+    carries a new prompt's prefill chunk beside the decoding batch; in disaggregated serving the decode step."""
+    if res.get("mode") == "disaggregated":
+        return "the decode step"
+    return "the step that carries a new prompt's prefill chunk beside the decoding batch (prefill + decode)"
+
+
+def reconcile(serving: dict, best: dict, r_best, context: float, output_len: float,
+              input_len: float | None = None) -> list[str]:
     """Why the serving answer and the one-replica roofline table give different tokens/s per GPU: the batch,
     the prefill share, the layout's communication and overheads, and the context each assumes. Lines of text;
     every number is read from the two results."""
@@ -208,6 +255,7 @@ def reconcile(serving: dict, best: dict, r_best, context: float, output_len: flo
     step = res.get("step") or {}
     p = res.get("parallelism") or {}
     gpus = res.get("gpus")
+    input_len = float(context if input_len is None else input_len)
     lines = [
         f"Per GPU: the serving answer gives {num(res.get('output_tokens_per_s_per_gpu'))} output tokens/s; the "
         f"roofline table's cheapest batch gives {num(r_best.tokens_per_s / r_best.chips)} tokens/s "
@@ -216,33 +264,37 @@ def reconcile(serving: dict, best: dict, r_best, context: float, output_len: flo
         f"({num(res.get('batch_per_replica'))} per replica), held down by the memory left for KV and by a cap of "
         f"{MAX_SEQS_PER_SCHEDULER} sequences per scheduler (what engines run); the table's cheapest batch is "
         f"{num(best.get('best_batch'))}, as large as HBM allows.",
-        f"Prefill. Serving also reads every request's {num(context)}-token prompt: "
+        f"Prefill. Serving also reads every request's {num(input_len)}-token prompt: "
         f"{pct(res.get('prefill_time_share'))} of its GPU time goes to prefill, and output tokens/s per GPU counts "
         f"only the {num(output_len)} decoded tokens; the table is decode alone.",
         f"Layout and overheads. Serving's {res.get('layout', '?')} layout (TP {p.get('tp', '?')}, EP "
-        f"{p.get('ep', '?')}, PP {p.get('pp', '?')}) spends {seconds(step.get('comm_time_s'))} per step on "
-        f"communication and {seconds(step.get('overhead_s'))} on per-step overhead out of "
-        f"{seconds(step.get('stage_time_s'))}; the table sums {num(r_best.chips)} chips' FLOP/s and bandwidth with "
-        f"communication free.",
-        f"Context. Serving's KV cache grows to {num(context + output_len)} tokens per sequence by the last output "
+        f"{p.get('ep', '?')}, PP {p.get('pp', '?')}) spends {seconds(step.get('comm_time_s'))} on communication "
+        f"and {seconds(step.get('overhead_s'))} on per-step overhead in {step_label(res)}, which takes "
+        f"{seconds(step.get('stage_time_s'))}; its decode emits one token per sequence every "
+        f"{seconds(res.get('tpot_s'))} on average (TPOT). The table's decode step at batch "
+        f"{num(r_best.batch)} takes {seconds(r_best.step_time_s)} on {r_best.view} view"
+        + (f" {(r_best.layout or {}).get('label', '')}" if r_best.view == "layout" else "")
+        + f" ({num(r_best.chips)} chips, communication {seconds(r_best.comm_time_s)}).",
+        f"Context. Serving's KV cache grows to {num(input_len + output_len)} tokens per sequence by the last output "
         f"token; the table holds the context at {num(context)}.",
     ]
     return lines
 
 
-def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precision, ideal) -> dict:
-    """One replica on the roofline: the cheapest batch that fits in HBM, and the sweep it was read from."""
+def roofline_best_batch(model, hardware, *, context, chips, precision, kv_precision, ideal, layout=None) -> dict:
+    """One replica (on `layout` when given) decoding: the cheapest batch that fits in HBM, and the sweep it was
+    read from."""
     from chalk import api
 
     r1 = api.estimate(model, hardware, 1, context, chips=chips, precision=precision, kv_precision=kv_precision,
-                      ideal=ideal)
+                      ideal=ideal, layout=layout)
     batches = np.unique(np.concatenate([2.0 ** np.arange(0, 17), [max(float(r1.max_batch_fit), 1.0)]]))
     table = api.sweep(model, hardware, batches, [context], chips=chips, precision=precision,
-                      kv_precision=kv_precision, ideal=ideal)
+                      kv_precision=kv_precision, ideal=ideal, layout=layout)
     best = table.best("cost_per_mtok_usd", where="fits")
     if best is None:
         return {"answer": "does not fit in HBM even at batch 1", "table": table}
-    return {"answer": f"batch {num(best['batch'])}: {seconds(best['step_time_s'])} per step, "
+    return {"answer": f"batch {num(best['batch'])}: {seconds(best['step_time_s'])} per decode step, "
                       f"{num(best['user_tokens_per_s'])} tokens/s per user, {num(best['tokens_per_s'])} tokens/s "
                       f"in all, {usd(best['cost_per_mtok_usd'])} per million output tokens "
                       f"({best['bound']}-bound, MFU {pct(best['mfu'])})",
@@ -298,8 +350,10 @@ def _table(head, rows, num_cols=(), cls="") -> str:
 
 
 def build_report(model, hardware, *, context=4096, batch=None, chips=None, precision=None, kv_precision="bf16",
-                 ideal=False) -> str:
-    """The report as an HTML string."""
+                 ideal=False, input_len=None, output_len=1024, layout=None) -> str:
+    """The report as an HTML string. `context`: the decode context of the lecture's equations and the roofline
+    table; `input_len` (default `context`) and `output_len`: the serving answer's requests; `layout` (e.g.
+    'tp=8,ep=8'): the replica of the serving answer and the roofline table (default: searched / chosen)."""
     from chalk import __version__
 
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
@@ -309,26 +363,30 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
     out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>chalk report: {_e(r1.model)} on "
            f"{_e(r1.hardware)}</title><style>{CSS}</style></head><body>",
            f"<h1>{_e(r1.model)} on {r1.chips} × {_e(r1.hardware)}</h1>",
-           f"<p class=sub>Decode at context {num(context)} · {_e(r1.precision)} weights ({_e(r1.compute_precision)} "
+           f"<p class=sub>Decode steps at context {num(context)} (sections 1-3: the aggregate bound, all "
+           f"{num(r1.chips)} GPUs summed); serving requests of {_e(length_text(context if input_len is None else input_len))} "
+           f"tokens in, {_e(length_text(output_len))} out (section 4)"
+           + (f", layout {_e(layout)}" if layout else "") + f" · {_e(r1.precision)} weights ({_e(r1.compute_precision)} "
            f"compute), {_e(r1.kv_precision)} KV · efficiency: {_e(r1.efficiency)} · chalk {__version__} · "
            f"{_dt.date.today().isoformat()}</p>",
            "<p>This page replays the blackboard lecture's roofline for one model on one machine: how long a decode "
            "step takes, why, what a token costs, and how batch and context move both. A decode step reads the "
            "model's weights and every sequence's KV cache from HBM and multiplies each token through the active "
-           "weights; whichever takes longer sets the step time.</p>",
-           f"<div class=answer><b>In one line.</b> At batch 1 a step takes {seconds(r1.step_time_s)} and a million "
-           f"output tokens cost {usd(r1.cost_per_mtok_usd)}; at batch {num(rb.batch)} a step takes "
+           "weights; whichever takes longer sets the decode step time.</p>",
+           f"<div class=answer><b>In one line.</b> At batch 1 a decode step takes {seconds(r1.step_time_s)} and a "
+           f"million output tokens cost {usd(r1.cost_per_mtok_usd)}; at batch {num(rb.batch)} a decode step takes "
            f"{seconds(rb.step_time_s)} and they cost {usd(rb.cost_per_mtok_usd)}. The critical batch (eq. 5) is "
            f"{num(r1.critical_batch)}; past a context of {num(r1.balance_context)} tokens the KV fetch outgrows the "
            f"compute.</div>",
-           "<h2>1. The equations with this pair's numbers</h2>"]
+           f"<h2>1. The equations with this pair's numbers (decode step, aggregate bound: {num(r1.chips)} GPUs "
+           "summed, communication free)</h2>"]
     for s in steps:
         out.append(f"<h3>Eq. {_e(s.eq)} — {_e(s.title)}</h3><p><span class=eq>{_e(s.formula)}</span></p>")
         out.append(_table(heads, [[q, *vals] for q, vals in s.rows], num_cols=range(1, len(heads)), cls="eqt"))
         if s.note:
             out.append(f"<p class=sub>{_e(s.note)}</p>")
     fk = dict(model=model, hardware=hardware, context=context, **kw)
-    out.append("<h2>2. The two graphs</h2><p>Latency vs batch: the compute line, the weight-fetch floor, the "
+    out.append("<h2>2. The two graphs (decode)</h2><p>Latency vs batch: the compute line, the weight-fetch floor, the "
                "KV-fetch slope and their max (the thick line). Below the critical batch the step time barely "
                "moves with batch: it is the time to read the weights.</p>")
     out.append(f"<img alt='latency vs batch' src='data:image/png;base64,{_figure_png('latency-vs-batch', **fk)}'>")
@@ -336,13 +394,14 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
                "and KV per token are flat. Cost falls until it meets the floor, so batching far past the critical "
                "batch ('slow mode') saves little.</p>")
     out.append(f"<img alt='cost vs batch' src='data:image/png;base64,{_figure_png('cost-vs-batch', **fk)}'>")
-    out.append("<h2>3. Cost vs context</h2><p>At a fixed batch, longer contexts add KV bytes per token. Past the "
+    out.append("<h2>3. Cost vs context (decode)</h2><p>At a fixed batch, longer contexts add KV bytes per token. Past the "
                "balance context the step is memory-bound and MFU collapses; sparse attention (reading ~√L of the "
                "context) moves the cliff out.</p>")
     out.append(f"<img alt='cost vs context' src='data:image/png;base64,"
                f"{_figure_png('cost-vs-context', batch=rb.batch, **fk)}'>")
-    out.append("<h2>4. The serving answer</h2>")
-    ans = serving_answer(model, hardware, context=context, **kw)
+    out.append("<h2>4. The serving answer (prefill and decode)</h2>")
+    ans = serving_answer(model, hardware, context=context, input_len=input_len, output_len=output_len,
+                         layout=layout, **kw)
     if ans is None:
         out.append("<p class=sub>chalk.analyses.traffic.serving is not in this build: below, one replica on the "
                    "roofline.</p>")
@@ -361,18 +420,19 @@ def build_report(model, hardware, *, context=4096, batch=None, chips=None, preci
             out.append(f"<img alt='serving frontier' src='data:image/png;base64,{png}'>")
         except ChalkError as e:
             out.append(f"<p class=sub>No frontier figure: {_e(e)}</p>")
-    best = roofline_best_batch(model, hardware, context=context, **kw)
-    out.append(f"<h3>One replica on the roofline</h3><p class=answer>Cheapest batch that fits: "
+    best = roofline_best_batch(model, hardware, context=context, layout=layout, **kw)
+    out.append(f"<h3>One replica decoding, no prefill</h3><p class=answer>Cheapest batch that fits: "
                f"{_e(best['answer'])}</p>")
     if ans is not None and best.get("best_batch"):
         from chalk import api
 
-        r_best = api.estimate(model, hardware, best["best_batch"], context, **kw)
-        lines = reconcile(ans, best, r_best, float(context), float(ans.get("output_len", 1024)))
+        r_best = api.estimate(model, hardware, best["best_batch"], context, layout=layout, **kw)
+        lines = reconcile(ans, best, r_best, float(context), float(ans.get("output_len", 1024)),
+                          ans.get("input_len"))
         out.append("<h3>Why the serving answer and the roofline table differ</h3><p>" + _e(lines[0]) + "</p><ul>"
                    + "".join(f"<li>{_e(x)}</li>" for x in lines[1:]) + "</ul>")
-    out.append(_table(["batch", "step time", "bound", "MFU", "tokens/s", "tokens/s per user", "$ per M tokens",
-                       "fits"],
+    out.append(_table(["batch", "decode step time", "bound", "MFU", "output tokens/s per replica",
+                       "tokens/s per user", "$ per M output tokens", "fits"],
                       [[num(t["batch"]), seconds(t["step_time_s"]), t["bound"], pct(t["mfu"]),
                         num(t["tokens_per_s"]), num(t["user_tokens_per_s"]), usd(t["cost_per_mtok_usd"]),
                         "yes" if t["fits"] else "no"]
@@ -415,6 +475,7 @@ def write_report(output, model, hardware, **kw) -> Path:
         raise InputError(f"report output must end in .html, got {str(output)!r}")
     if not path.parent.exists():
         raise InputError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    check_request(kw.get("input_len"), kw.get("output_len"), kw.get("layout"))
     text = build_report(model, hardware, **kw)
     atomic_write(path, text, "report output")
     return path
