@@ -55,14 +55,24 @@ def _estimate_options():
     return inspect.signature(estimate).parameters
 
 
+def _api_estimate_options():
+    return inspect.signature(chalk.estimate).parameters
+
+
+def _layout_options():
+    from chalk.analyses.step.parallel import layout_report
+
+    return {k: v for k, v in inspect.signature(layout_report).parameters.items() if k not in ("model", "system")}
+
+
 #: public name -> (callable, positional args, good keyword args, where `**kwargs` go, how many values to try)
 CALLS = {
     "estimate": (chalk.estimate, (M, H), {}, None, None),
-    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, None, None),
+    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, _api_estimate_options, None),
     "Session": (_session, (M, H), {}, _estimate_options, None),
     "Session.estimate": (_session_estimate, (), {}, _estimate_options, None),
     "throughput": (chalk.throughput, (M, H), {"input_len": 1000, "output_len": 200}, None, None),
-    "layout": (chalk.layout, (M, H), {}, None, None),
+    "layout": (chalk.layout, (M, H), {}, _layout_options, None),
     "simulate": (chalk.simulate, (M, H), {"rate": 5, "requests": 50}, None, None),
     "train": (chalk.train, (M,), {}, None, None),
     "pricing": (chalk.pricing, (), {}, None, None),

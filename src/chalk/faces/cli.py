@@ -85,8 +85,17 @@ app = typer.Typer(cls=_LazyGroup, add_completion=False, no_args_is_help=True, pr
                   help="chalk: how fast and how cheaply an LLM can be trained and served on given hardware, and why.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from chalk import __version__
+
+        typer.echo(f"chalk {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _group() -> None:
+def _group(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                        help="Print chalk's version and exit.")) -> None:
     # typer runs an app of one command as that command; the others are added later, by _LazyGroup
     pass
 
@@ -102,7 +111,8 @@ def estimate(
     hardware: str = HW_OPT,
     batch: float = typer.Option(1, "--batch", "-b", callback=whole("--batch"), metavar="<int>", help="Sequences in the step (per replica)."),
     context: float = typer.Option(4096, "--context", "-c", help="Context tokens (prompt length for prefill)."),
-    phase: Phase = typer.Option(Phase.decode, "--phase"),
+    phase: Phase = typer.Option(Phase.decode, "--phase", help="decode: one token per sequence; prefill: the "
+                                "whole prompt of --context tokens."),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "
                                          "(default: the smallest TP group in the scale-up domain that fits); "
                                          "etp=2 splits each expert 2 ways inside its EP group (ep x etp = tp x "
@@ -151,14 +161,15 @@ def estimate(
                                     "system": o["result"].hardware if o["result"] is not None else None}
                                    for o in rows]})
             return
-        t = table(f"{model} · {phase.value} · batch {num(batch)} · context {num(context)} across chips",
-                  ["hardware", "layout", "step", "tokens/s", "per user", "$/M tok", "bound"])
+        t = table(f"{model} · {phase.value} · batch {num(batch)} · context {num(context)} across chips "
+                  "(tokens/s per replica, the layout's GPUs)",
+                  ["hardware", "layout", "GPUs", "step", "tok/s/replica", "tok/s/user", "$/M tok", "bound"])
         for o in rows:
             r = o["result"]
             if r is None:
-                t.add_row(o["hardware"], "-", "-", "-", "-", "-", o["error"][:40])
+                t.add_row(o["hardware"], "-", "-", "-", "-", "-", "-", o["error"][:40])
                 continue
-            t.add_row(o["hardware"], r.layout["label"] if r.layout else f"{r.chips} summed", seconds(r.step_time_s),
+            t.add_row(o["hardware"], r.layout["label"] if r.layout else "summed", str(r.chips), seconds(r.step_time_s),
                       num(r.tokens_per_s), num(r.user_tokens_per_s), usd(r.cost_per_mtok_usd), str(r.bound))
         console().print(t)
         return
@@ -175,16 +186,27 @@ def estimate(
     if as_json:
         d = r.to_dict()
         d["step_time_s"] = r.step_time_s
+        # what each throughput is counted over (tokens_per_s: the replica's, or the chips summed)
+        over = "replica" if r.view == "layout" else "fleet"  # the aggregate view sums every GPU given
+        d.setdefault(f"tokens_per_s_per_{over}", r.tokens_per_s)
+        d.setdefault("tokens_per_s_per_gpu", r.tokens_per_s / r.chips if r.chips else None)
+        d.setdefault(f"gpus_per_{over}", r.chips)
         if spec is not None:
             d["speculative"] = spec.to_dict()
         emit_json(d)
         return
     c = console()
-    where = (f"{r.layout['label']} ({r.chips} GPU{'s' if r.chips != 1 else ''}) of {r.hardware}" if r.view == "layout"
-             else f"{r.chips} x {r.hardware} summed into one chip (aggregate: communication-free bound)")
-    t = table(f"{r.model} on {where} · {r.phase} · batch {num(r.batch)} · context {num(r.context)}"
-              f" · {r.precision} weights ({r.compute_precision} compute), {r.kv_precision} KV · {r.efficiency}",
+    from chalk.faces.fmt import header, rate
+    from chalk.specs.catalog import resolve_hardware
+
+    chip = resolve_hardware(hardware).chip.id
+    where = (r.layout["label"] if r.view == "layout"
+             else "aggregate (all GPUs summed into one communication-free chip: a bound)")
+    t = table(header(r.model, chip, r.chips, where, f"{r.precision} ({r.compute_precision} compute)",
+                     r.kv_precision, None, r.efficiency, r.phase, f"batch {num(r.batch)}",
+                     f"context {num(r.context)}", system=r.hardware),
               ["quantity", "value"])
+    unit = "replica" if r.view == "layout" else "fleet"
     rows = [
         ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
                                                 f"{seconds(r.range['step_time_s'][1])})"
@@ -201,7 +223,9 @@ def estimate(
         rows += [("  overhead", seconds(r.overhead_time_s))]
     rows += [
         ("bound", str(r.bound)), ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),
-        ("throughput", f"{num(r.tokens_per_s)} tokens/s"), ("per user", f"{num(r.user_tokens_per_s)} tokens/s"),
+        ("throughput", rate(r.tokens_per_s, "tokens/s", unit, r.chips)
+                       + f" = {rate(r.tokens_per_s / r.chips, 'tokens/s', 'gpu')}"),
+        ("per user", rate(r.user_tokens_per_s, "tokens/s", "user")),
         ("cost", f"{usd(r.cost_per_mtok_usd)} per M tokens"),
         *energy_rows(r.energy),
         ("critical batch (eq. 5, weights only)", num(r.critical_batch)),

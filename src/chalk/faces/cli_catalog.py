@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 @hardware_app.command("list")
-def hardware_list(as_json: bool = typer.Option(False, "--json")):
+def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """Every chip and system in the catalog."""
     from chalk.specs import catalog
 
@@ -55,7 +55,7 @@ def _chip_dict(c) -> dict:
 
 @hardware_app.command("show")
 def hardware_show(name: str = typer.Argument(..., help="Chip or system id, alias, or YAML path."),
-                  as_json: bool = typer.Option(False, "--json")):
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """One chip or system, with its derived ratios."""
     from chalk.specs.catalog import resolve_hardware
 
@@ -90,7 +90,7 @@ def hardware_show(name: str = typer.Argument(..., help="Chip or system id, alias
 
 
 @models_app.command("list")
-def models_list(as_json: bool = typer.Option(False, "--json")):
+def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """Every model in the catalog with its sizes."""
     from chalk.analyses.step.model_sizes import ModelSizes
     from chalk.specs import catalog
@@ -110,9 +110,9 @@ def models_list(as_json: bool = typer.Option(False, "--json")):
 
 @models_app.command("show")
 def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.json path or folder."),
-                kv_precision: str = typer.Option("auto", "--kv-precision"),
-                precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-                as_json: bool = typer.Option(False, "--json")):
+                kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
+                precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """One model's derived sizes."""
     from chalk.analyses.step.model_sizes import ModelSizes
     from chalk.specs import catalog

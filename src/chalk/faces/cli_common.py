@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from contextlib import contextmanager
 from enum import Enum
 from functools import lru_cache
 from typing import Any
@@ -23,6 +24,60 @@ HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system
 EPLB_OPT = typer.Option("auto", "--eplb", metavar="auto|on|off", help="MoE: an expert-load balancer (redundant "
                         "experts placed by load) on the EP group. auto: from the calibrated EP width, as wide-EP "
                         "deployments run one; off: served traffic's uneven expert loads.")
+
+
+def duration(option: str):
+    """A typer callback for a time option: seconds (0.5), or with a unit (500ms, 0.5s, 200us). Every time an option
+    takes reads this one way (`--ttft-p99 2s`, `--period 20ms`), so no option carries its unit in its name."""
+    def check(value):
+        if value is None:
+            return None
+        from chalk.errors import InputError
+
+        text = str(value).strip().lower()
+        scale = 1.0
+        for suffix, f in (("ms", 1e-3), ("us", 1e-6), ("\u00b5s", 1e-6), ("min", 60.0), ("s", 1.0)):
+            if text.endswith(suffix):
+                text, scale = text[: -len(suffix)].strip(), f
+                break
+        try:
+            v = float(text) * scale
+        except ValueError:
+            raise InputError(f"{option} must be a duration in seconds (0.5) or with a unit (500ms, 2s), "
+                             f"got {str(value)[:40]!r}") from None
+        return v  # its range is checked where the value is used, in that quantity's own words
+    return check
+
+
+#: What every --input-len / --output-len takes (specs.lengths.parse_lengths reads it).
+LENGTH_FORMS = "a mean (2000), a distribution (lognormal:mean=2000,p99=8000; uniform:min=100,max=900) or a file " \
+               "of lengths"
+
+
+def length(option: str):
+    """A typer callback for a request-length option: a number stays a number (float); a distribution or a file is
+    checked here, before the command works, and passed on as typed."""
+    def check(value):
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+        from chalk.specs.lengths import parse_lengths
+
+        parse_lengths(value)  # a bad form is refused here, in one line
+        return value
+    return check
+
+
+def deprecated(old: str, new: str, value, replacement):
+    """A hidden old spelling of an option: say once on stderr which spelling replaces it, and use its value
+    where the new option was not given (both given: the new one wins)."""
+    if value is None:
+        return replacement
+    sys.stderr.write(f"chalk: note: {old} is deprecated; use {new}\n")
+    return value if replacement is None else replacement
 
 
 #: The per-token draft acceptance rate `--mtp` assumes when `--acceptance` is not given.
@@ -170,6 +225,17 @@ def _readable_table_class():
 
     class _Readable(Table):
         def __rich_console__(self, console, options):
+            from rich.text import Text
+
+            title, self.title = self.title, None
+            if title:  # the answer's header: wrapped at the terminal's width, not the table's
+                yield Text(str(title), style="bold")
+            try:
+                yield from self._body(console, options)
+            finally:
+                self.title = title
+
+        def _body(self, console, options):
             def words(c):
                 return getattr(c, "plain", str(c)).split()
 
@@ -183,6 +249,10 @@ def _readable_table_class():
             room = options.max_width - 3 * (len(cols) - 1)
             if sum(longest) <= room:
                 width = list(widest)
+                spare = room - sum(width)
+                for i, col in enumerate(cols):  # room left over: headers on one line, the cells wrap no sooner
+                    grow = min(max(len(getattr(col.header, "plain", str(col.header))) - width[i], 0), max(spare, 0))
+                    width[i], spare = width[i] + grow, spare - grow
                 while sum(width) > room:  # the widest column that can give way wraps at a space
                     i = max((j for j in range(len(width)) if width[j] > longest[j]), key=lambda j: width[j])
                     width[i] -= 1
@@ -192,8 +262,6 @@ def _readable_table_class():
                 return
             from rich.text import Text
 
-            if self.title:
-                yield Text(str(self.title), style="bold")
             heads = [getattr(c.header, "plain", str(c.header)) for c in self.columns]
             for i in range(self.row_count):
                 cells = [getattr(col._cells[i], "plain", str(col._cells[i])) for col in self.columns]
@@ -263,6 +331,42 @@ def whole(option: str):
         return value
 
     return check
+
+
+@contextmanager
+def progress(quiet: bool, what: str):
+    """A progress callback `tick(done, total)` drawing a bar on stderr for work that can run past a few seconds;
+    None (nothing drawn) under --json or when stderr is not a terminal, so piped output stays clean."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def tick(done, total):
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
+@contextmanager
+def busy(quiet: bool, what: str):
+    """A spinner with the elapsed time on stderr while one call that reports no steps works (a plan's search and
+    replays); silent under --json or when stderr is not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True) as bar:
+        bar.add_task(what, total=None)
+        yield
 
 
 PLOT_FORMATS = (".png", ".svg")

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, num, pct, seconds, si, table, usd, whole
+from chalk.faces.cli_common import LENGTH_FORMS, console, emit_json, length, num, pct, seconds, si, table, usd, whole
 
 _ASSUME_HELP = {
     "active_params": "Eq. 6's active parameters N_active (count, e.g. 1e11). Default 100B (the lecture's).",
@@ -22,8 +22,27 @@ _ASSUME_HELP = {
 }
 
 
+#: The short flags these options share with every other command (-H hardware, -p precision).
+_SHORT = {"hardware": ("-H",), "precision": ("-p",)}
+
+
 def _opts(**names):
-    return {k: typer.Option(None, f"--{k.replace('_', '-')}", help=_ASSUME_HELP[k]) for k in names}
+    return {k: typer.Option(None, f"--{k.replace('_', '-')}", *_SHORT.get(k, ()), help=_ASSUME_HELP[k])
+            for k in names}
+
+
+def _mean_length(option: str):
+    """A length option read as its mean (the margin is linear in tokens per request): any form --input-len takes."""
+    check = length(option)
+
+    def mean(value):
+        v = check(value)
+        if isinstance(v, str):
+            from chalk.specs.lengths import parse_lengths
+
+            return parse_lengths(v).mean
+        return v
+    return mean
 
 
 def _assumptions(obj: dict | None, **given):
@@ -200,8 +219,11 @@ def register(app: typer.Typer) -> None:
         prompt_len: Optional[float] = typer.Option(None, "--prompt-len", help="Prefill tokens (default: --context)."),
         input_tokens: Optional[float] = typer.Option(None, "--input-tokens", help="Input tokens/day (default 608e9)."),
         output_tokens: Optional[float] = typer.Option(None, "--output-tokens", help="Output tokens/day (168e9)."),
-        input_len: Optional[float] = typer.Option(None, "--input-len", help="Tokens in per request (not per day)."),
-        output_len: Optional[float] = typer.Option(None, "--output-len", help="Tokens out per request."),
+        input_len: Optional[str] = typer.Option(None, "--input-len", callback=_mean_length("--input-len"),
+                                                help=f"Prompt tokens per request (not per day): {LENGTH_FORMS}; "
+                                                "the margin reads its mean."),
+        output_len: Optional[str] = typer.Option(None, "--output-len", callback=_mean_length("--output-len"),
+                                                 help="Output tokens per request: as --input-len."),
         cache_hit: float = typer.Option(0.563, "--cache-hit", help="Fraction of input tokens hitting the cache (0-1)."),
         precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute: bf16, fp8, fp4..."),
         kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision."),

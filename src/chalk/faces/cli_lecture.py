@@ -22,12 +22,14 @@ def sweep(
     batches: str = typer.Option("1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192", "--batches",
                                 help="Comma-separated batch sizes, or start:stop:points for a log range."),
     contexts: str = typer.Option("4096", "--contexts", help="Comma-separated context lengths, or start:stop:points."),
-    phase: Phase = typer.Option(Phase.decode, "--phase"),
-    chips: Optional[int] = typer.Option(None, "--gpus", "--chips"),
-    precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-    kv_precision: str = typer.Option("auto", "--kv-precision"),
-    ideal: bool = typer.Option(False, "--ideal"),
-    as_json: bool = typer.Option(False, "--json"),
+    phase: Phase = typer.Option(Phase.decode, "--phase", help="decode: one token per sequence; prefill: the "
+                                "whole prompt of each context."),
+    chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs summed into one chip (default: the "
+                                        "system's scale-up domain)."),
+    precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
+    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
+    ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"),
                                        help="Write the table to this CSV file."),
     plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
@@ -46,9 +48,14 @@ def sweep(
         emit_json(res.to_dict())
         return
     a = res.meta
-    t = table(f"{a['model']} on {a['chips']} x {a['hardware']} · {a['phase']} · critical batch "
-              f"{num(a['critical_batch'])} · balance context {num(a['balance_context'])} tokens · {a['efficiency']}",
-              ["batch", "context", "step", "bound", "MFU", "tokens/s", "tokens/s/user", "$/M tokens", "fits"])
+    from chalk.faces.fmt import header
+    from chalk.specs.catalog import resolve_hardware
+
+    t = table(header(a["model"], resolve_hardware(hardware).chip.id, a["chips"],
+                     f"one {a['chips']}-GPU replica, as estimate picks it", a["precision"], a["kv_precision"], None,
+                     a["efficiency"], a["phase"], f"critical batch {num(a['critical_batch'])}",
+                     f"balance context {num(a['balance_context'])} tokens", system=a["hardware"]),
+              ["batch", "context", "step", "bound", "MFU", "tok/s/replica", "tok/s/user", "$/M tokens", "fits"])
     for row in res.rows():
         t.add_row(num(row["batch"]), num(row["context"]), seconds(row["step_time_s"]), row["bound"], pct(row["mfu"]),
                   num(row["tokens_per_s"]), num(row["user_tokens_per_s"]), usd(row["cost_per_mtok_usd"]),

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", "-m", help="config.json path or catalog id to time."),
         out_dir: Optional[str] = typer.Option(None, "--output-dir", "-o", callback=out_dir("--output-dir"),
                                               help="Write calibrated-chip.yaml and cases.csv here."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                             help="Overlay measured steps on the predicted curve."),
     ):

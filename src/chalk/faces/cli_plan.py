@@ -8,8 +8,8 @@ from typing import List, Optional, Tuple
 import typer
 
 from chalk.faces import cli_portfolio as PF
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, num,
-                                    out_file, pct, table, usd, wrote)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_for, busy,
+                                    console, duration, emit_json, length, num, out_file, pct, table, usd, wrote)
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
@@ -17,26 +17,40 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan)
 
 
-def _duration(option: str):
-    """A latency target: seconds (0.5), or with a unit (500ms, 0.5s)."""
-    def check(value):
-        if value is None:
-            return None
-        from chalk.errors import InputError
+_duration = duration  # the one reading of a time option lives in cli_common
 
-        text = str(value).strip().lower()
-        scale = 1.0
-        for suffix, f in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
-            if text.endswith(suffix):
-                text, scale = text[: -len(suffix)].strip(), f
-                break
-        try:
-            v = float(text) * scale
-        except ValueError:
-            raise InputError(f"{option} must be a duration in seconds (0.5) or with a unit (500ms), "
-                             f"got {str(value)[:40]!r}") from None
-        return v
-    return check
+#: The weight precisions plan explores by default, each where a candidate chip runs it natively and it is no wider
+#: than the checkpoint's own (a narrower one means a quantised checkpoint; accuracy is not modelled).
+SERVING_PRECISIONS = ("bf16", "fp8", "fp4")
+
+
+def explored_precisions(model: str, hardware) -> list:
+    """plan's default `precision`: the checkpoint's own (None) and each narrower SERVING_PRECISIONS entry some
+    candidate chip has a native rate for."""
+    from chalk.analyses.step.model_sizes import ModelSizes
+    from chalk.specs.catalog import load_model, resolve_hardware
+    from chalk.specs.demand import candidate_list
+    from chalk.specs.precision import bytes_per_element
+
+    own = ModelSizes(load_model(model)).default_precision()
+    native = set()
+    for h in candidate_list(hardware):
+        native |= set((h if hasattr(h, "chip") else resolve_hardware(str(h).strip())).chip.flops_per_s)
+    try:
+        own_bytes = bytes_per_element(own)
+    except Exception:  # a format without a plain element size: keep the checkpoint's only
+        return [None]
+    return [None, *(p for p in SERVING_PRECISIONS if p in native and bytes_per_element(p) < own_bytes)]
+
+
+def _precision_line(r, given) -> str:
+    """Which weight precisions the plan chose among, and how to choose others."""
+    seen = ", ".join(r["precisions_explored"])
+    if given:
+        return f"precisions explored: {seen} (as --precision gave)"
+    return (f"precisions explored: {seen} (the checkpoint's and each narrower one a candidate chip runs natively; "
+            f"a narrower one means a quantised checkpoint, accuracy not modelled); --precision "
+            f"{r['precisions_explored'][0].split(' ')[0]} keeps the checkpoint's")
 
 
 def plan(
@@ -47,19 +61,19 @@ def plan(
     users: Optional[float] = typer.Option(None, "--users", help="Demand: concurrent users, one request in flight "
                                           "each."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Demand: requests per second (Poisson)."),
-    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens per request: a mean, a "
-                                            "distribution (lognormal:mean=2000,p99=8000) or a file of lengths."),
-    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens per request: as "
-                                             "--input-len."),
+    input_len: Optional[str] = typer.Option(None, "--input-len", callback=length("--input-len"),
+                                            help=f"Prompt tokens per request: {LENGTH_FORMS}."),
+    output_len: Optional[str] = typer.Option(None, "--output-len", callback=length("--output-len"),
+                                             help="Output tokens per request: as --input-len."),
     trace: Optional[str] = typer.Option(None, "--trace", help="Request trace (chalk CSV, Azure LLM trace CSV or "
                                         "Mooncake JSONL): the rate of its busiest minute and its own lengths, "
                                         "instead of --rate/--users and --input-len/--output-len."),
     speedup: float = typer.Option(1.0, "--speedup", help="With --trace: its rate times this."),
     min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Output tokens/s every user gets "
                                                  "(checked as p99 TPOT <= 1/X)."),
-    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=_duration("--ttft-p99"),
+    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=duration("--ttft-p99"),
                                            help="Target p99 time to first token: seconds, or 500ms."),
-    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=_duration("--tpot-p99"),
+    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=duration("--tpot-p99"),
                                            help="Target p99 time per output token: seconds, or 20ms."),
     diurnal: Optional[str] = typer.Option(None, "--diurnal", help="CSV of 24 hourly demand multipliers (one per "
                                           "line, or hour,multiplier): size the peak, cost the day."),
@@ -72,7 +86,8 @@ def plan(
                                              "id or folder) for the launch commands, loaded as given (default: the "
                                              "model's own, or a known one at the sized precision)."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weight precisions to choose from, "
-                                            "comma-separated, e.g. bf16,fp8 (default: the checkpoint's)."),
+                                            "comma-separated, e.g. bf16,fp8 (default: the checkpoint's and each "
+                                            "narrower one of bf16, fp8, fp4 a candidate chip runs natively)."),
     kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 with 8-bit "
                                      "weights, else bf16."),
     mode: str = typer.Option("all", "--mode", help="all | aggregated | disaggregated (prefill/decode pools)."),
@@ -120,13 +135,20 @@ def plan(
     from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
-    r = run(model, hardware, users=users, rate=rate, input_len=_len_arg(input_len), output_len=_len_arg(output_len),
-            min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
-            engine=engine, precision=precision, kv_precision=kv_precision,
-            speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
-            modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
-            trace=trace, speedup=speedup, checkpoint=checkpoint)
+    precisions = precision if precision is not None else explored_precisions(model, hardware)
+    with busy(as_json, "planning: sizing each chip, engine and precision, then replaying the fleet"):
+        r = run(model, hardware, users=users, rate=rate, input_len=input_len, output_len=output_len,
+                min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
+                engine=engine, precision=precisions, kv_precision=kv_precision,
+                speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
+                modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
+                trace=trace, speedup=speedup, checkpoint=checkpoint)
     attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)
+    r["precisions_explored"] = _explored_labels(model, precisions)
+    for o in r["options"]:  # what each throughput is counted over: the fleet serves the demand
+        if o.get("output_tokens_per_s") is not None:
+            o.setdefault("output_tokens_per_s_per_fleet", o["output_tokens_per_s"])
+            o.setdefault("output_tokens_per_s_per_gpu", o["output_tokens_per_s"] / o["gpus"] if o["gpus"] else None)
     if emit[0] is not None:
         from chalk.faces.emit_plan import emit as write
 
@@ -138,7 +160,7 @@ def plan(
     if as_json:
         emit_json(r)
         return
-    _print(r, launch)
+    _print(r, launch, precision is not None)
 
 
 def _len_arg(v: str | None):
@@ -148,6 +170,16 @@ def _len_arg(v: str | None):
         return float(v)
     except ValueError:
         return v
+
+
+def _explored_labels(model: str, precisions) -> list[str]:
+    """The precisions a plan chose among, by name ('bf16 (checkpoint)' for the checkpoint's own)."""
+    from chalk.analyses.planning.plan import _precisions
+    from chalk.analyses.step.model_sizes import ModelSizes
+    from chalk.specs.catalog import load_model
+
+    own = ModelSizes(load_model(model)).default_precision()
+    return list(dict.fromkeys(f"{own} (checkpoint)" if p is None or p == own else p for p in _precisions(precisions)))
 
 
 def _ms(v) -> str:
@@ -186,7 +218,7 @@ def _price_lines(options) -> list[str]:
     return out
 
 
-def _print(r, launch: bool) -> None:
+def _print(r, launch: bool, precision_given: bool = True) -> None:
     c = console()
     d, t = r["demand"], r["targets"]
     want = []
@@ -219,10 +251,18 @@ def _print(r, launch: bool) -> None:
             "the engine, version and weight precision that sized the option[/dim]")
     for line in _price_lines(r["options"]):
         c.print(f"[dim]{line}[/dim]")
+    if r.get("precisions_explored"):
+        c.print(_precision_line(r, precision_given))
     b = r["options"][0]
     nodes = (f" on {b['domains']} scale-up domains of {b['domain_chips']} ({b['replica_domains']} per replica)"
              if b.get("replica_domains", 1) > 1 else "")
-    c.print(f"cheapest: {b['hardware']} {b['mode']}, {b['layout']}: {num(b['gpus'])} GPUs{nodes} x "
+    from chalk.faces.fmt import header
+
+    eng = f"{b['engine']} {(b.get('engine_version') or '').split(' ')[0]}".strip() if b.get("engine") else None
+    c.print("[bold]cheapest:[/bold] " + header(r["model"], b["chip"], b["gpus"], f"{b['layout']} ({b['mode']})",
+                                               b["precision"], b["kv_precision"], eng, b.get("efficiency"),
+                                               system=b.get("system")))
+    c.print(f"  {num(b['gpus'])} GPUs{nodes} x "
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
             f"{usd(b['usd_per_mtok_output'])} per M output tokens; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica (cap {num(b['max_concurrency_per_replica'])}), capacity "

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, PLOT_FORMATS, acceptance_for, console, emit_json, fail,
-                                    num, out_file, pct, seconds, si, table, usd, write_plot)
-from chalk.faces.cli_plan import _duration
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_for, console,
+                                    deprecated, duration, emit_json, fail, length, num, out_file, pct, progress,
+                                    seconds, si, table, usd, write_plot)
+from chalk.faces.fmt import header, rate
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
@@ -57,10 +57,11 @@ def layout(
         emit_json(r)
         return
     c = console()
-    t = table(f"{r['model']} on {r['gpus']} x {system.chip.id} ({system.name}) · {r['precision']} weights, "
-              f"{r['kv_precision']} KV · context {num(r['context'])} · {si(r['usable_hbm_bytes_per_gpu'], 'B')} "
-              f"usable per GPU", ["layout", "TP", "EP", "PP", "DP", "weights / GPU", "KV / sequence / GPU",
-                                  "max sequences per replica", "fits"])
+    t = table(header(r["model"], system.chip.id, r["gpus"], "each below", r["precision"], r["kv_precision"], None,
+                     r.get("efficiency"), f"context {num(r['context'])}",
+                     f"{si(r['usable_hbm_bytes_per_gpu'], 'B')} usable per GPU", system=system.id),
+              ["layout", "TP", "EP", "PP", "DP", "weights / GPU", "KV / sequence / GPU", "max sequences per replica",
+               "fits"])
     for row in r["layouts"]:
         t.add_row(row["label"], str(row["tp"]), str(row["ep"]), str(row["pp"]), str(row["dp"]),
                   si(row["weight_bytes_per_gpu"], "B"), si(row["kv_bytes_per_sequence_per_gpu"], "B"),
@@ -120,15 +121,20 @@ def throughput(
     gpus: Optional[int] = GPUS_OPT,
     precision: Optional[str] = PREC_OPT,
     kv_precision: str = KV_OPT,
-    input_len: str = typer.Option(..., "--input-len", help="Prompt tokens per request: a mean, a distribution "
-                                  "(lognormal:mean=2000,p99=8000) or a file of lengths."),
-    output_len: str = typer.Option(..., "--output-len", help="Output tokens per request: as --input-len."),
-    min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Minimum output tokens/s per user."),
-    max_ttft_s: Optional[float] = typer.Option(None, "--max-ttft-s", help="Maximum mean time to first token, s."),
-    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=_duration("--tpot-p99"),
+    input_len: str = typer.Option(..., "--input-len", callback=length("--input-len"),
+                                  help=f"Prompt tokens per request: {LENGTH_FORMS}."),
+    output_len: str = typer.Option(..., "--output-len", callback=length("--output-len"),
+                                   help="Output tokens per request: as --input-len."),
+    min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Minimum output tokens/s per user "
+                                                 "(default: none, and the answer is the most-throughput point)."),
+    ttft_mean: Optional[str] = typer.Option(None, "--ttft-mean", callback=duration("--ttft-mean"),
+                                            help="Target mean time to first token: seconds, or 500ms."),
+    max_ttft_s: Optional[float] = typer.Option(None, "--max-ttft-s", hidden=True,
+                                               help="Deprecated spelling of --ttft-mean (seconds)."),
+    tpot_p99: Optional[str] = typer.Option(None, "--tpot-p99", callback=duration("--tpot-p99"),
                                            help="Target p99 time per output token: seconds, or 20ms (checked by "
                                            "replaying the chosen point)."),
-    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=_duration("--ttft-p99"),
+    ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=duration("--ttft-p99"),
                                            help="Target p99 time to first token: seconds, or 500ms."),
     max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Sequences per scheduler (the engine's "
                                            "max_num_seqs / max_running_requests / max_batch_size), over its profile."),
@@ -172,7 +178,8 @@ def throughput(
     from chalk.analyses.economics.energy import energy_settings, serving_energy
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
-    kw = dict(input_len=_len_arg(input_len), output_len=_len_arg(output_len), gpus=gpus,
+    max_ttft_s = deprecated("--max-ttft-s", "--ttft-mean (e.g. 2s)", max_ttft_s, ttft_mean)
+    kw = dict(input_len=input_len, output_len=output_len, gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
               speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
@@ -199,6 +206,8 @@ def throughput(
         return
     m, system = _resolve(model, hardware)
     r = run(m, system, **kw)
+    if r.get("mode") != "fixed" and min_user_tps is None and tpot_p99 is None:
+        r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
@@ -211,14 +220,18 @@ def throughput(
         _print_fixed(c, r, system)
         return
     lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
-    t = table(f"{r['model']} on {system.name} · {r['precision']} weights, {r['kv_precision']} KV · "
-              f"{num(r['input_len'])} in / {num(r['output_len'])} out · {r['mode']} · {r['efficiency']}",
+    t = table(header(r["model"], system.chip.id, r["gpus"], f"{r['layout']} ({r['mode']})", r["precision"],
+                     r["kv_precision"], _engine(r), r["efficiency"],
+                     f"{num(r['input_len'])} in / {num(r['output_len'])} out", system=system.id),
               ["quantity", "value"])
     par = r["parallelism"]
     rows = [("output throughput", f"{num(r['output_tokens_per_s_per_gpu'])} tokens/s per GPU "
                                   f"(range {num(lo)} - {num(hi)})"),
             ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
-            ("per user", f"{num(r['user_tokens_per_s'])} tokens/s"), ("time per output token", seconds(r["tpot_s"])),
+            ("per user", rate(r["user_tokens_per_s"], "tokens/s", "user")),
+            ("per replica", rate(r["output_tokens_per_s_per_gpu"] * r["gpus"], "output tokens/s", "replica",
+                                 r["gpus"])),
+            ("time per output token", seconds(r["tpot_s"])),
             ("time to first token", seconds(r["ttft_s"])), ("concurrency", f"{num(r['concurrency'])} sequences"),
             ("GPUs", num(r["gpus"]) + (f" on {r['domains']} scale-up domains of {r['domain_chips']} (scale-out "
                                        "network between)" if r.get("domains", 1) > 1 else "")),
@@ -249,16 +262,12 @@ def throughput(
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)
-    t = table("fast and slow modes: price multiple for a per-user speed-up over this point",
-              ["speed-up", "tokens/s per user", "price multiple", "$ per M output tokens (all GPU time)", "layout"])
-    for mo in r["modes"]:
-        t.add_row(f"{mo['speedup']:g}x", num(mo["user_tokens_per_s"]),
-                  "unreachable" if mo["price_multiple"] is None else f"{mo['price_multiple']:.2f}x",
-                  usd(mo.get("cost_per_mtok_output_usd")), mo.get("layout", ""))
-    c.print(t)
+    if r.get("objective"):
+        c.print(r["objective"])
+    c.print(modes_table(r["modes"]))
     if pareto:
-        t = table("latency-cost frontier", ["tokens/s per user", "output tokens/s per GPU",
-                                            "$ per M output tokens (all GPU time)", "TTFT", "concurrency", "layout"])
+        t = table("latency-cost frontier (tok/s per user; output tok/s per GPU; $ per M output tokens, all GPU "
+                  "time)", ["tok/s/user", "out tok/s/GPU", "$/M out", "TTFT", "concurrency", "layout"])
         for f in r["frontier"]:
             t.add_row(num(f["user_tokens_per_s"]), num(f["output_tokens_per_s_per_gpu"]),
                       usd(f["cost_per_mtok_output_usd"]), seconds(f["ttft_s"]), num(f["concurrency"]), f["layout"])
@@ -267,26 +276,36 @@ def throughput(
         c.print(f"[dim]note: {n}[/dim]")
 
 
-@contextmanager
-def _progress(quiet: bool, what: str):
-    """A progress callback `(done, total)` drawing a bar on stderr; silent under --json or when stderr is not a
-    terminal."""
-    import sys
+_progress = progress
 
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=None)
+def _engine(r: dict) -> str | None:
+    """'vllm 0.11.x' when an engine profile sized the answer, else None (the header then says so)."""
+    return f"{r['engine']} {r.get('engine_release') or ''}".strip() if r.get("engine") else None
 
-        def tick(done, total):
-            bar.update(task, completed=done, total=total)
 
-        yield tick
+#: What throughput says when no per-user floor was given (also in its JSON, as "objective").
+NO_FLOOR = ("answered: the most output tokens/s per GPU, with no per-user speed floor ({user} tokens/s per user); "
+            "give --min-user-tps N (or --tpot-p99) for a point every user gets at least N tokens/s at")
+
+
+def modes_table(modes: list):
+    """The fast and slow modes as a table that reads at 80 columns: short headers, and speed-ups that land on the
+    same point (0.5x of the most-throughput point is that point again) merged into one row."""
+    t = table("fast and slow modes: the price multiple of a per-user speed-up over this point ($/M out: all GPU "
+              "time on output tokens)", ["speed-up", "tok/s/user", "price x", "$/M out", "layout"])
+    rows: list = []
+    for mo in modes:
+        key = (mo["user_tokens_per_s"], mo["price_multiple"], mo.get("layout", ""))
+        if rows and rows[-1][0] == key:
+            rows[-1][1].append(mo["speedup"])
+            continue
+        rows.append((key, [mo["speedup"]], mo))
+    for _, ups, mo in rows:
+        t.add_row(", ".join(f"{u:g}x" for u in ups), num(mo["user_tokens_per_s"]),
+                  "unreachable" if mo["price_multiple"] is None else f"{mo['price_multiple']:.2f}x",
+                  usd(mo.get("cost_per_mtok_output_usd")), mo.get("layout", ""))
+    return t
 
 
 WORKERS_OPT = typer.Option(None, "--workers", help="Processes answering the validation rows (default: the usable "
@@ -377,8 +396,11 @@ def _speculation(mtp, acceptance, speculative):
 
 
 def _print_fixed(c, r, system):
-    t = table(f"{r['model']} on {system.name} · {r['layout']} x {r['replicas']} · {r['concurrency']} requests in "
-              f"flight · {num(r['input_len'])} in / {num(r['output_len'])} out · {r['efficiency']}",
+    n = r.get("gpus") or r.get("decode_gpus")
+    t = table(header(r["model"], system.chip.id, n, f"{r['layout']} x {r['replicas']} replicas", r.get("precision"),
+                     r.get("kv_precision"), _engine(r), r["efficiency"],
+                     f"{r['concurrency']} requests in flight", f"{num(r['input_len'])} in / {num(r['output_len'])} out",
+                     system=system.id),
               ["quantity", "value"])
     lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
     rows = [("output throughput", f"{num(r['output_tokens_per_s_per_gpu'])} tokens/s per GPU "

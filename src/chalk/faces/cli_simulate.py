@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import PLOT_FORMATS, console, emit_json, num, out_file, pct, seconds, table, wrote
+from chalk.faces.cli_common import (HW_OPT, LENGTH_FORMS, MODEL_OPT, PLOT_FORMATS, console, deprecated, duration,
+                                    emit_json, length, num, out_file, pct, seconds, table, wrote)
+from chalk.faces.fmt import header, rate as per
 
 
 class Scheduler(str, Enum):
@@ -18,43 +20,50 @@ class Scheduler(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
-        model: str = typer.Option(..., "--model", "-m", help="Catalog id, config.json or folder."),
-        hardware: str = typer.Option(..., "--hardware", "-H", help="Chip, system or YAML path."),
+        model: str = MODEL_OPT,
+        hardware: str = HW_OPT,
         chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs the layout search may use "
                                             "(default: the system's); not used with --layout."),
-        precision: Optional[str] = typer.Option(None, "--precision", "-p"),
-        kv_precision: str = typer.Option("auto", "--kv-precision"),
-        ideal: bool = typer.Option(False, "--ideal", help="Pure roofline step times."),
+        precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision "
+                                                "(default: the checkpoint's)."),
+        kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when "
+                                         "weights run at 8 bits or fewer, else bf16."),
+        ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
         scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
-                                            help="'train': a batch departs every --period-ms; 'continuous'."),
+                                            help="'train': a batch departs every --period; 'continuous': "
+                                            "requests join and leave the batch at every step."),
         rate: float = typer.Option(100.0, "--rate", help="Poisson arrival rate at this replica, requests/s."),
         requests: Optional[int] = typer.Option(None, "--requests", "-n", help="Number of requests (default 10,000; "
                                                "with --trace: its first N, default all)."),
-        input_len: str = typer.Option("512", "--input-len", help="Prompt tokens per request: a number, a "
-                                      "distribution (lognormal:mean=2000,p99=8000) or a file of lengths."),
-        output_len: str = typer.Option("128", "--output-len", help="Output tokens per request: as --input-len."),
+        input_len: str = typer.Option("512", "--input-len", callback=length("--input-len"),
+                                      help=f"Prompt tokens per request: {LENGTH_FORMS}."),
+        output_len: str = typer.Option("128", "--output-len", callback=length("--output-len"),
+                                       help="Output tokens per request: as --input-len."),
         trace: Optional[str] = typer.Option(None, "--trace", help="Request trace: chalk CSV (arrival_s,input_len,"
                                             "output_len), Azure LLM trace CSV or Mooncake JSONL (auto-detected)."),
         speedup: float = typer.Option(1.0, "--speedup", help="Replay a trace this many times faster (rate x X)."),
         prefix_cache: bool = typer.Option(True, "--prefix-cache/--no-prefix-cache",
                                           help="Replay a trace's prefix-block ids (Mooncake) through an LRU cache "
                                           "of the replica's KV memory, and skip prefill of the hits."),
-        period_ms: float = typer.Option(20.0, "--period-ms", help="Train departure period, ms."),
+        period: str = typer.Option("20ms", "--period", callback=duration("--period"),
+                                   help="Train scheduler: time between departures, seconds or with a unit (20ms)."),
+        period_ms: Optional[float] = typer.Option(None, "--period-ms", hidden=True,
+                                                  help="Deprecated spelling of --period, in ms."),
         max_batch: int = typer.Option(256, "--max-batch", help="Seats per step."),
         kv_capacity_tokens: Optional[float] = typer.Option(None, "--kv-capacity-tokens",
                                                            help="KV cache capacity (default: HBM left by weights)."),
         prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk",
                                                     help="Max prompt tokens per step (chunked prefill)."),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", help="Seed of the arrivals and lengths."),
         layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8 (default: the layout "
                                              "throughput picks for these lengths on --gpus)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
                                                   "flight (as serving benchmarks run)."),
-        client_latency: Optional[float] = typer.Option(None, "--client-latency", metavar="<s>",
-                                                       help="Closed loop: seconds each request spends outside the "
+        client_latency: Optional[str] = typer.Option(None, "--client-latency", callback=duration("--client-latency"),
+                                                     help="Closed loop: time each request spends outside the "
                                                        "engine's steps, holding its seat (default: the calibrated "
                                                        "request latency, as throughput --concurrency uses)."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                             help="Draw the simulated run to this .png/.svg."),
     ):
@@ -62,12 +71,15 @@ def register(app: typer.Typer) -> None:
         from chalk.analyses.traffic import simulate as sim
         from chalk.analyses.traffic.simulate_run import simulate_requests
 
+        period_s = period if period_ms is None else deprecated("--period-ms", "--period (e.g. 20ms)",
+                                                               period_ms / 1e3, None)
+
         run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
                                 output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,
                                 concurrency=concurrency, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
                                 prefill_chunk=prefill_chunk, precision=precision, kv_precision=kv_precision,
                                 ideal=ideal, seed=seed, client_latency=client_latency, scheduler=scheduler.value,
-                                period_s=period_ms / 1e3, prefix_cache=prefix_cache)
+                                period_s=period_s, prefix_cache=prefix_cache)
         r, st = run.result, run.setup
         over = sim.overload(r)
         if plot:
@@ -78,20 +90,28 @@ def register(app: typer.Typer) -> None:
         if as_json:
             d = run.to_dict()
             d["overload"] = over
+            for k in ("output_tokens_per_s", "input_tokens_per_s"):  # the run is one replica's
+                if d.get(k) is not None:
+                    d.setdefault(f"{k}_per_replica", d[k])
+                    d.setdefault(f"{k}_per_gpu", d[k] / st["replica_gpus"])
             emit_json(d)
             return
         s = r.summary()
         source = f"trace {st['trace']['path']} ({st['trace']['format']})" if st["trace"] else \
             (f"closed loop of {concurrency}" if concurrency is not None else f"Poisson {num(rate)}/s")
-        t = table(f"{scheduler.value} scheduler: {r.n_requests:,} requests ({source}) on {st['model']} · "
-                  f"{st['chip']} {st['layout']} ({st['replica_gpus']} GPU{'s' if st['replica_gpus'] > 1 else ''} "
-                  f"per replica) · {st['precision']} weights, KV {st['kv_precision']}", ["quantity", "value"])
+        g = st["replica_gpus"]
+        t = table(header(st["model"], st["chip"], g, f"{st['layout']} (one replica)", st["precision"],
+                         st["kv_precision"], None, "ideal" if ideal else "calibrated",
+                         f"{scheduler.value} scheduler", f"{r.n_requests:,} requests ({source})", system=st["hardware"]),
+                  ["quantity", "value"])
         for label, key, fmt in (("TTFT p50 / p90 / p99", "ttft", seconds), ("time per output token p50 / p90 / p99",
                                                                             "tpot", seconds),
                                 ("end-to-end p50 / p90 / p99", "e2e", seconds)):
             t.add_row(label, " / ".join(fmt(s.get(f"{key}_p{q}_s")) for q in (50, 90, 99)))
-        t.add_row("output throughput", f"{num(s.get('output_tokens_per_s'))} tokens/s")
-        t.add_row("input throughput", f"{num(s.get('input_tokens_per_s'))} tokens/s")
+        for what, key in (("output", "output_tokens_per_s"), ("input", "input_tokens_per_s")):
+            v = s.get(key)
+            t.add_row(f"{what} throughput", per(v, "tokens/s", "replica", g)
+                      + (f" = {per(v / g, 'tokens/s', 'gpu')}" if v is not None else ""))
         t.add_row("mean batch", num(s.get("mean_batch")))
         if st["prefix_cache"] is not None:
             pc = st["prefix_cache"]

@@ -69,3 +69,34 @@ def num(value, digits: int = 4) -> str:
     if not math.isfinite(v):
         return "n/a"
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.{digits}g}"
+
+
+def gpus(n, chip: str) -> str:
+    """A count of GPUs with its chip: gpus(8, 'h100-sxm') -> '8 x h100-sxm GPUs'. Titles count GPUs, never
+    systems ('8 x hgx-h100' read as 64 GPUs)."""
+    k = num(n)
+    return f"{k} x {chip} GPU{'' if k == '1' else 's'}"
+
+
+#: The words every throughput carries: what it is counted over.
+PER = {"gpu": "per GPU", "replica": "per replica", "fleet": "per fleet", "user": "per user"}
+
+
+def rate(value, unit: str, per: str, gpus_in: int | None = None) -> str:
+    """A throughput with what it is counted over: rate(7999, 'tokens/s', 'replica', 16) ->
+    '7,999 tokens/s per replica (16 GPUs)'."""
+    where = PER[per]
+    if gpus_in is not None and per in ("replica", "fleet"):
+        where += f" ({num(gpus_in)} GPU{'' if num(gpus_in) == '1' else 's'})"
+    return f"{num(value)} {unit} {where}"
+
+
+def header(model: str, chip: str, n_gpus, layout: str | None, precision: str | None, kv_precision: str | None,
+           engine: str | None, efficiency: str | None, *more: str, system: str | None = None) -> str:
+    """The one line that opens every answer: model · GPUs and chip · layout · weight and KV precision · engine ·
+    efficiency source (then what the answer adds: phase, batch, lengths). An unknown field says so, never drops."""
+    where = gpus(n_gpus, chip) + (f" of {system}" if system and system != chip else "")
+    parts = [model, where, f"layout {layout or 'n/a'}",
+             f"{precision or 'checkpoint'} weights, {kv_precision or 'auto'} KV",
+             f"engine {engine}" if engine else "no engine profile", f"efficiency {efficiency or 'n/a'}"]
+    return " · ".join([*parts, *(m for m in more if m)])
