@@ -319,6 +319,9 @@ def calibrate(
     range_only: bool = typer.Option(False, "--range-only", help="Keep the shipped fit; size only its range from "
                                     "leave-one-family-out cross-validation."),
     workers: Optional[int] = WORKERS_OPT,
+    ray: bool = typer.Option(False, "--ray", help="Answer the rows on Ray actors: a local Ray (or $RAY_ADDRESS); the "
+                             "same fit and range. Needs pip install 'chalk[ray]'."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster to answer the rows on."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Refit chalk's few global efficiency parameters on the validation set, families weighed equally, and size the
@@ -335,6 +338,11 @@ def calibrate(
         workers = count("workers", workers, 64)
     if write is not None:
         output_path(write, "--write", (".yaml", ".yml"))
+    ex = None
+    if ray or ray_address is not None:  # Ray actors answer the row shards (chalk.executor); ray shuts down at exit
+        from chalk.faces.cli_portfolio import executor_for
+
+        ex = workers = executor_for(ray, ray_address, workers)
     if range_only:
         cal, obj = CALIBRATION, None
     else:
@@ -342,6 +350,8 @@ def calibrate(
             cal, obj = C.fit(rounds=rounds, workers=workers, progress=tick)
     with _progress(as_json, "range (cross-validation)") as tick:
         cv = C.cross_validate(start=cal, workers=workers, progress=tick)
+    if ex is not None:
+        ex.close()
     lo, hi = cv["cv_range"]
     old = None
     if range_only and write:  # the fit as it was: an existing file keeps its record, only the range is new
