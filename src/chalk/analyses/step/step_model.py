@@ -18,10 +18,10 @@ one stage is:
 
 Each compute op takes max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth) (`equations.roofline.step_time_s`,
 the one max rule). Achieved rates come from the measured kernel tables where chalk has them for the chip
-(`chalk.analyses.step.kernels`), else from the calibrated fractions of peak; each op says which (`source`). Ops are numpy arrays broadcast over layouts x batches, so a
-throughput search times thousands of points in one call; one question (numbers, not arrays) runs the same code on
-numpy float64 scalars, whose maximum / minimum / where skip numpy's per-call cost (`chalk.equations.num`). The op
-times add up to the stage step time exactly.
+(`chalk.analyses.step.kernels`), else from the calibrated fractions of peak; each op says which (`source`). Ops are
+numpy arrays broadcast over layouts x batches, so a throughput search times thousands of points in one call; one
+question (numbers, not arrays) runs the same code on numpy float64 scalars, whose maximum / minimum / where skip
+numpy's per-call cost (`chalk.equations.num`). The op times add up to the stage step time exactly.
 """
 
 from __future__ import annotations
