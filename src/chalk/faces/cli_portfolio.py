@@ -40,8 +40,11 @@ def run(path: str, *, results: Optional[str], resume: bool, ray: bool, ray_addre
 
     from chalk.analyses.planning.portfolio import load, portfolio
 
-    load(path)  # a bad portfolio is one line before any executor starts
+    from chalk.specs.validate import output_path
+
+    load(path)  # a bad portfolio or results path is one line before any executor starts
     results = results or f"{Path(path).stem}.results.jsonl"
+    output_path(results, "--results", (".jsonl",))
     ex = executor_for(ray, ray_address, workers)
     try:
         if as_json:
