@@ -382,3 +382,34 @@ def test_a_command_module_that_fails_to_import_is_an_error(tmp_path):
         assert f"chalk.faces.{mod} failed to import" in lines[0] and why in lines[0], lines
     ok = subprocess.run([sys.executable, "-m", "chalk", "--help"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "plan" in ok.stdout and "calibrate" in ok.stdout
+
+
+# ------------------------------------------------------------------------------------- an op's source is a field
+def test_an_op_names_its_source_where_its_time_is_computed():
+    """issue 29 item 4: an op's `source` (its category) is set where its time is computed, never parsed back out of
+    its free-text `detail`: `_op` takes it as a required keyword, and the ideal roofline's MoE permute op, whose
+    detail said "(calibrated)" and was labelled "calibrated roofline" for it, is a plain roofline op."""
+    import pytest
+
+    from chalk.analyses.step import step_model as S
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.kernels import kernel_profile
+    from chalk.analyses.step.parallel import model_costs
+    from chalk.specs.catalog import as_model, as_system
+
+    with pytest.raises(TypeError):
+        S._op("x", "gemm", 1.0, 1.0, 1.0, 1.0, 0.0, "measured: a table")
+    assert not hasattr(S, "_short")
+    kinds = {"roofline", "calibrated roofline", "measured table", "fitted curve", "fitted", "roofline (link)"}
+    costs, system = model_costs(as_model("qwen3-30b-a3b"), "fp8", "fp8"), as_system("hgx-h100")
+    for ideal in (True, False):
+        ops = S.stage_ops(costs, system, 1.0, 1.0, 2.0, 1.0, 64.0, 0.0, 2048.0, 1.0, calibration(ideal=ideal),
+                          overlap="none", kernels=None if ideal else kernel_profile(system.chip))["ops"]
+        assert {o.source for o in ops.values()} <= kinds, {o.name: o.source for o in ops.values()}
+        assert ops["pipeline_sync"].source == "fitted" and "hand-fitted" in ops["pipeline_sync"].detail
+        if ideal:
+            assert {o.source for o in ops.values()} <= {"roofline", "roofline (link)", "fitted"}
+            assert ops["moe_permute"].source == "roofline"  # was "calibrated roofline", read off "(calibrated)"
+        else:
+            assert ops["experts"].source == "measured table" and ops["elementwise"].source == "calibrated roofline"
+            assert ops["experts"].detail.startswith("measured:")

@@ -906,7 +906,13 @@ class KernelProfile:
         """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""
         if kind not in self._sources:
             self._sources[kind] = self._source(kind)
-        return self._sources[kind]
+        return self._sources[kind][0]
+
+    def source_kind(self, kind: str) -> str:
+        """The category of `source(kind)`, set where the source is found: 'measured table' (the chip's own tables),
+        'fitted curve' (the curve family scaled by its peaks) or 'roofline' (no table applies)."""
+        self.source(kind)
+        return self._sources[kind][1]
 
     def provenance(self, families=None) -> dict:
         """Which engine and version the kernel tables come from: {'kernels': one line, 'versions': {family:
@@ -953,12 +959,14 @@ class KernelProfile:
             raise InputError(f"kernel kind must be 'gemm', 'attention' or 'moe', got {kind!r}")
         idx = index()
         pkg = f"{idx.get('package', 'aiconfigurator-core')} {idx.get('package_version', '?')}"
-        parts = []
+        parts, category = [], "roofline"
         for fam in fams:
             found = self._lookup(fam, "bf16")
             if found is None:
                 continue
             d = found[2]
+            if not parts:  # the first table found names the category
+                category = "measured table" if d["kind"] == "measured" else "fitted curve"
             if d["kind"] == "measured":
                 sysname = d["system"] + ("" if self.chip.id in idx["systems"][d["system"]]["chips"][:1]
                                          else f" (for {self.chip.id})")
@@ -967,7 +975,7 @@ class KernelProfile:
             else:
                 parts.append(f"curve: {fam.replace('_', ' ')} family fitted on {'/'.join(d['systems'])} ({pkg}, "
                              f"{d['framework']}), scaled by {self.chip.id} peaks")
-        return "; ".join(parts) if parts else "roofline"
+        return ("; ".join(parts) if parts else "roofline"), category
 
 
 _PROFILES: dict = {}

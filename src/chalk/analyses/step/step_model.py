@@ -27,7 +27,6 @@ numpy's per-call cost (`chalk.equations.num`). The op times add up to the stage 
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -78,21 +77,6 @@ def _pick(v, i):
     return a.item() if a.ndim == 0 else a.ravel()[i].item()
 
 
-@lru_cache(maxsize=1024)
-def _short(detail: str) -> str:
-    """The source category of a timing description."""
-    d = detail.lower()
-    if d.startswith("measured"):
-        return "measured table"
-    if d.startswith("curve"):
-        return "fitted curve"
-    if d.startswith("fitted") or d.startswith("engine"):
-        return "fitted"
-    if "calibrated" in d:
-        return "calibrated roofline"
-    return "roofline"
-
-
 def _nothing(x) -> bool:
     """`x` is one number and not > 0: `where(x > 0, time, 0.0)` is 0 whatever the time, so it need not be looked up."""
     return isinstance(x, float) and not x > 0
@@ -135,6 +119,12 @@ class _Timer:
         self.vendor = chip.vendor
         self.roofline_source = "roofline (peak)" if self.ideal else \
             f"roofline x calibrated efficiency ({self.ec:.2f} FLOP/s, {self.em:.2f} HBM)"
+        #: the category of `roofline_source` (an op's `source`; the description is its `detail`)
+        self.roofline_kind = "roofline" if self.ideal else "calibrated roofline"
+
+    def kkind(self, kind: str) -> str:
+        """The category of a kernel-table time (`KernelProfile.source_kind`): 'measured table' or 'fitted curve'."""
+        return self.kernels.source_kind(kind)
 
     def ksrc(self, kind: str) -> str:
         """Where a kernel-table time came from, with the vendor software factor when one applies."""
@@ -206,6 +196,7 @@ class _Stage:
         # weight, kernel shape)
         self.gemms = []
         gsrc = tm.ksrc("gemm") if kp is not None else None
+        self.gemm_kind = tm.kkind("gemm") if kp is not None else None
 
         def gemm(name, params_per_layer, layers, per_token, dtype, peak, bpe, shard, group=None):
             """A weight GEMM repeated over `layers` layers: params sharded `shard` ways. `group`: its parameter
@@ -237,6 +228,7 @@ class _Stage:
         # attention (per rank; KV heads shard over TP unless MLA)
         self.shard = shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
         self.attn_source = tm.ksrc("attention") if kp is not None else None
+        self.attn_kind = tm.kkind("attention") if kp is not None else None
         self.decode_attn = self.prefill_attn = None
         if kp is not None:
             kind = "mla" if m.attention == "mla" else "mha"
@@ -273,6 +265,7 @@ class _Stage:
             self.a2a_detail = f"EP dispatch + combine at {eta:.2f} of one-way link bandwidth" + (
                 "; copies bound for other scale-up domains over the scale-out NIC" if some(ranks > domain) else "")
             self.moe_source = tm.ksrc("moe") if kp is not None else None
+            self.moe_kind = tm.kkind("moe") if kp is not None else None
             # weights stored narrower than the math (MXFP4 on Hopper): mixed-input kernels, timed as such
             self.moe_weight_precision = costs.expert_precision if self.bw_e < bytes_per_element(tm.expert_dtype) \
                 else None
@@ -291,8 +284,8 @@ class _Stage:
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
         self.overhead = cal.overhead_s(n_layers)
-        self.sync_detail = (f"fitted: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch imbalance, "
-                            "stage syncs)")
+        self.sync_detail = (f"hand-fitted once: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch "
+                            "imbalance, stage syncs)")
         self.kept = False  # `_stage_on` keeps it: its ops per token count are kept too (`_token_ops_kept`)
         self.no_sync = None  # the pipeline_sync op of a step with nothing to sync (made on first need)
 
@@ -334,12 +327,13 @@ def _stage(costs, system, cal: Calibration, kernels, tp, attn_dp, pp, ep) -> _St
     return _Stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
 
 
-def _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None) -> Op:
+def _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, *, source: str) -> Op:
     """One op; a compute op (no `bound` given) is bound by the larger of its compute and memory times (numpy float64
-    numbers or arrays)."""
+    numbers or arrays). `source`: the category of where its time came from (roofline | calibrated roofline |
+    measured table | fitted curve | fitted), set where the time is computed; `detail` says more, in words."""
     if bound is None:
         bound = where(c_s >= m_s, "compute", "memory")
-    return Op(name, kind, flops, bytes_, t, bound, source or _short(detail), detail)
+    return Op(name, kind, flops, bytes_, t, bound, source, detail)
 
 
 def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, overhead_s) -> tuple:
@@ -359,8 +353,8 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
 
     ops: dict[str, Op] = {}
 
-    def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, source=None):
-        ops[name] = _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound, source)
+    def add(name, kind, flops, bytes_, t, c_s, m_s, detail, bound=None, *, source):
+        ops[name] = _op(name, kind, flops, bytes_, t, c_s, m_s, detail, bound, source=source)
 
     # ---- GEMMs of the dense part, the router and the LM head
     for name, n, layers, per_token, rate, bpe, shape in st.gemms:
@@ -368,25 +362,25 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         f = O.matmul_flops(rows_, H, n) * layers
         by = O.gemm_bytes(rows_, H, n, bpe, ACTIVATION_BYTES) * layers
         t, c_s, m_s, src = tm.gemm(rows_, shape, f, by, rate, count=layers, source=st.gemm_source)
-        add(name, "gemm", f, by, t, c_s, m_s, src)
+        add(name, "gemm", f, by, t, c_s, m_s, src, source=tm.roofline_kind if shape is None else st.gemm_kind)
 
     # ---- prompt attention (decode attention, the one op that depends on the context, is `stage_ops`' own)
     shard = st.shard
     if isinstance(c_rank, float) and c_rank == 0.0:  # one decode-only step: no prompt FLOPs or KV writes
         f_ap = kv_write = t_c = t_m = t = zeros_like(c_rank)
-        src = tm.roofline_source if kp is None else st.attn_source
+        src, how = (tm.roofline_source, tm.roofline_kind) if kp is None else (st.attn_source, st.attn_kind)
     else:
         f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
         kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
         t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
-        t, src = R.step_time_s(t_c, t_m), tm.roofline_source
+        t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source, tm.roofline_kind
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
-        t, src = 0.0, st.attn_source
+        t, src, how = 0.0, st.attn_source, st.attn_kind
     elif kp is not None:
         seqs = maximum(c_rank / I, 1e-9)
         tk = flt(st.prefill_attn(seqs, I, I)) * n_layers
-        t, src = where(c_rank > 0, tk * tm.k_c, 0.0), st.attn_source
-    add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src)
+        t, src, how = where(c_rank > 0, tk * tm.k_c, 0.0), st.attn_source, st.attn_kind
+    add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src, source=how)
 
     # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
     if m.is_moe:
@@ -401,12 +395,13 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
             tk = st.moe_time(kp, maximum(T_stage, 1.0))
             tk = tk * n_moe * imbalance * tm.k_c  # each chip's experts at 1/etp of their width (`moe_time`)
             t_c = f_exp / tm.expert_rate
-            t, src = where(T_stage > 0, tk, 0.0), st.moe_source
+            t, src, how = where(T_stage > 0, tk, 0.0), st.moe_source, st.moe_kind
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / tm.expert_rate
-            t, src = R.step_time_s(t_c, t_m), tm.roofline_source + (
-                "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance")
-        add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src)
+            t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source + (
+                "" if ideal else f"; grouped-GEMM m/(m+{cal.moe_gemm_half_tokens:.0f}), balls-in-bins imbalance"), \
+                tm.roofline_kind
+        add("experts", "moe", f_exp, by_exp, t, t_c, t_m, src, source=how)
         # permute / unpermute / combine: passes over each routed copy's hidden vector (TP ranks each shuffle all);
         # a measured MoE table already times its own routing (its fitted routing passes), so none is added to it
         if kp is None:
@@ -414,15 +409,16 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
             by = perm_copies * n_moe * cal.moe_shuffle_passes * H * ACTIVATION_BYTES
             t, src = tm.elementwise(by)
             add("moe_permute", "elementwise", zeros_like(by), by, t, 0.0, t, src + f"; "
-                f"{cal.moe_shuffle_passes:g} passes per routed copy (calibrated)", bound="memory")
+                f"{cal.moe_shuffle_passes:g} passes per routed copy (calibrated)", bound="memory",
+                source=tm.roofline_kind)
 
     # ---- elementwise kernels and sampling (memory-bound)
     by = T_rank * st.elementwise_per_token * n_layers
     t, src = tm.elementwise(by)
-    add("elementwise", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
+    add("elementwise", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory", source=tm.roofline_kind)
     by = rows * st.sampling_per_row / (tp * pp)
     t, src = tm.elementwise(by)
-    add("sampling", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory")
+    add("sampling", "elementwise", zeros_like(by), by, t, 0.0, t, src, bound="memory", source=tm.roofline_kind)
 
     # ---- communication on the right link
     eta, up_eff = cal.link, st.up_eff
@@ -470,7 +466,7 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
     add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
         ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
         + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq else ""),
-        bound="latency")
+        bound="latency", source="fitted")
     return ops, _add_up(ops.items()), f_ap, kv_write
 
 
@@ -578,14 +574,15 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
     kv_read = B_rank * kv_seq_read * shard / pp
     t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
-    t, src = R.step_time_s(t_c, t_m), tm.roofline_source
+    t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source, tm.roofline_kind
     if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
-        t, src = 0.0, st.attn_source
+        t, src, how = 0.0, st.attn_source, st.attn_kind
     elif kp is not None:
         L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
         tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
-        t, src = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source
-    att = ops["attention_decode"] = _op("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src)
+        t, src, how = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source, st.attn_kind
+    att = ops["attention_decode"] = _op("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src,
+                                        source=how)
 
     # ---- ideal: one roofline for the compute ops (work overlaps perfectly), communication added
     if type(B) is _F64 and type(L) is _F64 and isinstance(tp, float):  # one point: a 0-d array, made cheaply
@@ -644,11 +641,11 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     if type(sync) is _F64 and sync == 0.0:  # one stage (or the ideal roofline): the plan's zero op serves
         if st.no_sync is None:
             st.no_sync = _op("pipeline_sync", "overhead", _F64(0.0), _F64(0.0), _F64(0.0), 0.0, 0.0, st.sync_detail,
-                             bound="latency")
+                             bound="latency", source="fitted")
         ops["pipeline_sync"] = st.no_sync
     else:
         ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
-                                   st.sync_detail, bound="latency")
+                                   st.sync_detail, bound="latency", source="fitted")
     stage = base + sync
     parts["overhead_s"] = parts["overhead_s"] + sync
     if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step
