@@ -50,7 +50,20 @@ def test_estimate_takes_every_option_of_the_command_and_of_the_analysis():
     assert set(inspect.signature(analysis).parameters) - set(api) == set()
 
 
-@pytest.mark.parametrize("name", ["estimate", "throughput", "plan", "report", "plot"])
+def test_no_public_function_hides_its_options():
+    """issue 27 item 8: every public function names its keywords (no **kwargs), so a notebook shows them; the
+    Session alone passes its options on to `estimate`'s (documented there)."""
+    import inspect
+
+    for name in chalk.__all__:
+        fn = getattr(chalk, name)
+        if name in ("__version__", "Session"):
+            continue
+        kinds = [p.kind for p in inspect.signature(fn).parameters.values()]
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, name
+
+
+@pytest.mark.parametrize("name", ["estimate", "sweep", "layout", "throughput", "plan", "pricing", "report", "plot"])
 def test_every_parameter_is_documented(name):
     import inspect
 
@@ -174,3 +187,17 @@ def test_a_context_past_the_models_maximum_is_noted_in_both_views():
         assert any("beyond llama-3.1-8b's max_position_embeddings (131,072)" in n for n in notes), (kw, notes)
         assert not any("max_position_embeddings" in n for n in chalk.estimate("llama-3.1-8b", "h100-sxm", 1,
                                                                               100_000, **kw).notes)
+
+
+def test_pricing_takes_the_commands_options():
+    """`chalk pricing --hardware h100-sxm` as `chalk.pricing(hardware="h100-sxm")`: eq. 6's ratio from the chip,
+    (1979 TFLOP/s dense fp8 / 2) / 3.35 TB/s = 295.4 multiplies per byte (the H100 SXM datasheet figures)."""
+    p = chalk.pricing(hardware="h100-sxm")
+    assert p["assumptions"]["multiplies_per_byte"] == pytest.approx(1979e12 / 2 / 3.35e12, rel=1e-3)
+    assert chalk.pricing(ratio=250.0)["assumptions"]["ratio_source"] == "given"
+    from chalk.analyses.economics.pricing import Assumptions
+
+    with pytest.raises(chalk.errors.InputError):
+        chalk.pricing(Assumptions(), ratio=250.0)
+    with pytest.raises(chalk.errors.InputError):
+        chalk.pricing(precision="fp8")  # a precision for no chip's ratio

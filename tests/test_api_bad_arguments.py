@@ -55,24 +55,14 @@ def _estimate_options():
     return inspect.signature(estimate).parameters
 
 
-def _api_estimate_options():
-    return inspect.signature(chalk.estimate).parameters
-
-
-def _layout_options():
-    from chalk.analyses.step.parallel import layout_report
-
-    return {k: v for k, v in inspect.signature(layout_report).parameters.items() if k not in ("model", "system")}
-
-
 #: public name -> (callable, positional args, good keyword args, where `**kwargs` go, how many values to try)
 CALLS = {
     "estimate": (chalk.estimate, (M, H), {}, None, None),
-    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, _api_estimate_options, None),
+    "sweep": (chalk.sweep, (M, H), {"batches": [1, 2]}, None, None),
     "Session": (_session, (M, H), {}, _estimate_options, None),
     "Session.estimate": (_session_estimate, (), {}, _estimate_options, None),
     "throughput": (chalk.throughput, (M, H), {"input_len": 1000, "output_len": 200}, None, None),
-    "layout": (chalk.layout, (M, H), {}, _layout_options, None),
+    "layout": (chalk.layout, (M, H), {}, None, None),
     "simulate": (chalk.simulate, (M, H), {"rate": 5, "requests": 50}, None, None),
     "train": (chalk.train, (M,), {}, None, None),
     "pricing": (chalk.pricing, (), {}, None, None),
@@ -93,7 +83,8 @@ NO_ARGUMENTS = {"hardware", "models", "lecture"}
 #: text parameters where any string is a legitimate value (free text, or a repository name chalk cannot check)
 FREE_TEXT = {"ratio_source", "draft_model"}
 #: parameters where zero is legitimate
-ZERO_OK = {"seed", "cache_hit", "obsolescence_probability", "client_latency_s", "rl_tokens", "usd_per_kwh", "acceptance"}
+ZERO_OK = {"seed", "cache_hit", "obsolescence_probability", "client_latency_s", "rl_tokens", "usd_per_kwh",
+           "acceptance"}
 #: positive real numbers with no lower bound above zero: 5e-324 is legitimate
 TINY_OK = A.POSITIVE | A.NON_NEGATIVE | {"batch", "context", "batches", "contexts", "cache_hit",
                                          "obsolescence_probability", "active_params", "multiplies_per_byte"}

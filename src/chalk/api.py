@@ -35,18 +35,6 @@ def default_efficiency(ideal: bool, model=None, hardware=None) -> Efficiency:
                     as_system(hardware).chip if hardware is not None else None)
 
 
-def _estimate_fn():
-    from chalk.analyses.step.estimate import estimate as _estimate
-
-    return _estimate
-
-
-def _layout_fn():
-    from chalk.analyses.step.parallel import layout_report
-
-    return layout_report
-
-
 @checked(types={"efficiency": _efficiency})
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
              gpus: int | None = None, chips: int | None = None, precision: str | None = None,
@@ -115,13 +103,16 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
                       speculative=spec)
 
 
-def _api_estimate():
-    return estimate
-
-
-@checked(types={"efficiency": _efficiency}, like=_api_estimate)
-def sweep(model, hardware, batches=None, contexts=None, **kwargs):
-    """Vectorised sweep over batch x context: a `SweepResult`, one row per (batch, context).
+@checked(types={"efficiency": _efficiency})
+def sweep(model, hardware, batches=None, contexts=None, *, phase: str = "decode", layout=None,
+          aggregate: bool = False, gpus: int | None = None, chips: int | None = None, precision: str | None = None,
+          kv_precision: str | None = "auto", ideal: bool = False, lecture_weights: bool = False,
+          refined: bool | None = None, sparse_law: str | None = None, strict_fit: bool = False,
+          eplb: str | None = None, efficiency: Efficiency | None = None):
+    """`estimate` over every (batch, context) of `batches` x `contexts` in one vectorised call (`chalk sweep`):
+    a `SweepResult`, one row per point. `batches` default 1, 2, 4, ..., 8192; `contexts` default 4096; `phase`,
+    `layout`, `aggregate`, `gpus` (or `chips`), `precision`, `kv_precision`, `ideal`, `lecture_weights`,
+    `refined`, `sparse_law`, `strict_fit`, `eplb` and `efficiency` as `estimate`'s.
 
     `.rows()` and `.to_dict()` need nothing more; `.to_frame()` gives a pandas DataFrame (pandas optional).
     """
@@ -134,17 +125,23 @@ def sweep(model, hardware, batches=None, contexts=None, **kwargs):
         raise InputError(f"a sweep of {batches.size:,} batches x {contexts.size:,} contexts is more than "
                          f"{MAX_GRID_POINTS:,} points")
     B, L = np.meshgrid(batches, contexts, indexing="ij")
-    return sweep_table(estimate(model, hardware, B.ravel(), L.ravel(), **kwargs))
+    return sweep_table(estimate(model, hardware, B.ravel(), L.ravel(), phase=phase, layout=layout,
+                                aggregate=aggregate, gpus=gpus, chips=chips, precision=precision,
+                                kv_precision=kv_precision, ideal=ideal, lecture_weights=lecture_weights,
+                                refined=refined, sparse_law=sparse_law, strict_fit=strict_fit, eplb=eplb,
+                                efficiency=efficiency))
 
 
-@checked(like=_layout_fn)
-def layout(model, hardware, gpus: int | None = None, **kwargs):
-    """Every feasible layout of `model` on `gpus` of `hardware` with memory per GPU, the MoE rack layout and the
-    pipeline analysis (`chalk.analyses.step.parallel.layout_report`)."""
+@checked
+def layout(model, hardware, gpus: int | None = None, *, precision: str | None = None,
+           kv_precision: str | None = "auto", context: float = 4096, ideal: bool = False):
+    """Every feasible layout of `model` on `gpus` of `hardware` (default: one scale-up domain, or the fewest that
+    hold the weights) with memory per GPU at `context` tokens, the MoE rack layout and the pipeline analysis
+    (`chalk layout`); `precision`, `kv_precision` and `ideal` as `estimate`'s. Returns a `LayoutReport`."""
     from chalk.analyses.step.parallel import layout_report
-    from chalk.specs.catalog import as_system
 
-    return layout_report(as_model(model), as_system(hardware), gpus, **kwargs)
+    return layout_report(as_model(model), as_system(hardware), gpus, precision=precision,
+                         kv_precision=kv_precision, context=context, ideal=ideal)
 
 
 @checked
@@ -323,9 +320,37 @@ def train(model, hardware=None, gpus=None, tokens=None, precision=None, *, seq_l
                           kernel_mfu=kernel_mfu, moe_residual_efficiency=moe_residual_efficiency)
 
 
-def pricing(a=None, sheets=None) -> PricingReport:
-    """API price sheets read back into hardware facts: `chalk.analyses.economics.pricing.pricing_report`, with the
-    `Assumptions` (default: the lecture's) and the sheets checked first."""
+@checked(skip=("a", "sheets"))
+def pricing(a=None, sheets=None, *, active_params: float | None = None, hardware=None,
+            precision: str | None = None, ratio: float | None = None, ref_model=None, ref_hardware=None,
+            cache_context: float | None = None, mode_hardware=None,
+            mode_context: float | None = None) -> PricingReport:
+    """API price sheets read back into hardware facts (`chalk pricing`): each sheet's implied KV bytes, cache
+    retention tier and fast modes, with the assumptions used. The command's options, by the same names:
+
+    active_params: eq. 6's active parameters N_active (default 100e9, the lecture's). hardware, precision: take
+    eq. 6's ratio from that chip, (FLOP/s at `precision` (default fp8) / 2) / HBM bytes/s; ratio: eq. 6's ratio
+    directly, multiplies per byte (default: the lecture's 300). ref_model, ref_hardware: the reference model and
+    chip for cache load-vs-recompute (deepseek-v3, h100-sxm); cache_context: the context at which a token's KV is
+    recomputed (32768); mode_hardware, mode_context: the system and context of the fast-mode curve (gb200-nvl72,
+    4096). Or `a`: an `Assumptions` of your own (not with those options); `sheets`: `PriceSheet`s instead of the
+    catalog's. Returns a `PricingReport`.
+    """
+    from chalk.analyses.economics.pricing import assumptions
+
+    given = {k: v for k, v in dict(ref_model=ref_model, ref_hardware=ref_hardware, cache_context=cache_context,
+                                   mode_hardware=mode_hardware, mode_context=mode_context).items() if v is not None}
+    ratio_from = dict(active_params=active_params, hardware=hardware, multiplies_per_byte=ratio)
+    if precision is not None and hardware is None:
+        raise InputError("precision is the compute precision of hardware's ratio: give hardware too")
+    if any(v is not None for v in ratio_from.values()) or given:
+        if a is not None:
+            raise InputError("give an Assumptions (a) or the options, not both")
+        a = assumptions(**ratio_from, precision=precision or "fp8", **given)
+    return _pricing(a, sheets)
+
+
+def _pricing(a, sheets) -> PricingReport:
     from chalk.analyses.economics.pricing import DEFAULT, Assumptions, pricing_report
     from chalk.specs.prices import PriceSheet
 

@@ -206,6 +206,7 @@ def throughput(
         return
     m, system = _resolve(model, hardware)
     r = run(m, system, **kw)
+    r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") != "fixed" and min_user_tps is None and tpot_p99 is None:
         r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()

@@ -42,10 +42,10 @@ def plot(kind: str, output=None, *, model=None, hardware=None, context: float = 
          gpus: int | None = None, precision: str | None = None, kv_precision: str | None = "auto",
          ideal: bool = False, sparse_law: str | None = None, stages: int | None = None,
          microbatches: int | None = None, schedule: str | None = None, compare: str | None = None):
-    """One of the lecture's graphs (`chalk plot`): `kind` one of `chalk.faces.notebook.plot_kinds()`; with `output` (.png or
-    .svg) the path written, else the matplotlib Figure. `model`, `hardware`, `context`, `gpus`, `precision`,
-    `kv_precision`, `ideal`: as `estimate`'s. `batch`: cost-vs-context and batch-train (default: the
-    critical batch); `sparse_law`: latency- and cost-vs-batch; `stages`, `microbatches`, `schedule`: pipeline
+    """One of the lecture's graphs (`chalk plot`): `kind` one of `chalk.faces.notebook.plot_kinds()`; with
+    `output` (.png or .svg) the path written, else the matplotlib Figure. `model`, `hardware`, `context`, `gpus`,
+    `precision`, `kv_precision`, `ideal`: as `estimate`'s. `batch`: cost-vs-context and batch-train (default:
+    the critical batch); `sparse_law`: latency- and cost-vs-batch; `stages`, `microbatches`, `schedule`: pipeline
     (default 4, 8, 'gpipe'); `compare`: pareto's other chips. An option the kind does not draw with is refused."""
     from chalk.faces.plots import figure
     from chalk.faces.plots import plot as _plot

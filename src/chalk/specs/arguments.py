@@ -32,7 +32,8 @@ COUNTS = frozenset({"gpus", "chips", "concurrency", "requests", "max_batch", "pr
 #: finite numbers > 0
 POSITIVE = frozenset({"rate", "speedup", "min_user_tps", "max_ttft_s", "tpot_p99_s", "ttft_p99_s", "period_s",
                       "tokens", "global_batch_tokens", "inference_tokens_per_s", "deployment_days",
-                      "rl_flops_per_param", "rl_inefficiency", "inference_inefficiency", "users"})
+                      "rl_flops_per_param", "rl_inefficiency", "inference_inefficiency", "users",
+                      "active_params", "ratio", "cache_context", "mode_context"})
 #: finite numbers >= 0
 NON_NEGATIVE = frozenset({"client_latency_s", "rl_tokens", "usd_per_kwh"})
 #: numbers in a range: (low, low inclusive, high, high inclusive)
@@ -107,7 +108,7 @@ def check_value(name: str, v, default=inspect.Parameter.empty) -> None:
         _flag(name, v)
     elif name in NAMES:
         _text(name, v)
-    elif name in ("model", "hardware"):
+    elif name in ("model", "hardware", "ref_model", "ref_hardware", "mode_hardware"):
         if name == "hardware" and isinstance(v, (list, tuple)):  # plan: several chips
             if not v:
                 raise InputError("hardware must name at least one chip or system, got an empty list")

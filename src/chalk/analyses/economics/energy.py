@@ -170,10 +170,10 @@ def serving_energy(result, chip, **kw) -> Energy:
 
 
 def plan_energy(option: dict, chip, **kw) -> Energy:
-    """`answer_energy` of one `plan` option: its whole fleet (`gpus`: both pools when disaggregated) serving the demand's
-    output tokens/s, against its $/M output tokens."""
-    return answer_energy(chip, int(option["gpus"]), float(option["output_tokens_per_s"]), option.get("usd_per_mtok_output"),
-                         **kw)
+    """`answer_energy` of one `plan` option: its whole fleet (`gpus`: both pools when disaggregated) serving the
+    demand's output tokens/s, against its $/M output tokens."""
+    return answer_energy(chip, int(option["gpus"]), float(option["output_tokens_per_s"]),
+                         option.get("usd_per_mtok_output"), **kw)
 
 
 def attach_plan_energy(result, **kw):
