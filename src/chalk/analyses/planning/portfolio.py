@@ -24,8 +24,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
-
 from chalk.analyses.planning.portfolio_runs import RESULTS_HEADER, read_results  # noqa: F401 - re-exported
 from chalk.analyses.records.results import Result, _frame, jsonable
 from chalk.errors import ChalkError, FitError, InputError
@@ -129,8 +127,9 @@ def load(source) -> dict:
                 raise InputError(f"{where}: a power envelope is given but {c} has no TDP in the catalog")
     pf = {"source": where, "models": out_models, "chips": sorted(all_chips), "prices": prices, "fleet": fleet,
           "settings": {"sim_requests": sim, "seed": seed}}
-    if len(candidates(pf)) > MAX_CANDIDATES:
-        raise InputError(f"{where}: {len(candidates(pf)):,} candidates, more than {MAX_CANDIDATES:,}")
+    n = len(candidates(pf))
+    if n > MAX_CANDIDATES:
+        raise InputError(f"{where}: {n:,} candidates, more than {MAX_CANDIDATES:,}")
     return pf
 
 
@@ -341,7 +340,7 @@ def _region_options(pf) -> list[tuple]:
     return out
 
 
-def _constraints(pf, power_w_per_gpu: dict) -> list[dict]:
+def _constraints(pf) -> list[dict]:
     """Every finite limit: [{name, limit, unit, use(option) -> amount}]."""
     f = pf["fleet"]
     out = []
@@ -404,7 +403,7 @@ def assign(pf, records: dict, node_limit: int = NODE_LIMIT) -> dict:
             why = next((r["why"] for r in sorted(mine, key=lambda r: r["key"]) if r.get("why")), "no candidate")
             raise FitError(f"{m['name']}: no chip, mode, precision or engine meets its targets: {why}")
     names = [m["name"] for m in pf["models"]]
-    cons = _constraints(pf, {})
+    cons = _constraints(pf)
     costs = [[o["usd_per_hour"] for o in opts[n]] for n in names]
     uses = [[[c["use"](o) for c in cons] for o in opts[n]] for n in names]
     limits = [c["limit"] for c in cons]
