@@ -82,6 +82,7 @@ def test_the_record_names_the_data_it_was_fitted_on():
         assert re.fullmatch(r"[0-9a-f]{64}", block["validation_sha256"])
     fit = DOC["fit"]
     assert sum(fit["families"].values()) == fit["rows_in_objective"] <= fit["rows"]
+    assert len(fit["row_ids"]) == len(set(fit["row_ids"])) == fit["rows_in_objective"] == 310
     assert fit["metrics"] == list(C.FITTED_METRICS) and "formula" in fit["objective"]
     assert len(DOC["range"]["families_rows"]) == DOC["range"]["families"]
 
@@ -104,11 +105,11 @@ def test_grid_edges():
 
 # ----------------------------------------------------------------------------------------------- the writer
 class _Row:
-    def __init__(self, family, metric):
-        self.family, self.metric = family, metric
+    def __init__(self, id, family, metric):
+        self.id, self.family, self.metric = id, family, metric
 
 
-ROWS = [_Row("a", "tpot_s"), _Row("a", "ttft_s"), _Row("b", "output_tokens_per_s_per_gpu")]
+ROWS = [_Row("r1", "a", "tpot_s"), _Row("r2", "a", "ttft_s"), _Row("r3", "b", "output_tokens_per_s_per_gpu")]
 CV = {"cv_range": (-0.5, 0.3), "range_quantiles": [0.1, 0.9], "cv_range_coverage": 0.8, "n_families": 2, "n": 2}
 
 
@@ -122,6 +123,7 @@ def test_record_round_trips_through_its_yaml():
         assert vals[k] == getattr(K.CALIBRATION, k), k
     assert back["fit"]["families"] == {"a": 1, "b": 1} and back["fit"]["rows"] == 3
     assert back["fit"]["rows_in_objective"] == 2 and back["fit"]["objective"]["value"] == 0.2
+    assert back["fit"]["row_ids"] == ["r1", "r3"]  # the TTFT row fits the request latency only
     assert K._apply_fitted(K.IDEAL_CALIBRATION, vals).compute == K.CALIBRATION.compute
 
 
