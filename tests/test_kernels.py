@@ -428,3 +428,35 @@ def test_balanced_expert_loads_take_the_balanced_tables():
     args = (4096, 7168, 2048, 256, 8, 32, "bf16")
     assert not a100.moe_balanced_tables("bf16")
     assert float(a100.moe_time_s(*args, balanced=True)) == float(a100.moe_time_s(*args))
+
+
+@pytest.mark.parametrize("chunk", (7, 1 << 15))
+def test_interpolation_without_corners_equals_the_corner_table(monkeypatch, chunk):
+    """issue 28 item 5: `interpolate` (corners added in place, in chunks of points) answers what the plain
+    reference answers, `(values[cols] * w).sum(-1)` over `corner_weights`' points x 2^d arrays: bit for bit up to
+    2 axes (the same products summed in the same order), to 1e-12 of the grid's scale at 3 and 4 (numpy sums 8 or
+    more corners pairwise); for 1-D points, broadcast rows x columns, chunks split along rows or inside one row,
+    and single numbers. The real grids (an H100's 4-axis attention grid) too."""
+    from chalk.analyses.step import kernels as KK
+
+    monkeypatch.setattr(KK, "CHUNK_POINTS", chunk)
+    rng = np.random.default_rng(28)
+    cases = []
+    for d in (1, 2, 3, 4):
+        for shapes in ([(401,)] * d, [(23, 1)] + [(1, 37)] * (d - 1), [()] * d, [(2, 150)] + [(150,)] * (d - 1),
+                       [(3, 1, 5)] + [(4, 1)] * (d - 1)):
+            axes = [np.sort(rng.choice(np.arange(0.0, 16.0), int(rng.integers(2, 7)), replace=False))
+                    for _ in range(d)]
+            cases.append((axes, rng.normal(-9.0, 3.0, [len(a) for a in axes]), shapes))
+    ax = KK.axes("mha_decode")
+    cases.append((list(ax), KK.kernel_profile(_chip("h100-sxm"))._grid("mha_decode", "bf16", 2.0, "bf16")[0],
+                  [(300,)] * 4))
+    for axes, values, shapes in cases:
+        xs = KK.clamp_log2(axes, [2.0 ** rng.uniform(a[0] - 2, a[-1] + 2, s) for a, s in zip(axes, shapes)])
+        cols, w = KK.corner_weights(axes, xs)
+        ref = (np.ravel(values)[cols] * w).sum(-1)
+        got = KK.interpolate(axes, xs, values)
+        assert got.shape == ref.shape
+        if len(axes) <= 2:
+            assert np.array_equal(got, ref)
+        assert np.max(np.abs(got - ref), initial=0.0) <= 1e-12 * np.abs(values).max()

@@ -134,6 +134,74 @@ def corner_weights(axes, x_log2):
     return cols, np.stack(np.broadcast_arrays(*ws), axis=-1)
 
 
+#: points interpolated at a time by `interpolate`: its temporaries (a cell index, a weight, a gathered value per
+#: point) stay a few MB, whatever the grid
+CHUNK_POINTS = 1 << 15
+
+
+def interpolate(axes, x_log2, values) -> np.ndarray:
+    """`(values[cols] * w).sum(-1)` for `cols, w = corner_weights(axes, x_log2)`, without building the points x 2^d
+    corner arrays: each corner's node value times its weight is added in place, over chunks of `CHUNK_POINTS`.
+
+    `values`: the grid's values flat in C order over `axes`; `x_log2`: one array per axis, clamped to it,
+    broadcast together (each axis's cell and fraction are found on the array as given, before broadcasting). The
+    corners' weights are the same products as `corner_weights`' and are summed in the same order, so the answer is
+    the same to rounding (a few ulp). Memory: the answer plus O(`CHUNK_POINTS` x d) bytes."""
+    values = np.asarray(values, dtype=float).ravel()
+    xs = [np.asarray(x, dtype=float) for x in x_log2]
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    out = np.empty(shape)
+    strides = np.cumprod([1] + [len(a) for a in axes][::-1][:-1])[::-1]
+    _interpolate_into(out, [np.asarray(a, dtype=float) for a in axes], xs, values, [int(s) for s in strides])
+    return out
+
+
+def _interpolate_into(out, axes, xs, values, strides) -> None:
+    """`interpolate` into `out` (the points' broadcast shape): split along the first axis until a piece holds at
+    most `CHUNK_POINTS` points (or one row), then add the corners."""
+    if out.ndim and out.size > CHUNK_POINTS:
+        rows = out.shape[0]
+        step = max(1, CHUNK_POINTS // max(1, out.size // rows))
+        full = [x.ndim == out.ndim and x.shape[0] == rows for x in xs]  # arrays that vary along the first axis
+        for r0 in range(0, rows, step):
+            piece = out[r0:r0 + step]
+            sub = [x[r0:r0 + step] if f else (x if x.ndim < out.ndim else x[:1]) for x, f in zip(xs, full)]
+            if piece.shape[0] == 1 and piece.size > CHUNK_POINTS and piece.ndim > 1:
+                _interpolate_into(piece[0], axes, [x[0] if x.ndim == out.ndim else x for x in sub], values,
+                                  strides)
+            else:
+                _interpolate_into_piece(piece, axes, sub, values, strides)
+        return
+    _interpolate_into_piece(out, axes, xs, values, strides)
+
+
+def _interpolate_into_piece(out, axes, xs, values, strides) -> None:
+    d = len(axes)
+    base, lowers, uppers = 0, [], []
+    for a, x, st in zip(axes, xs, strides):
+        i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2)
+        f = np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0)
+        base = base + i * st
+        lowers.append(1.0 - f)
+        uppers.append(f)
+    base = np.broadcast_to(np.asarray(base, dtype=np.int64), out.shape)
+    # corner k (bits from the first axis, the slowest) weighs the product of its axes' lower or upper fractions,
+    # multiplied from the first axis on (as `corner_weights`); products shared by corners are made once
+    prefix = {(): None}
+    for j in range(d):
+        prefix = {bits + (b,): (v if w is None else w * v)
+                  for bits, w in prefix.items() for b, v in ((0, lowers[j]), (1, uppers[j]))}
+    term = np.empty(out.shape)
+    for k, (bits, w) in enumerate(prefix.items()):
+        off = sum(b * st for b, st in zip(bits, strides))
+        np.take(values, base + off if off else base, out=term)
+        if k == 0:
+            np.multiply(term, w, out=out)
+        else:
+            np.multiply(term, w, out=term)
+            out += term
+
+
 @lru_cache(maxsize=None)
 def _corner_bits(d: int) -> np.ndarray:
     return np.array(list(itertools.product((0, 1), repeat=d)), dtype=np.int64).reshape(-1, d)
@@ -386,8 +454,7 @@ class _Slice:
         """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
         if _floats(f):
             return self._one(f)
-        cols, w = corner_weights(self.axes, clamp_log2(self.axes, f))
-        out = np.exp((self.ln_t[cols] * w).sum(-1)) * self.edge
+        out = np.exp(interpolate(self.axes, clamp_log2(self.axes, f), self.ln_t)) * self.edge
         for x, p, top in zip(f, self.exps, self.tops):
             if p:
                 out = out * np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
@@ -728,8 +795,7 @@ class KernelProfile:
             return cut.time(tuple(f[:nv])), passes
         ln_t, passes, _, _ = self._grid(*key)
         ax = axes(family)
-        cols, w = corner_weights(ax, clamp_log2(ax, f))
-        return np.exp((ln_t[cols] * w).sum(-1)) * beyond_grid(family, ax, f), passes
+        return np.exp(interpolate(ax, clamp_log2(ax, f), ln_t)) * beyond_grid(family, ax, f), passes
 
     # ---- public
     def gemm_time_s(self, m, n, k, dtype, weight_precision: str | None = None):
