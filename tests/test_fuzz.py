@@ -7,7 +7,10 @@ invocation runs in-process under a time guard and must keep the contract:
 
 - exit code 0 or 2, never a traceback (an uncaught exception) and never a hang;
 - on 2, exactly one line on stderr of at most 300 characters (`{"error": ...}` under --json);
-- on 0 with --json, no NaN or inf anywhere in the result and no negative quantity.
+- on 0 with --json, no NaN or inf anywhere in the result and no negative quantity;
+- a value that can only be wrong (issue 26's classes: a contradiction or an empty list item, a device, FIFO or
+  10 GB file read as input, a malformed or absurd config, an unknown or empty precision or engine, a count beyond
+  int64, a NaN) is refused: exit 2, never a silent exit 0.
 
 Deterministic: the cases are a fixed list, and where a list is sampled the seed is fixed.
 """
@@ -61,6 +64,13 @@ CONTRADICTIONS = {"--hardware": ["h100-sxm,hgx-h100", "h200,h200", "h100-sxm,"],
                   "--precision": ["bf16,,fp8", ",", "bf16,"], "--batches": ["1,,2", ","], "--contexts": ["1000,,2"],
                   "--speculative": ["", ",,", "eagle,3,0.7,"], "--draft-model": ["org/draft\nrm -rf /", "\x1b[2J"],
                   "--kv-precision": ["", " "]}
+#: Options that act only with another one (issue 26: "flags that need another flag"): each bad value is given with
+#: its partner too, so it reaches the code that reads it rather than the missing-partner check.
+PARTNERS = {"--concurrency": {"--layout": "tp=1"}, "--acceptance": {"--mtp": "2"}}
+#: Values no option of that kind may accept: each such case must exit 2 (silent acceptance is a failure).
+ALWAYS_BAD = {"int": {"99999999999999999999", "abc"}, "float": {"nan", "abc"}}
+#: Name options whose empty or unknown value must be refused, never read as the default.
+NAMED = {"--precision", "--kv-precision", "--engine"}
 
 
 # ------------------------------------------------------------------ malformed spec files
@@ -124,11 +134,30 @@ def _spec_files(root: Path) -> dict[str, list[str]]:
     hw("system-sources-list", system.replace("sources:", "sources: [a, b]\nxsources:"))
     hw("not-yaml", "chips: [\n")
     hw("yaml-list", "- 1\n- 2\n")
+    # issue 26: zero steps and ranks, absurd quantisation bits, numbers too long or too deep to hold
+    dsv3 = json.loads((catalog._catalog_dir("models") / "deepseek-v3" / "config.json").read_text())
+    dsa = json.loads((catalog._catalog_dir("models") / "deepseek-v3.2" / "config.json").read_text())
+    gptq = {"quant_method": "gptq", "group_size": 128, "desc_act": False, "sym": True}
+    model("sparse-step-zero", edit(moe, decoder_sparse_step=0))
+    model("moe-freq-zero", edit(dsv3, moe_layer_freq=0))
+    model("dsa-topk-zero", edit(dsa, index_topk=0))
+    model("kv-lora-zero", edit(dsv3, kv_lora_rank=0))
+    model("bits-zero", edit(base, quantization_config={**gptq, "bits": 0}))
+    model("bits-1e9", edit(base, quantization_config={**gptq, "bits": 1e9}))
+    model("int-5001-digits", text=json.dumps(base).replace(f'"vocab_size": {base["vocab_size"]}',
+                                                           '"vocab_size": ' + "7" * 5001))
+    model("layers-2^31", edit(base, num_hidden_layers=2**31))
+    hw("chip-5001-digits", re.sub(r"(?m)^hbm_gb: .*$", "hbm_gb: " + "9" * 5001, chip))
     model("every-expert", edit(moe, num_experts_per_tok=moe["num_experts"]))  # valid: k = E
     hw("chip-copy", chip)  # valid: must answer like the catalog id
     good_models, good_hardware = models[-1:] + [MOE_MODEL], hardware[-1:]
-    return {"models": models[:-1], "hardware": hardware[:-1], "good_models": good_models,
-            "good_hardware": good_hardware}
+    # valid but far too big: a million layers (436 TB of weights); every command answers or refuses it fast
+    # (issue 26 item 7: the fit is checked before any long work), so it is neither bad nor good
+    model("layers-1e6", edit(base, num_hidden_layers=1_000_000))
+    return {"models": models[:-2], "hardware": hardware[:-1], "good_models": good_models,
+            "good_hardware": good_hardware, "huge_models": models[-1:],
+            # a chip with no scale-out network is a single box, not a malformed file: answered where one box does
+            "refused_hardware": [h for h in hardware[:-1] if "no-scaleout" not in h]}
 
 
 # ------------------------------------------------------------------ the command tree
@@ -184,7 +213,8 @@ def _render(cmd, values: dict) -> list[str]:
     return args
 
 
-def _cases(tmp: Path) -> list[tuple[str, ...]]:
+def _cases(tmp: Path) -> list[tuple[tuple[str, ...], bool]]:
+    """Every invocation, and whether it must be refused (exit 2): see ALWAYS_BAD, NAMED."""
     files = _spec_files(tmp / "specs")
     (tmp / "a-folder.png").mkdir(exist_ok=True)
     bad_paths = [str(tmp / "missing" / "x.png"), str(tmp / "a-folder.png"), "/proc/chalk-fuzz.png", "",
@@ -207,6 +237,7 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
     app = typer.main.get_command(cli.app)
     rng = random.Random(SEED)
     cases: list[tuple[str, ...]] = []
+    refused: set[tuple[str, ...]] = set()
     for path, cmd in _leaves(app):
         base = _base(path, cmd, str(tmp))
         js = [p for p in cmd.params if _opt(p) == "--json"]
@@ -237,8 +268,28 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
                 values = values + ["fp8", "fp4", "mxfp4", "auto"]
             if key in ("--batches", "--contexts"):
                 values = values + ["1:1e12:100000000", "1,2,nan", "0:10:5", "1:1e308:3", "5:1:0"]
+            if key in ("--model",) or (is_arg and path == ("models", "show")):
+                values = values + files["huge_models"]
+            must = set(ALWAYS_BAD.get(kind, ())) | set(CONTRADICTIONS.get(key, []))
+            if key in READ_OPTIONS:
+                must |= set(hostile_reads)
+            if key == "--model" or (is_arg and path == ("models", "show")):
+                must |= set(files["models"])
+            if key == "--hardware" or (is_arg and path == ("hardware", "show")):
+                must |= set(files["refused_hardware"])
+            if key in NAMED:
+                must |= {"", "nosuch"}
+            partners = {q: PARTNERS[key][_opt(q)] for q in cmd.params if _opt(q) in PARTNERS.get(key, {})}
             for v in values:
-                cases.append(path + tuple(_render(cmd, {**base, **jsv, p: v})))
+                case = path + tuple(_render(cmd, {**base, **jsv, p: v}))
+                cases.append(case)
+                if v in must:
+                    refused.add(case)
+                if partners:  # the same value with the option it needs, so it reaches the code behind it
+                    case = path + tuple(_render(cmd, {**base, **jsv, **partners, p: v}))
+                    cases.append(case)
+                    if v in must:
+                        refused.add(case)
     # a sample of pairs of large values on the numeric options, the kind of case a single value misses
     for path, cmd in _leaves(app):
         if path[0] in ONLY_BAD:
@@ -250,7 +301,7 @@ def _cases(tmp: Path) -> list[tuple[str, ...]]:
             a, b = rng.sample(nums, 2) if len(nums) >= 2 else (nums[0], nums[0])
             vals = {**base, **js, a: rng.choice(["1e15", "1", "1e9"]), b: rng.choice(["1e15", "3"])}
             cases.append(path + tuple(_render(cmd, vals)))
-    return list(dict.fromkeys(cases))  # each distinct invocation once, in a fixed order
+    return [(c, c in refused) for c in dict.fromkeys(cases)]  # each distinct invocation once, in a fixed order
 
 
 # ------------------------------------------------------------------ running one case
@@ -294,9 +345,11 @@ def _negatives(obj, path="") -> list[str]:
     return []
 
 
-def _problem(args, code, out, err, nonfinite) -> str | None:
+def _problem(args, code, out, err, nonfinite, must_refuse: bool = False) -> str | None:
     if code not in (0, 2):
         return f"exit {code}"
+    if must_refuse and code == 0:
+        return "accepted a value that can only be wrong (exit 0, expected one line and exit 2)"
     lines = [ln for ln in err.splitlines() if ln.strip()]
     if "Traceback" in err:
         return "traceback on stderr"
@@ -342,9 +395,9 @@ def test_fuzz_every_command(tmp_path, monkeypatch):
     cases = _cases(tmp_path)
     t0 = time.perf_counter()
     failures, slow = [], []
-    for args in cases:
+    for args, must_refuse in cases:
         code, out, err, dt = _invoke(args, nonfinite)
-        msg = _problem(args, code, out, err, nonfinite)
+        msg = _problem(args, code, out, err, nonfinite, must_refuse)
         if msg:
             failures.append(f"chalk {' '.join(a if len(a) < 80 else a[:77] + '...' for a in args)}\n    {msg}")
         if dt > 10:
@@ -354,3 +407,30 @@ def test_fuzz_every_command(tmp_path, monkeypatch):
     assert len(cases) > 500
     assert not failures, f"{len(failures)} of {len(cases)} invocations broke the contract:\n" + "\n".join(
         failures[:60])
+
+
+def test_the_fuzz_covers_issue_26s_classes(tmp_path):
+    """The case list (no invocation: fast) holds each class the campaign of issue 26 found, each marked to be
+    refused where only a refusal is right."""
+    cases = dict(_cases(tmp_path))
+    joined = {" ".join(c): must for c, must in cases.items()}
+
+    def has(*parts, must=True):
+        hits = [k for k, m in joined.items() if all(p in k.split(" ") or p in k for p in parts) and m == must]
+        assert hits, parts
+    has("throughput", "--layout tp=1", "--concurrency 99999999999999999999")  # with the option it needs
+    has("throughput", "--mtp 2", "--acceptance nan")
+    has("pricing", "--precision nosuch")
+    has("pricing", "--precision  ")
+    has("layout", "--kv-precision  ")
+    for name in ("sparse-step-zero", "moe-freq-zero", "dsa-topk-zero", "kv-lora-zero", "bits-zero", "bits-1e9",
+                 "int-5001-digits", "layers-2^31"):
+        for command in ("estimate", "throughput", "models show"):
+            has(command, f"/{name}")
+    has("measure", "/layers-1e6", must=False)  # valid, refused by its fit before any measurement
+    has("hardware show", "/chip-5001-digits.yaml")
+    for option in ("--model", "--hardware", "--trace", "--diurnal", "--input-len"):
+        for hostile in ("/dev/zero", "hostile/fifo.png", "hostile/sparse.csv"):
+            has(f"{option} {hostile}" if hostile.startswith("/dev") else option, hostile)
+    has("plan", "--draft-model org/draft\nrm -rf /")
+    assert sum(cases.values()) > 900 and len(cases) > 2000

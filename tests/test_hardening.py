@@ -286,6 +286,11 @@ CONTRADICTIONS = {  # invocation: a phrase its one line must hold
     "--acceptance alone throughput": (THR + ["--acceptance", "0.5"], "give --mtp K too"),
     "--acceptance alone plan": (PLAN_ALL + [*H, "--acceptance", "0.5"], "give --mtp K too"),
     "--draft-model newline": (PLAN_ALL + [*H, "--draft-model", "org/draft\nrm -rf /"], "one line of printable"),
+    "simulate --precision ''": (["simulate", *M, *H, "--precision", ""], "unknown precision ''"),
+    "--period-ms nan": (["simulate", *M, *H, "--period-ms", "nan"], "--period-ms must be finite"),
+    "--max-ttft-s nan": (THR + ["--max-ttft-s", "nan"], "--max-ttft-s must be finite"),  # no deprecation note
+    "validate --workers without --cv": (["validate", "--workers", "99999999999999999999"], "give --cv too"),
+    "validate --ray without --cv": (["validate", "--ray"], "give --cv too"),
 }
 
 

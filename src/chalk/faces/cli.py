@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     cli_common.JSON_ERRORS = "--json" in args
+    cli_common.PENDING_NOTES.clear()
     cli_common.degrade_to_ascii()
     # typer may vendor its own click: take the exception classes from typer itself
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
             app(args=args, standalone_mode=False)
+            cli_common.flush_notes()  # deprecation notes after a success only: a failure is its one line
         except ChalkError as e:
             fail(str(e))
         except usage_error as e:

@@ -71,13 +71,25 @@ def length(option: str):
     return check
 
 
+#: Deprecation notes of this invocation, written to stderr once the command succeeds (`cli.main`): a command
+#: that fails says one line, its error, never a note before it.
+PENDING_NOTES: list[str] = []
+
+
 def deprecated(old: str, new: str, value, replacement):
-    """A hidden old spelling of an option: say once on stderr which spelling replaces it, and use its value
-    where the new option was not given (both given: the new one wins)."""
+    """A hidden old spelling of an option: say once on stderr (after the answer) which spelling replaces it, and
+    use its value where the new option was not given (both given: the new one wins)."""
     if value is None:
         return replacement
-    sys.stderr.write(f"chalk: note: {old} is deprecated; use {new}\n")
+    PENDING_NOTES.append(f"chalk: note: {old} is deprecated; use {new}")
     return value if replacement is None else replacement
+
+
+def flush_notes() -> None:
+    """Write the pending deprecation notes to stderr."""
+    for note in dict.fromkeys(PENDING_NOTES):
+        sys.stderr.write(note + "\n")
+    PENDING_NOTES.clear()
 
 
 #: The per-token draft acceptance rate `--mtp` assumes when `--acceptance` is not given.

@@ -178,6 +178,10 @@ def throughput(
     from chalk.analyses.economics.energy import energy_settings, serving_energy
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
+    if max_ttft_s is not None:  # checked before the deprecation note, so a bad value is one line, not two
+        from chalk.specs.workload import positive
+
+        max_ttft_s = positive("--max-ttft-s", max_ttft_s, scalar=True)
     max_ttft_s = deprecated("--max-ttft-s", "--ttft-mean (e.g. 2s)", max_ttft_s, ttft_mean)
     kw = dict(input_len=input_len, output_len=output_len, gpus=gpus,
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
@@ -454,6 +458,10 @@ def validate(
     """Predicted vs measured for every row of chalk's validation set, with the median and p90 error."""
     from chalk.analyses.fidelity.validate import validate as run
 
+    if not cv and (workers is not None or ray or ray_address is not None):  # never dropped in silence
+        from chalk.errors import InputError
+
+        raise InputError("--workers, --ray and --ray-address split --cv's fits: give --cv too")
     if cv:
         from chalk.analyses.fidelity.calibrate import cross_validate
         from chalk.specs.workload import count

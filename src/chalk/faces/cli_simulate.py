@@ -70,9 +70,10 @@ def register(app: typer.Typer) -> None:
         """Simulate requests on one replica; TTFT, time per output token and latency percentiles."""
         from chalk.analyses.traffic import simulate as sim
         from chalk.analyses.traffic.simulate_run import simulate_requests
+        from chalk.specs.workload import positive
 
-        period_s = period if period_ms is None else deprecated("--period-ms", "--period (e.g. 20ms)",
-                                                               period_ms / 1e3, None)
+        period_s = period if period_ms is None else deprecated(  # checked as --period is: a NaN is one line
+            "--period-ms", "--period (e.g. 20ms)", positive("--period-ms", period_ms, scalar=True) / 1e3, None)
 
         run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
                                 output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,

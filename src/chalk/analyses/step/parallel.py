@@ -187,7 +187,7 @@ def resolve_kv_precision(kv_precision: str | None, weight_precision: str, system
 def precisions(model: ModelSpec, system: System, precision: str | None, kv_precision: str | None) -> tuple[str, str]:
     """(weight precision, KV precision) of `model` on `system`: `precision` canonical, else the checkpoint's
     own; `kv_precision` as `resolve_kv_precision` reads it ('auto' or None: from the weights and the chip)."""
-    prec = canonical(precision) if precision else sizes(model).default_precision()
+    prec = canonical(precision) if precision is not None else sizes(model).default_precision()  # '' is refused
     return prec, resolve_kv_precision(kv_precision, prec, system)
 
 
