@@ -278,7 +278,6 @@ STEP_TIME_ALLOWED = {
     "chalk.analyses.step.measure.fit": "`chalk measure` fits one chip's whole-step roofline (`PREDICTED_BY` says so)",
     "chalk.analyses.economics.pricing": "the price sheets' mode curve, the lecture's hyperbola (its `view` says so)",
     "chalk.analyses.blackboard.lecture": "the lecture's claims, each saying in its assumptions that it is the bound",
-    "chalk.faces.plots_deploy": "`measure --plot` draws the whole-step roofline `measure` fitted and predicts with",
 }
 
 

@@ -135,3 +135,28 @@ def test_step_costs_is_the_setup_it_replaced(model, hardware, precision, kvp):
     kv = resolve_kv_precision(kvp, prec, s)
     assert precisions(m, s, precision, kvp) == (prec, kv)
     assert step_costs(m, s, precision, kvp) == (prec, kv, model_costs(m, precision, kv))
+
+
+def test_measure_predicts_with_the_aggregate_bound_on_its_one_chip_as_it_says():
+    """`chalk measure`'s predictions (its table and its plot's curves) are `estimate --aggregate` on the measured
+    chip at the fitted efficiency: what `PREDICTED_BY` tells the user."""
+    from types import SimpleNamespace
+
+    from chalk.analyses.step.measure.fit import PREDICTED_BY, FitResult, predicted_decode_s
+    from chalk.specs.hardware import Chip, System
+    from chalk.specs.model import model_from_config
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
+           "tie_word_embeddings": False}
+    chip = Chip(id="synthetic", name="synthetic", flops_per_s={"bf16": 2e12, "fp32": 5e11}, hbm_bytes=64e9,
+                hbm_bandwidth_bytes_per_s=1e11)
+    fit = FitResult(compute=0.4, memory=0.7, overhead_s=2e-4, overhead_prefill_s=3e-4, msle_train=0.0, n_train=3,
+                    separate_overheads=True)
+    result = SimpleNamespace(model_config=cfg, model="tiny", chip=chip, precision="fp32", fit=fit)
+    b = np.array([1.0, 4.0, 32.0])
+    system = System(id="synthetic", name="synthetic", chip=chip, chips=1, kind="chip")
+    want = estimate(model_from_config(cfg, id="tiny"), system, b, 64, aggregate=True, precision="fp32",
+                    kv_precision="fp32", efficiency=fit.efficiency("decode")).step_time_s
+    np.testing.assert_allclose(predicted_decode_s(result, b, 64), want, rtol=1e-12)
+    assert "aggregate bound" in PREDICTED_BY

@@ -287,16 +287,11 @@ def training_pools(model=None, hardware=None, **kw):
 def plot_measured(result, output) -> Path:
     """`chalk measure --plot`: measured decode steps over the calibrated roofline's latency-vs-batch curves
     (one per context that has at least two measured batches), and every case measured vs predicted."""
-    from chalk.analyses.step.roofline import step
-    from chalk.specs.hardware import System
-    from chalk.specs.model import model_from_config
+    from chalk.analyses.step.measure.fit import predicted_decode_s
 
     path = Path(output)
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"plot output must end in .png or .svg, got {str(output)!r}")
-    model = model_from_config(result.model_config, id=result.model)
-    system = System(id=result.chip.id, name=result.chip.name, chip=result.chip, chips=1, kind="chip")
-    eff = result.fit.efficiency("decode")
     decode = [c for c in result.cases if c.phase == "decode"]
     import matplotlib
 
@@ -313,9 +308,7 @@ def plot_measured(result, output) -> Path:
             col = colors[i % len(colors)]
             bmax = max(c.batch for c in by_ctx[L])
             b = np.geomspace(1, max(2.0, 2 * bmax), 60)
-            r = step(model, system, b, L, precision=result.precision, kv_precision=result.precision,
-                     efficiency=eff)
-            ax.plot(b, r.step_time_s, "-", color=col, lw=1.5, label=f"predicted, context {whole(L)}")
+            ax.plot(b, predicted_decode_s(result, b, L), "-", color=col, lw=1.5, label=f"predicted, context {whole(L)}")
             for c in by_ctx[L]:
                 ax.plot(c.batch, c.measured_s, "o", ms=6, color=col, mfc="white" if c.held_out else col)
         ax.plot([], [], "o", color="#444444", label="measured (fitted on)")

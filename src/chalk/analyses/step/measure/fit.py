@@ -141,3 +141,15 @@ def _roofline_cases(spec: ModelSpec, system: System, timings: Sequence[StepTimin
     (IDEAL efficiency unless given one per phase)."""
     return [RL.step(spec, system, t.batch, t.context, phase=t.phase, precision=precision, kv_precision=precision,
                     efficiency=efficiency(t.phase) if efficiency else IDEAL) for t in timings]
+
+
+def predicted_decode_s(result, batches, context: float) -> np.ndarray:
+    """Decode step times `chalk measure` predicts for `result` (a `MeasureResult`) at `batches` sequences of
+    `context` tokens: its model on its one measured chip at the fitted decode efficiency (`PREDICTED_BY`)."""
+    from chalk.specs.model import model_from_config
+
+    model = model_from_config(result.model_config, id=result.model)
+    system = System(id=result.chip.id, name=result.chip.name, chip=result.chip, chips=1, kind="chip")
+    r = RL.step(model, system, np.asarray(batches, dtype=float), context, precision=result.precision,
+                kv_precision=result.precision, efficiency=result.fit.efficiency("decode"))
+    return np.asarray(r.step_time_s, dtype=float)
