@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import console, emit_json, num, seconds, si, table
+from chalk.faces.cli_common import KV_PRECISION_OPT, PRECISION_OPT, console, emit_json, num, seconds, si, table
 
 hardware_app = typer.Typer(no_args_is_help=True, help="The chip and system catalog.")
 models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
@@ -110,8 +110,8 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 @models_app.command("show")
 def models_show(name: str = typer.Argument(..., help="Catalog id, alias, config.json path or folder."),
-                kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
-                precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
+                kv_precision: str = KV_PRECISION_OPT,
+                precision: Optional[str] = PRECISION_OPT,
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     """One model's derived sizes."""
     from chalk.analyses.step.model_sizes import ModelSizes

@@ -92,6 +92,10 @@ def flush_notes() -> None:
     PENDING_NOTES.clear()
 
 
+PRECISION_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's).")
+KV_PRECISION_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at "
+                                "8 bits or fewer, else bf16.")
+
 #: The per-token draft acceptance rate `--mtp` assumes when `--acceptance` is not given.
 DEFAULT_ACCEPTANCE = 0.7
 ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help=f"Per-token draft acceptance rate with --mtp (default "

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, console, emit_json, fail, num,
-                                    out_file, pct, seconds, table, usd, write_plot)
+from chalk.faces.cli_common import (HW_OPT, KV_PRECISION_OPT, MODEL_OPT, PLOT_FORMATS, PRECISION_OPT, Phase, console,
+                                    emit_json, fail, num, out_file, pct, seconds, table, usd, write_plot)
 
 
 def register(app: typer.Typer) -> None:
@@ -26,8 +26,8 @@ def sweep(
                                 "whole prompt of each context."),
     chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs summed into one chip (default: the "
                                         "system's scale-up domain)."),
-    precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
-    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
+    precision: Optional[str] = PRECISION_OPT,
+    kv_precision: str = KV_PRECISION_OPT,
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     csv: Optional[str] = typer.Option(None, "--csv", callback=out_file("--csv"),

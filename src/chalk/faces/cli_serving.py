@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_for, console,
-                                    deprecated, duration, emit_json, fail, length, num, out_file, pct, progress,
+                                    busy, deprecated, duration, emit_json, fail, length, num, out_file, pct, progress,
                                     seconds, si, table, usd, write_plot)
 from chalk.faces.fmt import header, rate
 
@@ -191,7 +191,8 @@ def throughput(
     if "," in hardware:
         from chalk.analyses.planning.compare import compare, hardware_list
 
-        rows = compare(lambda hardware: run(model, hardware, **kw), hardware_list(hardware))
+        with busy(as_json, "searching layouts and batches on each chip"):
+            rows = compare(lambda hardware: run(model, hardware, **kw), hardware_list(hardware))
         if as_json:
             emit_json({"compare": [{**(o["result"] or {}), "hardware": o["hardware"], "error": o["error"],
                                     "system": (o["result"] or {}).get("hardware")} for o in rows]})
@@ -209,8 +210,8 @@ def throughput(
         console().print(t)
         return
     m, system = _resolve(model, hardware)
-    r = run(m, system, **kw)
-    r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
+    with busy(as_json, "searching layouts and batches" if concurrency is None else "replaying the deployment"):
+        r = run(m, system, **kw)
     if r.get("mode") != "fixed" and min_user_tps is None and tpot_p99 is None:
         r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
@@ -504,7 +505,8 @@ def validate(
                 f"p90 {pct(r['groups']['ttft']['p90_abs_error'])}")
         return
 
-    r = run(ideal=ideal)
+    with busy(as_json, "predicting every validation row"):
+        r = run(ideal=ideal)
     if as_json:
         emit_json(r)
         return

@@ -103,7 +103,8 @@ def register(app: typer.Typer) -> None:
         g = st["replica_gpus"]
         t = table(header(st["model"], st["chip"], g, f"{st['layout']} (one replica)", st["precision"],
                          st["kv_precision"], None, "ideal" if ideal else "calibrated",
-                         f"{scheduler.value} scheduler", f"{r.n_requests:,} requests ({source})", system=st["hardware"]),
+                         f"{scheduler.value} scheduler", f"{r.n_requests:,} requests ({source})",
+                         system=st["hardware"]),
                   ["quantity", "value"])
         for label, key, fmt in (("TTFT p50 / p90 / p99", "ttft", seconds), ("time per output token p50 / p90 / p99",
                                                                             "tpot", seconds),

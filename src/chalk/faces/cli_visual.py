@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import PLOT_FORMATS, fail, length, out_file, whole, write_plot, wrote
+from chalk.faces.cli_common import (KV_PRECISION_OPT, PLOT_FORMATS, PRECISION_OPT, busy, fail, length, out_file, whole,
+                                    write_plot, wrote)
 
 PLOT_KINDS = ("latency-vs-batch", "cost-vs-batch", "cost-vs-context", "pareto", "hardware-ratio", "pipeline",
               "batch-train", "training-pools")
@@ -76,8 +77,8 @@ def report(
                                           help="Operating batch (default: critical, rounded up to a power of 2)."),
     chips: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs (default: the system's scale-up "
                                         "domain)."),
-    precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's)."),
-    kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16."),
+    precision: Optional[str] = PRECISION_OPT,
+    kv_precision: str = KV_PRECISION_OPT,
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     input_len: Optional[str] = typer.Option(None, "--input-len", callback=length("--input-len"),
                                             help="The serving answer's prompt tokens per request: a mean (2000) or "
@@ -92,7 +93,8 @@ def report(
     """Write one self-contained HTML page replaying the lecture for a model/hardware pair."""
     from chalk.faces.report import write_report
 
-    path = write_report(output, model=model, hardware=hardware, context=context, batch=batch, chips=chips,
-                        precision=precision, kv_precision=kv_precision, ideal=ideal, input_len=input_len,
-                        output_len=output_len, layout=layout)
+    with busy(False, "writing the report: the lecture's figures and the serving answer"):
+        path = write_report(output, model=model, hardware=hardware, context=context, batch=batch, chips=chips,
+                            precision=precision, kv_precision=kv_precision, ideal=ideal, input_len=input_len,
+                            output_len=output_len, layout=layout)
     wrote(path)
