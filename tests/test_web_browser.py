@@ -41,6 +41,8 @@ def test_command_binds_localhost_headless():
     assert cmd[cmd.index("--server.port") + 1] == "8765"
     assert cmd[cmd.index("--server.headless") + 1] == "true"
     assert cmd[cmd.index("--browser.gatherUsageStats") + 1] == "false"
+    assert cmd[cmd.index("--client.toolbarMode") + 1] == "minimal"  # no "Deploy" button on a local tool
+    assert cmd[cmd.index("--server.fileWatcherType") + 1] == "none"
 
 
 def test_cli_web_rejects_bad_port():
@@ -93,9 +95,19 @@ def _wait_idle(page, timeout_ms=120_000):
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=timeout_ms)
 
 
+NUMBERS = '[data-testid="stMarkdown"] table'  # the header's numbers: one labelled table
+
+
+def _numbers(page) -> dict:
+    """The header's numbers as {label: value}."""
+    table = page.locator(NUMBERS).first
+    heads = [h.strip() for h in table.locator("th").all_inner_texts()]
+    cells = [c.strip() for c in table.locator("td").all_inner_texts()]
+    return dict(zip(heads, cells))
+
+
 def _step_time(page) -> str:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Step time")
-    return metric.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    return next(v for k, v in _numbers(page).items() if k.startswith("Decode step"))
 
 
 @needs_browser
@@ -109,7 +121,7 @@ def test_page_loads_charts_render_and_batch_slider_moves_step_time(server):
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.goto(server, wait_until="domcontentloaded", timeout=120_000)
-            page.wait_for_selector('[data-testid="stMetric"]', timeout=120_000)
+            page.wait_for_selector(NUMBERS, timeout=120_000)
             page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg .scatterlayer path')"
                                    ".length >= 5", timeout=120_000)
@@ -126,9 +138,8 @@ def test_page_loads_charts_render_and_batch_slider_moves_step_time(server):
             for _ in range(8):  # 64 -> 1024 in half-octave steps
                 page.keyboard.press("ArrowRight")
             page.wait_for_function(
-                "(b) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')]"
-                ".find(e => e.innerText.includes('Step time'));"
-                " return m && m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim() !== b; }",
+                "(b) => { const t = document.querySelector('[data-testid=\"stMarkdown\"] table');"
+                " return t && t.querySelector('td').innerText.trim() !== b; }",
                 arg=before, timeout=120_000)
             after = _step_time(page)
             assert after != before
@@ -202,7 +213,7 @@ def _foreign(url: str) -> bool:
 
 def _upload(page, server, name, data):
     page.goto(server, wait_until="domcontentloaded", timeout=120_000)
-    page.wait_for_selector('[data-testid="stMetric"]', timeout=120_000)
+    page.wait_for_selector(NUMBERS, timeout=120_000)
     page.get_by_text("upload config.json").click()
     page.wait_for_selector('input[type="file"]', state="attached", timeout=60_000)
     page.set_input_files('input[type="file"]', files=[{"name": name, "mimeType": "application/json",

@@ -99,10 +99,13 @@ def free_port(host: str = "127.0.0.1", start: int = DEFAULT_PORT, tries: int = 5
 
 
 def command(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> list[str]:
-    """The argv that serves the app: headless, no usage statistics, bound to `host`."""
+    """The argv that serves the app: headless, no usage statistics, bound to `host`; a local tool's toolbar (no
+    "Deploy" button: client.toolbarMode minimal) and no source-file watcher (chalk's modules are not the user's
+    script to edit live; watching them costs start-up time and offers reruns nobody asked for)."""
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--server.maxUploadSize", str(max(1, MAX_UPLOAD_BYTES >> 20))]
+            "--server.maxUploadSize", str(max(1, MAX_UPLOAD_BYTES >> 20)),
+            "--client.toolbarMode", "minimal", "--server.fileWatcherType", "none"]
 
 
 def environment() -> dict:

@@ -121,7 +121,7 @@ def context_figure(dense, sparse, context=None):
     L = np.asarray(dense.context)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("$ per M output tokens vs context", "MFU vs context"))
     for res, name, color, dash in ((dense, "as configured", COLORS["step"], None),
-                                   (sparse, "sparse: √L law", COLORS["sparse"], "dash")):
+                                   (sparse, "sparse: √L law (aggregate bound)", COLORS["sparse"], "dash")):
         fig.add_trace(go.Scatter(x=L, y=res.cost_per_mtok_usd, name=name, line=dict(color=color, dash=dash),
                                  legendgroup=name), row=1, col=1)
         fig.add_trace(go.Scatter(x=L, y=np.asarray(res.mfu) * 100, name=name, line=dict(color=color, dash=dash),
@@ -148,14 +148,13 @@ def frontier_figure(r, chips, batch=None):
     fits = np.asarray(r.fits, dtype=bool)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=np.asarray(r.user_tokens_per_s)[fits], y=per_chip[fits], mode="lines+markers",
-                             name=f"one replica on {r.chips} × {r.hardware}, decode only (roofline)", text=[f"batch {num(b)}" for b in np.asarray(r.batch)[fits]],
+                             name=f"one replica on {num(r.chips)} GPUs of {r.hardware}, decode only (layout view)", text=[f"batch {num(b)}" for b in np.asarray(r.batch)[fits]],
                              marker=dict(size=4)))
     if batch is not None:
         i = int(np.argmin(np.abs(np.log(np.asarray(r.batch)) - np.log(batch))))
         fig.add_trace(go.Scatter(x=[np.asarray(r.user_tokens_per_s)[i]], y=[per_chip[i]], mode="markers",
                                  name="you are here", marker=dict(size=13, color="#e377c2")))
-    fig = _log_layout(fig, "Throughput vs interactivity (one replica, roofline)", "tokens/s per user",
-                      "output tokens/s per chip")
+    fig = _log_layout(fig, "Throughput vs interactivity", "tokens/s per user", "output tokens/s per GPU")
     fig.update_xaxes(dtick=None)  # often less than two decades: let plotly label 2 and 5
     return fig
 
@@ -206,6 +205,22 @@ def _uploaded_model(up) -> str:
     return saved
 
 
+def kv_choices(model, hardware, precision) -> tuple[list[str], str]:
+    """The KV-precision select's options ('auto' first) and what 'auto' resolves to for this checkpoint on this
+    chip (chalk.analyses.step.parallel.resolve_kv_precision: an 8-bit cache beside 8-bit-or-narrower weights)."""
+    from chalk.analyses.step.model_sizes import ModelSizes
+    from chalk.analyses.step.parallel import resolve_kv_precision
+    from chalk.specs.catalog import as_model, as_system
+    from chalk.specs.precision import canonical
+
+    try:
+        weights = canonical(precision) if precision else ModelSizes(as_model(model)).default_precision()
+        auto = resolve_kv_precision("auto", weights, as_system(hardware))
+    except ChalkError:
+        auto = "bf16"
+    return ["auto", *KV_PRECISIONS], auto
+
+
 def sidebar(st):
     from chalk.specs import catalog
 
@@ -236,7 +251,12 @@ def sidebar(st):
     except ChalkError:
         pass
     precision = st.sidebar.selectbox("weights precision", precisions)
-    kv = st.sidebar.selectbox("KV precision", KV_PRECISIONS)
+    precision = None if precision == "checkpoint default" else precision
+    kvs, auto = kv_choices(model, hardware, precision)
+    kv = st.sidebar.selectbox("KV precision", kvs, key="kv_precision",
+                              format_func=lambda k: f"auto → {auto} (checkpoint)" if k == "auto" else k,
+                              help="auto: an 8-bit KV cache beside 8-bit (or narrower) weights on a chip with an "
+                                   "FP8 rate, else bf16, as engines serve such checkpoints.")
     ideal = st.sidebar.checkbox("ideal roofline (datasheet peaks)", value=False)
     eplb = st.sidebar.selectbox("expert-load balancer (MoE)", EPLB_MODES,
                                 help="Whether a layout's MoE layers run an expert-load balancer (redundant experts "
@@ -244,8 +264,8 @@ def sidebar(st):
                                      "run one; off: served traffic's uneven expert loads.")
     batch = st.sidebar.select_slider("batch (sequences)", options=BATCHES, value=64, key="batch")
     context = st.sidebar.select_slider("context (tokens)", options=CONTEXTS, value=4096, key="context")
-    return dict(model=model, hardware=hardware, precision=None if precision == "checkpoint default" else precision,
-                kv_precision=kv, ideal=ideal, eplb=eplb), batch, context
+    return dict(model=model, hardware=hardware, precision=precision, kv_precision=auto if kv == "auto" else kv,
+                ideal=ideal, eplb=eplb), batch, context
 
 
 def _guard(st, fn, *args):
@@ -272,7 +292,9 @@ def tab_roofline(st, common, batch, context, r):
     dense = roofline_over_context(common["model"], common["hardware"], batch, **_layout_opts(common))
     sparse = roofline_over_context(common["model"], common["hardware"], batch, sparse_law="sqrt", **_opts(common))
     st.plotly_chart(context_figure(dense, sparse, context), width="stretch")
-    st.caption(f"efficiency: {shown(r.efficiency)}; weights read: {shown(r.weights_read)}. Pink marks the "
+    st.caption(f"Layout view ({shown((r.layout or {}).get('label', '?'))}, {num(r.chips)} GPUs) for every line but "
+               "the sparse one, which is the aggregate bound (every GPU summed). "
+               f"Efficiency: {shown(r.efficiency)}; weights read: {shown(r.weights_read)}. Pink marks the "
                "sidebar's batch and context; grey is where the KV cache no longer fits in HBM.")
 
 
@@ -293,9 +315,11 @@ def tab_serving(st, common, batch, context, r):
         st.info("Multi-replica serving (TP / EP / PP layouts, throughput at a latency target) needs "
                 "chalk.analyses.traffic.serving, not in this build yet. Above: one replica on the roofline.")
         return
-    res = throughput(common["model"], common["hardware"], input_len=float(context), output_len=float(out_len),
-                     precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
-                     pareto=True, eplb=common["eplb"])
+    from chalk.faces.web_tabs import memo
+
+    res = memo(throughput)(common["model"], common["hardware"], input_len=float(context), output_len=float(out_len),
+                           precision=common["precision"], kv_precision=common["kv_precision"],
+                           ideal=common["ideal"], pareto=True, eplb=common["eplb"])
     front = sorted(res["frontier"], key=lambda f: f["user_tokens_per_s"])
     fig.add_trace(go.Scatter(x=[f["user_tokens_per_s"] for f in front],
                              y=[f["output_tokens_per_s_per_gpu"] for f in front], mode="lines+markers",
@@ -304,130 +328,18 @@ def tab_serving(st, common, batch, context, r):
     fig.add_trace(go.Scatter(x=[res["user_tokens_per_s"]], y=[res["output_tokens_per_s_per_gpu"]], mode="markers",
                              name="most tokens/s per GPU", marker=dict(symbol="star", size=16, color="#2ca02c",
                                                                        line=dict(color="black", width=1))))
-    fig.update_layout(title=dict(text="Throughput vs interactivity: one replica (roofline) and the serving frontier"))
+    fig.update_layout(title=dict(text="Throughput vs interactivity: one replica decoding (layout view) and the "
+                                      "serving frontier (search, prefill included)"))
     c = st.columns(4)
-    c[0].metric("Output tokens/s per GPU", num(res["output_tokens_per_s_per_gpu"]))
+    c[0].metric("Output tokens/s per GPU (serving)", num(res["output_tokens_per_s_per_gpu"]))
     c[1].metric("Tokens/s per user", num(res["user_tokens_per_s"]))
     c[2].metric("Cost per M output tokens", usd(res["cost_per_mtok_output_usd"]))
     c[3].metric("Time to first token", seconds(res["ttft_s"]))
-    st.caption(f"Best layout: {shown(res['layout'])} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
+    st.caption(f"Serving view (a search over layouts and batch, prefill included; not the header's one layout): "
+               f"best layout {shown(res['layout'])} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
                f"{num(context)} tokens in, {num(out_len)} out; {shown(res['efficiency'])} efficiency. "
                "chalk.analyses.traffic.serving.throughput.")
     st.plotly_chart(fig, width="stretch")
-
-
-def tab_layout(st, common, batch, context, r):
-    c1, c2, c3 = st.columns(3)
-    stages = c1.slider("pipeline stages (PP)", 1, 16, 4)
-    micro = c2.slider("micro-batches (M)", 1, 32, 8)
-    sched = c3.selectbox("schedule", ["gpipe", "1f1b"])
-    st.plotly_chart(pipeline_figure(stages, micro, sched), width="stretch")
-    from chalk.faces.plots import _bubble_from_analyses
-
-    b = _bubble_from_analyses(stages, micro)
-    if b:
-        st.metric("Training pipeline bubble (PP−1)/(M+PP−1)", pct(b[0]))
-    try:
-        from chalk.analyses.step.parallel import layout_report
-    except ImportError:
-        st.info("Tensor / expert / pipeline layouts with their link costs need chalk.analyses.step.parallel, "
-                "not in this build yet.")
-        return
-    from chalk.specs.catalog import load_model, resolve_hardware
-
-    rep = layout_report(load_model(common["model"]), resolve_hardware(common["hardware"]),
-                        precision=common["precision"], context=float(context), ideal=common["ideal"])
-    st.subheader(f"Layouts of {shown(rep['model'])} on {num(rep['gpus'])} × {shown(rep['hardware'])}")
-    rows = rep["layouts"]
-    st.dataframe({"layout": [str(x.get("label", "")) for x in rows],
-                  "weights per GPU": [si(x["weight_bytes_per_gpu"], "B") for x in rows],
-                  "weights fit": ["yes" if x["fits_weights"] else "no" for x in rows],
-                  "KV per sequence per GPU": [si(x["kv_bytes_per_sequence_per_gpu"], "B") for x in rows],
-                  "max sequences per replica": [num(x["max_sequences_per_replica"]) for x in rows]},
-                 width="stretch")
-    pp = rep["pipeline"]["rows"]
-    st.subheader("Pipelining for inference: weights per GPU fall as 1/PP, KV per GPU does not")
-    st.dataframe({"PP": [x["pp"] for x in pp], "GPUs": [x["gpus"] for x in pp],
-                  "weights per GPU": [si(x["weight_bytes_per_gpu"], "B") for x in pp],
-                  "KV per GPU": [si(x["kv_bytes_per_gpu"], "B") for x in pp],
-                  "token latency": [seconds(x["token_latency_s"]) for x in pp],
-                  "tokens/s per GPU": [num(x["output_tokens_per_s_per_gpu"]) for x in pp]},
-                 width="stretch")
-
-
-def tab_pricing(st, common, batch, context, r):
-    from chalk.analyses.economics.pricing import analyze_sheet, pricing_margin
-    from chalk.specs.prices import price_sheet_ids
-
-    ids = price_sheet_ids()
-    sheet = st.selectbox("price sheet", ids, index=ids.index("deepseek-r1") if "deepseek-r1" in ids else 0)
-    m = pricing_margin(common["model"], common["hardware"], sheet, batch=batch, context=context,
-                       precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"])
-    c = st.columns(4)
-    c[0].metric("chalk cost, output", f"{usd(m['cost_output_usd_per_mtok'])}/M")
-    c[1].metric("sheet price, output", f"{usd(m['output_usd_per_mtok'])}/M")
-    c[2].metric("chalk cost, input", f"{usd(m['cost_input_usd_per_mtok'])}/M")
-    c[3].metric("margin on the day", pct(m["margin"]))
-    st.caption(f"A day of {si(m['input_tokens'])} input ({pct(m['cache_hit_fraction'])} cache hits) and "
-               f"{si(m['output_tokens'])} output tokens, decode at batch {num(m['decode_batch'])}, context "
-               f"{num(m['context'])}; {shown(m['efficiency'])} efficiency. chalk.analyses.economics.pricing.pricing_margin.")
-    d = analyze_sheet(sheet)
-    rows = [(k, _show(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
-    st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, width="stretch")
-
-
-def tab_training(st, common, batch, context, r):
-    from chalk.analyses.blackboard.training import train_estimate
-
-    c1, c2 = st.columns(2)
-    own = c1.checkbox("train on the sidebar's hardware", value=False,
-                      help="Off: the model's published run (hardware, GPUs, tokens) if it has one, else chalk's "
-                           "default run.")
-    gpus = c2.number_input("GPUs (0 = default)", min_value=0, max_value=1_000_000, value=0, step=1024)
-    e = train_estimate(common["model"], hardware=common["hardware"] if own else None, gpus=int(gpus) or None)
-    c = st.columns(4)
-    c[0].metric("GPU-hours", si(e.gpu_hours))
-    c[1].metric("wall clock", f"{e.wall_clock_days:.3g} days")
-    c[2].metric("cost", usd(e.cost_usd))
-    c[3].metric("MFU", pct(e.mfu))
-    st.caption(f"{shown(e.model)} on {num(e.gpus)} × {shown(e.chip)}, {si(e.tokens)} tokens, "
-               f"{shown(e.precision)}; "
-               "chalk.analyses.blackboard.training.train_estimate (defaults: the model's published run if any).")
-    import plotly.graph_objects as go
-
-    names = list(e.pools)
-    fig = go.Figure(go.Bar(x=names, y=[e.pools[n]["tokens"] for n in names],
-                           text=[si(e.pools[n]["tokens"]) for n in names], marker_color=["#1f77b4", "#9467bd",
-                                                                                           "#2ca02c"][:len(names)]))
-    fig.update_layout(title="Tokens per pool at eq. 7's balance (D_pretrain ≈ D_RL ≈ D_inference)",
-                      yaxis_title="tokens", template="plotly_white", height=380)
-    st.plotly_chart(fig, width="stretch")
-
-
-def tab_lecture(st, common, batch, context, r):
-    from chalk.faces.report import lecture_steps
-
-    steps, rs = lecture_steps(common["model"], common["hardware"], context=context, batch=batch, **_opts(common))
-    for s in steps:
-        st.markdown(f"**Eq. {s.eq} — {s.title}**  \n`{s.formula}`")
-        st.table({"quantity": [q for q, _ in s.rows],
-                  **{f"batch {num(x.batch)}": [v[i] for _, v in s.rows] for i, x in enumerate(rs)}})
-    from chalk.analyses.blackboard.lecture import all_claims
-
-    claims = all_claims()
-    st.subheader("The lecture's claims, computed by chalk")
-    st.dataframe({"claim": [c.id for c in claims], "chalk": [_show(c.value) for c in claims],
-                  "unit": [c.unit for c in claims], "lecture": [_show(c.lecture_value) for c in claims],
-                  "in range": ["" if c.within_lecture_range is None else "yes" if c.within_lecture_range else "no"
-                               for c in claims]}, width="stretch", height=420)
-
-
-def _show(v) -> str:
-    if isinstance(v, float):
-        return num(v)
-    if isinstance(v, (list, tuple)):
-        return " – ".join(_show(x) for x in v)
-    return "" if v is None else str(v)
 
 
 def _opts(common):
@@ -440,6 +352,49 @@ def _layout_opts(common):
     return {**_opts(common), "eplb": common["eplb"]}
 
 
+def header(st, r, batch, context) -> None:
+    """The answer's one line (model, GPUs, layout, precisions, efficiency) and its numbers, each labelled with the
+    view it comes from: one replica on the layout `estimate` chose, timed op by op with its communication."""
+    lay = (r.layout or {}).get("label", "?")
+    from chalk.specs.catalog import as_system
+
+    st.markdown(f"#### {shown(r.model)} on {num(r.chips)} of {num(as_system(r.hardware).chips)} GPUs of "
+                f"{shown(r.hardware)} · layout {shown(lay)} · "
+                f"{shown(r.precision)} weights, {shown(r.kv_precision)} KV · batch {num(batch)} · "
+                f"context {num(context)}")
+    st.caption(f"Layout view: one replica on {shown(lay)} ({num(r.chips)} GPUs), the decode step timed op by op "
+               f"with its communication ({shown(r.efficiency)} efficiency); chalk estimate. The Lecture tab shows "
+               "the aggregate bound instead: every GPU of the system summed into one chip, communication free.")
+    cells = [(f"Decode step (layout view, {num(r.chips)} GPUs)", seconds(r.step_time_s)),
+             ("$ per M output tokens", usd(r.cost_per_mtok_usd)),
+             ("Tokens/s per user", num(r.user_tokens_per_s)),
+             (f"Output tokens/s per replica ({num(r.chips)} GPUs)", num(r.tokens_per_s)),
+             ("Output tokens/s per GPU", num(float(r.tokens_per_s) / float(r.chips))),
+             ("MFU", pct(r.mfu)), ("Bound", str(r.bound))]
+    # one markdown table, not st.metric: markdown is in the page's first script bundle, so the numbers show with
+    # the header line instead of waiting for a lazily loaded component behind the charts
+    st.markdown("| " + " | ".join(md_escape(k) for k, _ in cells) + " |\n|" + "---|" * len(cells) + "\n| "
+                + " | ".join(f"**{md_escape(v)}**" for _, v in cells) + " |")
+
+
+def infeasible(st, r, batch, context) -> None:
+    """Why this choice cannot run, in place of numbers and charts (the page stops after it)."""
+    lay = (r.layout or {}).get("label", "?")
+    hint = (f"at most {num(r.max_batch_fit)} sequences fit at this context: lower the batch" if r.max_batch_fit >= 1
+            else "the weights alone do not fit: pick a system with more GPUs (or more HBM) or a narrower weights "
+                 "precision")
+    st.error(f"Infeasible: {shown(r.model)} at batch {num(batch)}, context {num(context)} does not fit on "
+             f"{num(r.chips)} GPUs of {shown(r.hardware)} (layout {shown(lay)}): "
+             f"{si(r.memory_needed_bytes, 'B')} needed, {si(r.hbm_bytes, 'B')} of HBM in all before the engine's "
+             f"reserve. Fix: {hint}.")
+    for n in r.notes:
+        st.markdown(f"- {shown(n)}")
+
+
+def tab_names() -> list[str]:
+    return ["Roofline", "Serving", "Plan", "Layout", "Pricing", "Training", "Lecture"]
+
+
 def main():
     import streamlit as st
 
@@ -449,29 +404,28 @@ def main():
     common, batch, context = sidebar(st)
     try:
         r = api.estimate(common["model"], common["hardware"], batch, context, **_layout_opts(common))
+        _ = (r.step_time_s, r.mfu)  # resolve the deferred fields here, where an error is one line
     except ChalkError as e:
         st.error(shown(e))
         st.stop()
     except Exception as e:  # noqa: BLE001 - a malformed upload is one line, never a traceback with paths
         st.error(f"chalk could not read this model ({type(e).__name__})")
         st.stop()
-    st.markdown(f"#### {shown(r.model)} on {r.chips} × {shown(r.hardware)} · {shown(r.precision)} weights, "
-                f"{shown(r.kv_precision)} KV · batch {num(batch)} · context {num(context)}")
-    m = st.columns(6)
-    m[0].metric("Step time", seconds(r.step_time_s))
-    m[1].metric("Cost per M tokens", usd(r.cost_per_mtok_usd))
-    m[2].metric("Tokens/s per user", num(r.user_tokens_per_s))
-    m[3].metric("Tokens/s (all users)", num(r.tokens_per_s))
-    m[4].metric("MFU", pct(r.mfu))
-    m[5].metric("Bound", str(r.bound))
     if not r.fits:
-        st.warning(f"Batch {num(batch)} at context {num(context)} does not fit in {si(r.hbm_bytes, 'B')} of HBM "
-                   f"(max batch {num(r.max_batch_fit)}).")
+        infeasible(st, r, batch, context)
+        st.stop()
+    header(st, r, batch, context)
     from chalk.faces.web_plan import tab_plan
+    from chalk.faces.web_tabs import tab_layout, tab_lecture, tab_pricing, tab_training
 
-    tabs = st.tabs(["Roofline", "Serving", "Plan", "Layout", "Pricing", "Training", "Lecture"])
-    for tab, fn in zip(tabs, (tab_roofline, tab_serving, tab_plan, tab_layout, tab_pricing, tab_training,
-                              tab_lecture)):
+    fns = (tab_roofline, tab_serving, tab_plan, tab_layout, tab_pricing, tab_training, tab_lecture)
+    try:  # lazy tabs (Streamlit >= 1.52): only the open tab runs, so the first numbers come fast
+        tabs = st.tabs(tab_names(), key="tab", on_change="rerun")
+    except TypeError:  # pragma: no cover - older Streamlit: every tab runs
+        tabs = st.tabs(tab_names())
+    for tab, fn in zip(tabs, fns):
+        if getattr(tab, "open", True) is False:
+            continue
         with tab:
             _guard(st, fn, common, batch, context, r)
 

@@ -48,40 +48,49 @@ def tab_plan(st, common, batch, context, r):
 
     chips = chip_ids()
     with st.form("plan"):
-        c = st.columns(4)
+        c = st.columns(5)
         users = c[0].number_input("concurrent users", min_value=1, max_value=10_000_000, value=1000, step=100)
         speed = c[1].number_input("min tokens/s per user", min_value=1.0, max_value=10_000.0, value=30.0)
         ttft = c[2].number_input("p99 TTFT target, s (0 = none)", min_value=0.0, max_value=600.0, value=0.0)
-        out_len = c[3].number_input("output tokens per request", min_value=1, max_value=1_000_000, value=500)
+        in_len = c[3].number_input("input tokens per request", min_value=1, max_value=10_000_000,
+                                   value=int(context), step=256,
+                                   help="Prompt tokens per request (starts at the sidebar's context).")
+        out_len = c[4].number_input("output tokens per request", min_value=1, max_value=1_000_000, value=500)
         hw = st.multiselect("candidate chips", chips, default=[h for h in DEFAULT_CHIPS if h in chips])
         go = st.form_submit_button("Plan")
+    if st.session_state.get("plan_for") != common["model"]:  # a plan answers for the model it was asked about
+        st.session_state.pop("plan_result", None)
     if not go and "plan_result" not in st.session_state:
-        st.info(f"Plan {shown(common['model'])} for a demand: pick the chips and targets, then press Plan "
-                f"(prompts of {num(context)} tokens, the sidebar's context).")
+        st.info(f"Plan {shown(common['model'])} for a demand: pick the chips, the request lengths and the "
+                "targets, then press Plan.")
         return
     if go:
+        st.session_state["plan_for"] = common["model"]
         st.session_state["plan_result"] = plan(
             common["model"], hw or None, users=int(users), min_user_tps=float(speed),
-            ttft_p99_s=float(ttft) or None, input_len=float(context), output_len=float(out_len),
-            precision=common["precision"], ideal=common["ideal"], eplb=common["eplb"])
+            ttft_p99_s=float(ttft) or None, input_len=float(in_len), output_len=float(out_len),
+            precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
+            eplb=common["eplb"])
     res = st.session_state["plan_result"]
     best = res["options"][0]
-    m = st.columns(4)
-    m[0].metric("Cheapest", f"{best['hardware']} · {best['mode']}")
-    m[1].metric("GPUs", num(best["gpus"]))
-    m[2].metric("$ per hour", usd(best["usd_per_hour"]))
-    m[3].metric("$ per M output tokens", usd(best["usd_per_mtok_output"]))
-    st.dataframe({"chip": [o["hardware"] for o in res["options"]], "mode": [o["mode"] for o in res["options"]],
+    st.markdown(f"**Cheapest: {shown(best['hardware'])}, {shown(best['mode'])} serving, {shown(best['layout'])}**")
+    m = st.columns(3)
+    m[0].metric("GPUs (fleet)", num(best["gpus"]))
+    m[1].metric("$ per hour (fleet)", usd(best["usd_per_hour"]))
+    m[2].metric("$ per M output tokens", usd(best["usd_per_mtok_output"]))
+    opts = res["options"]
+    st.dataframe({"chip": [o["hardware"] for o in opts], "mode": [o["mode"] for o in opts],
                   "engine": [f"{o['engine']} {(o['engine_version'] or '').split(' ')[0]}" if o.get("engine") else "-"
-                             for o in res["options"]],
-                  "precision": [o["precision"] for o in res["options"]],
-                  "layout": [o["layout"] for o in res["options"]], "GPUs": [o["gpus"] for o in res["options"]],
-                  "$/hour": [usd(o["usd_per_hour"]) for o in res["options"]],
-                  "$/GPU-h (source, date)": [_price(o) for o in res["options"]],
-                  "sim p99 TTFT": [seconds(o["simulated"]["ttft_p99_s"]) for o in res["options"]],
-                  "sim p99 TPOT": [seconds(o["simulated"]["tpot_p99_s"]) for o in res["options"]],
-                  "headroom": [pct(o["headroom"]) for o in res["options"]],
-                  "why it loses": [o["why"] for o in res["options"]]}, width="stretch")
+                             for o in opts],
+                  "precision": [o["precision"] for o in opts], "layout": [o["layout"] for o in opts],
+                  "GPUs": [o["gpus"] for o in opts], "$/hour": [usd(o["usd_per_hour"]) for o in opts],
+                  "sim p99 TTFT": [seconds(o["simulated"]["ttft_p99_s"]) for o in opts],
+                  "sim p99 TPOT": [seconds(o["simulated"]["tpot_p99_s"]) for o in opts],
+                  "headroom": [pct(o["headroom"]) for o in opts]}, width="stretch")
+    # the long text columns as a wrapping table (a dataframe cell cuts them off at its width)
+    st.table({"option": [f"{o['hardware']} · {o['mode']} · {o['layout']}" for o in opts],
+              "$/GPU-hour (date; source)": [_price(o) for o in opts],
+              "why it loses": [o["why"] for o in opts]})
     cost, gpus = plan_figures(res)
     a, b = st.columns(2)
     a.plotly_chart(cost, width="stretch")
