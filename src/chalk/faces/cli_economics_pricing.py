@@ -245,8 +245,18 @@ def register(app: typer.Typer) -> None:
             return
         c = console()
         fits = "" if r.get("fits", True) else " · DOES NOT FIT (cost is a lower bound)"
-        t = table(f"Your question: {r['model']} on {r['chips']} x {r['hardware']} against {r['sheet']} "
-                  f"({r['tier']} tier) · {r['efficiency']} · per {r['per']}{fits}", ["quantity", "value"])
+        from chalk.analyses.step.model_sizes import ModelSizes
+        from chalk.analyses.step.parallel import resolve_kv_precision
+        from chalk.faces.fmt import header
+        from chalk.specs.catalog import load_model, resolve_hardware
+        from chalk.specs.precision import canonical
+
+        prec = canonical(precision) if precision else ModelSizes(load_model(model)).default_precision()
+        t = table("Your question: " + header(r["model"], resolve_hardware(hardware).chip.id, r["chips"],
+                                             r.get("layout"), prec, resolve_kv_precision(kv_precision, prec), None,
+                                             r["efficiency"],
+                                             f"against {r['sheet']} ({r['tier']} tier)", f"per {r['per']}",
+                                             system=r["hardware"]) + fits, ["quantity", "value"])
         rows = [
             ("tokens in (cache hits) / out", f"{si(r['input_tokens'])} ({pct(r['cache_hit_fraction'])}) / "
                                              f"{si(r['output_tokens'])}"),

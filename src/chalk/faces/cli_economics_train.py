@@ -96,7 +96,9 @@ def register(app: typer.Typer) -> None:
 def _print(e) -> None:
     c = console()
     lay = e.layout
-    t = table(f"{e.model} pretraining on {num(e.gpus)} x {e.chip} · {si(e.tokens)} tokens of {num(e.seq_len)} · "
+    from chalk.faces.fmt import gpus
+
+    t = table(f"{e.model} pretraining on {gpus(e.gpus, e.chip)} · {si(e.tokens)} tokens of {num(e.seq_len)} · "
               f"{e.precision}", ["quantity", "value"])
     rows = [
         ("work (3 x forward, causal attention)", f"{_flop(e.flops)}  (6ND: {_flop(e.flops_6nd)}, "
