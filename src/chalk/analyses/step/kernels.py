@@ -802,10 +802,11 @@ class KernelProfile:
         """Seconds for one [m x k] @ [k x n] GEMM at `dtype` (a chip compute precision: bf16, fp8, fp4, ...).
         `weight_precision`: the stored weights' precision when narrower than the math (weight-only quantisation,
         e.g. mxfp4 weights on a chip without an FP4 rate); default `dtype`."""
-        m, n, k = _broadcast(_check("m", m), _check("n", n), _check("k", k))
-        shape = self.gemm_shape(n, k, dtype, weight_precision) if isinstance(m, float) else \
-            GemmShape(self, n, k, dtype, weight_precision)
-        return shape.time(m)
+        m, n, k = _check("m", m), _check("n", n), _check("k", k)
+        if _floats((n, k)):  # one weight shape (rows a number or an array): its grid is cut there once (`_Slice`)
+            return self.gemm_shape(n, k, dtype, weight_precision).time(m)
+        m, n, k = _broadcast(m, n, k)
+        return GemmShape(self, n, k, dtype, weight_precision).time(m)
 
     def gemm_shape(self, n, k, dtype, weight_precision: str | None = None) -> GemmShape:
         """`gemm_time_s` for one weight shape (n, k), asked for many row counts (`GemmShape`); kept per shape."""
@@ -825,10 +826,11 @@ class KernelProfile:
         b, q, L = _check("batch", batch), _check("q", q), _check("L", L)
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
+        if _floats((h, kvh, hd)):  # one layer's heads (sizes numbers or arrays): the grid cut there (`_Slice`)
+            b, q, L = _broadcast(b, q, L)
+            return self.attention_shape(phase, kind, h, kvh, hd, kv_precision).time(b, q, L)
         b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
-        shape = self.attention_shape(phase, kind, h, kvh, hd, kv_precision) if isinstance(b, float) else \
-            AttentionShape(self, phase, kind, h, kvh, hd, kv_precision)
-        return shape.time(b, q, L)
+        return AttentionShape(self, phase, kind, h, kvh, hd, kv_precision).time(b, q, L)
 
     def attention_shape(self, phase, kind, heads, kv_heads, head_dim, kv_precision) -> AttentionShape:
         """`attention_time_s` for one layer's heads on one GPU, asked for many batches and contexts
@@ -859,7 +861,8 @@ class KernelProfile:
         h, i, E, k, ep = (_check(n, v, positive=True) for n, v in (("hidden", hidden), ("moe_inter", moe_inter),
                                                                     ("num_experts", num_experts),
                                                                     ("top_k", top_k), ("ep", ep)))
-        T, h, i, E, k, ep = _broadcast(T, h, i, E, k, ep)
+        if not _floats((h, i, E, k, ep)):  # else one layer's experts: the grid is cut at their shape (`_Slice`)
+            T, h, i, E, k, ep = _broadcast(T, h, i, E, k, ep)
         p, eb = _precision(dtype, weight_precision)
         _, bw = self._rates(p)
         el = maximum(E / ep, 1.0)
