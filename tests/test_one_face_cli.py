@@ -308,3 +308,20 @@ def test_progress_is_silent_off_a_terminal_and_under_json(capsys):
     assert capsys.readouterr().err == ""
     rc, out, err = run("revnet", "--max-depth", "2", "--batch", "4", "--width", "8")
     assert rc == 0 and err == "" and "reversible vs standard stack" in out
+
+
+def test_throughput_says_per_gpu_per_replica_and_per_fleet():
+    """8 GPUs as 4 TP2 replicas: the per-GPU rate, one replica's (2 GPUs) and the fleet's (8) agree."""
+    rc, out, err = run("throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len",
+                       "200", "--gpus", "8", "--layout", "tp=2", "--concurrency", "64", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["replicas"] == 4 and d["gpus_per_replica"] == 2
+    assert d["output_tokens_per_s_per_replica"] == pytest.approx(2 * d["output_tokens_per_s_per_gpu"])
+    assert d["output_tokens_per_s_per_fleet"] == pytest.approx(4 * d["output_tokens_per_s_per_replica"])
+    rc, out, err = run("throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len",
+                       "200", "--gpus", "8")
+    assert rc == 0, err
+    text = " ".join(out.split())
+    assert re.search(r"per replica [\d,.]+ output tokens/s per replica \((\d) GPUs?\); [\d,.]+ output tokens/s per "
+                     r"fleet \(8 GPUs\)", text)

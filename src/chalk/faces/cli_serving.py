@@ -214,6 +214,7 @@ def throughput(
         r = run(m, system, **kw)
     if r.get("mode") != "fixed" and min_user_tps is None and tpot_p99 is None:
         r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
+    _label_rates(r)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
@@ -235,8 +236,10 @@ def throughput(
                                   f"(range {num(lo)} - {num(hi)})"),
             ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
             ("per user", rate(r["user_tokens_per_s"], "tokens/s", "user")),
-            ("per replica", rate(r["output_tokens_per_s_per_gpu"] * r["gpus"], "output tokens/s", "replica",
-                                 r["gpus"])),
+            *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
+                                    r["gpus_per_replica"])
+                   + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
+              if "output_tokens_per_s_per_replica" in r else ()),
             ("time per output token", seconds(r["tpot_s"])),
             ("time to first token", seconds(r["ttft_s"])), ("concurrency", f"{num(r['concurrency'])} sequences"),
             ("GPUs", num(r["gpus"]) + (f" on {r['domains']} scale-up domains of {r['domain_chips']} (scale-out "
@@ -283,6 +286,18 @@ def throughput(
 
 
 _progress = progress
+
+
+def _label_rates(r: dict) -> None:
+    """Add what the per-GPU rate comes to per replica and per fleet (all `gpus` of the answer), with the replica's
+    GPUs, where the answer is one pool of identical replicas (aggregated serving)."""
+    if r.get("disaggregated") or r.get("mode") == "disaggregated" or "prefill" in r or not r.get("gpus"):
+        return
+    reps = r.get("replicas") or (r.get("parallelism") or {}).get("dp") or 1
+    per_gpu, g = r["output_tokens_per_s_per_gpu"], r["gpus"]
+    r.setdefault("gpus_per_replica", g // reps if g % reps == 0 else g / reps)
+    r.setdefault("output_tokens_per_s_per_replica", per_gpu * g / reps)
+    r.setdefault("output_tokens_per_s_per_fleet", per_gpu * g)
 
 
 def _engine(r: dict) -> str | None:
@@ -424,7 +439,11 @@ def _print_fixed(c, r, system):
             ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
             ("time per output token, mean / p99", f"{seconds(r['tpot_s'])} / {seconds(r['tpot_p99_s'])}"),
             ("time to first token, mean / p99", f"{seconds(r['ttft_s'])} / {seconds(r['ttft_p99_s'])}"),
-            ("per user", f"{num(r['user_tokens_per_s'])} tokens/s"),
+            ("per user", rate(r["user_tokens_per_s"], "tokens/s", "user")),
+            *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
+                                    r["gpus_per_replica"])
+                   + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
+              if "output_tokens_per_s_per_replica" in r else ()),
             ("decoding per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
                                      f"in flight (cap {num(r['batch_cap_per_replica'])})"),
             ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
