@@ -106,6 +106,8 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             text = info.first.inner_text()
             assert f"all {int(agg.chips)} GPUs" in text and "upper bound" in text
             assert f"one replica on {lay}, {gpus} GPUs" in text
+            page.get_by_text("The lecture's claims, computed by chalk").first.wait_for(timeout=120_000)
+            _wait_idle(page)
             assert f"(aggregate bound, {int(agg.chips)} GPUs)" in _body(page)
             _shot(page, "lecture")
 
@@ -188,6 +190,8 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             err = page.locator('[data-testid="stAlert"]').filter(has_text="Infeasible")
             err.first.wait_for(timeout=60_000)
             assert "does not fit" in err.first.inner_text() and "Fix:" in err.first.inner_text()
+            _wait_idle(page)
+            page.locator(NUMBERS).first.wait_for(state="detached", timeout=60_000)  # the last run's, taken away
             assert page.locator(NUMBERS).count() == 0
             assert page.locator(".js-plotly-plot").count() == 0
             assert page.locator('[data-testid="stMetric"]').count() == 0
@@ -200,3 +204,26 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             raise
         finally:
             browser.close()
+
+
+def test_roofline_and_serving_curves_pass_through_the_header():
+    """The charts' layout-view curves run on the header's replica: at the sidebar's batch they give the header's
+    step time (a sweep left to choose its own layout held its largest batch: TP8 beside a TP4 header)."""
+    import numpy as np
+
+    from chalk import api
+    from chalk.faces import web_app
+    from chalk.faces.plots import batch_range
+
+    common = dict(model="llama-3.1-70b", hardware="hgx-h100", precision=None, kv_precision="bf16", ideal=False,
+                  eplb="auto")
+    r = api.estimate("llama-3.1-70b", "hgx-h100", 64, 4096, kv_precision="bf16")
+    B = np.unique(np.concatenate([batch_range(r), [64.0]]))
+    rb = web_app._on_layout(common, r, B, 4096.0)
+    i = int(np.flatnonzero(B == 64.0)[0])
+    assert rb.chips == r.chips == 4
+    assert float(rb.step_time_s[i]) == pytest.approx(float(r.step_time_s), rel=1e-9)
+    fig = web_app.frontier_figure(rb, r.chips, 64)
+    here = next(t for t in fig.data if t.name == "you are here")
+    assert here.y[0] == pytest.approx(float(r.tokens_per_s) / r.chips, rel=1e-6)
+    assert "one replica on 4 GPUs" in fig.data[0].name

@@ -280,16 +280,26 @@ def _guard(st, fn, *args):
         st.warning(f"This view could not be drawn: {type(e).__name__}: {shown(e)}")
 
 
+def _on_layout(common, r, batches, contexts):
+    """The header's layout view over arrays of batch or context: the same replica (r.layout) at every point, so the
+    curves pass through the header's numbers (a sweep left to choose would fit its largest batch)."""
+    from chalk import api
+
+    lay = {k: r.layout[k] for k in ("tp", "ep", "etp", "pp", "attn_dp")}
+    return api.estimate(common["model"], common["hardware"], np.asarray(batches, dtype=float),
+                        np.asarray(contexts, dtype=float), layout=lay, **_layout_opts(common))
+
+
 def tab_roofline(st, common, batch, context, r):
-    from chalk.faces.plots import batch_range, roofline_over_batch, roofline_over_context
+    from chalk.faces.plots import batch_range, roofline_over_context
 
     B = np.unique(np.concatenate([batch_range(r), [batch]]))
-    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=B, **_layout_opts(common))
+    rb = _on_layout(common, r, B, float(context))
     c1, c2 = st.columns(2)
     c1.plotly_chart(latency_figure(rb, batch, float(r.step_time_s)), width="stretch")
     c2.plotly_chart(cost_figure(rb, common["hardware"], batch, float(r.cost_per_mtok_usd)),
                     width="stretch")
-    dense = roofline_over_context(common["model"], common["hardware"], batch, **_layout_opts(common))
+    dense = _on_layout(common, r, float(batch), np.geomspace(256, 2 ** 21, 120))
     sparse = roofline_over_context(common["model"], common["hardware"], batch, sparse_law="sqrt", **_opts(common))
     st.plotly_chart(context_figure(dense, sparse, context), width="stretch")
     st.caption(f"Layout view ({shown((r.layout or {}).get('label', '?'))}, {num(r.chips)} GPUs) for every line but "
@@ -301,12 +311,11 @@ def tab_roofline(st, common, batch, context, r):
 def tab_serving(st, common, batch, context, r):
     import plotly.graph_objects as go
 
-    from chalk.faces.plots import batch_range, roofline_over_batch
+    from chalk.faces.plots import batch_range
 
     out_len = st.select_slider("output tokens per request", options=[64, 128, 256, 512, 1024, 2048, 4096, 8192],
                                value=1024, key="output_len")
-    rb = roofline_over_batch(common["model"], common["hardware"], context, batches=batch_range(r),
-                             **_layout_opts(common))
+    rb = _on_layout(common, r, batch_range(r), float(context))
     fig = frontier_figure(rb, r.chips, batch)
     try:
         from chalk.analyses.traffic.serving import throughput
