@@ -93,24 +93,42 @@ def test_recorded_range_says_how_it_was_obtained():
     assert 0 < lo_q <= 0.2 and hi_q == pytest.approx(1 - lo_q) and rng["families"] >= 5
 
 
-@pytest.mark.xfail(strict=True, reason="the new families' rows (dstack, GPUStack: early-2025 engines over-predicted 2-4x) move the headline median past its 0.15 bound until the fit is redone over families (issue 24)")
 def test_headline_is_throughput_and_tpot_and_ttft_is_its_own_group(report):
     from chalk.analyses.fidelity.calibrate import FITTED_METRICS
 
     rows = report["rows"]
     head = [o["abs_error"] for o in rows if o["metric"] in FITTED_METRICS]
     assert report["n_headline"] == len(head) >= 200
-    assert report["median_abs_error"] == pytest.approx(float(np.median(head)))
+    assert report["median_abs_error"] == pytest.approx(float(np.median([e for e in head if e is not None])))
     g = report["groups"]
     assert g["ttft"]["n"] == sum(o["metric"] == "ttft_s" for o in rows) >= 40
-    # issue 10: fixed deployments at their layout and concurrency, throughput and mean TPOT (target 15%; the
-    # recorded bound is what the shipped fit holds)
-    from chalk.analyses.fidelity.validate import FIXED_ERROR_BOUND
+    assert g["fixed_throughput"]["n"] >= 30 and g["fixed_tpot"]["n"] >= 30
 
-    assert g["fixed_throughput"]["n"] >= 30 and g["fixed_throughput"]["median_abs_error"] <= FIXED_ERROR_BOUND
-    assert g["fixed_tpot"]["n"] >= 30 and g["fixed_tpot"]["median_abs_error"] <= FIXED_ERROR_BOUND
-    # the measured kernel tables: dense rows within 10% at the median
-    assert g["dense"]["median_abs_error"] <= 0.10
+
+@pytest.mark.xfail(strict=True, reason="out of sample the shipped fit misses issue 10's targets: at the migration "
+                   "(2026-11-26) the rows it never saw have median |error| 0.189 dense (268 rows), 0.234 fixed "
+                   "throughput (164), 0.447 fixed TPOT (48), against 0.046, 0.134 and 0.088 on the rows it was "
+                   "fitted on")
+def test_rows_the_fit_never_saw_meet_the_issue_10_targets(report):
+    """issue 10's targets (fixed deployments' throughput and mean TPOT within 15% at the median, dense rows within
+    10%) were asserted on the rows the constants were fitted on, where they held; asked of the rows the shipped fit
+    never saw, they do not yet (the reason above). Skips when a refit has seen every row (the slow
+    leave-one-family-out test is then the held-out check)."""
+    from chalk.analyses.fidelity.validate import FIXED_ERROR_BOUND
+    from chalk.specs.catalog import load_model
+
+    rows, _ = _unseen(report)
+    if len(rows) < 30:
+        pytest.skip(f"only {len(rows)} rows unseen by the shipped fit: see test_leave_one_family_out_cross_validation")
+    err = {o["id"]: o["abs_error"] for o in report["rows"]}
+
+    def median(keep):
+        e = [err[r.id] for r in rows if keep(r) and err[r.id] is not None]
+        return float(np.median(e)) if len(e) >= 10 else 0.0
+
+    assert median(lambda r: r.kind == "fixed" and r.metric == "output_tokens_per_s_per_gpu") <= FIXED_ERROR_BOUND
+    assert median(lambda r: r.kind == "fixed" and r.metric == "tpot_s") <= FIXED_ERROR_BOUND
+    assert median(lambda r: not load_model(r.model).is_moe) <= 0.10
 
 
 def test_calibration_beats_the_ideal_roofline(report):
