@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (HW_OPT, KV_PRECISION_OPT, MODEL_OPT, PLOT_FORMATS, PRECISION_OPT, Phase, console,
-                                    emit_json, fail, num, out_file, pct, seconds, table, usd, write_plot)
+from chalk.faces.cli_common import (HW_OPT, KV_PRECISION_OPT, MODEL_OPT, PLOT_FORMATS, PRECISION_OPT, Phase, busy,
+                                    console, emit_json, fail, num, out_file, pct, seconds, table, usd, write_plot)
 
 
 def register(app: typer.Typer) -> None:
@@ -95,7 +95,8 @@ def lecture(as_json: bool = typer.Option(False, "--json", help="Print {\"claims\
     from chalk.analyses.blackboard.lecture import all_claims
     from chalk.faces.lecture_text import render
 
-    claims = all_claims()
+    with busy(as_json, "replaying the lecture's deductions"):
+        claims = all_claims()
     if as_json:
         emit_json({"claims": [c.to_dict() for c in claims]})
         return

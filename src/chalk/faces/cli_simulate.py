@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (HW_OPT, LENGTH_FORMS, MODEL_OPT, PLOT_FORMATS, console, deprecated, duration,
+from chalk.faces.cli_common import (HW_OPT, LENGTH_FORMS, MODEL_OPT, PLOT_FORMATS, busy, console, deprecated, duration,
                                     emit_json, length, num, out_file, pct, seconds, table, wrote)
 from chalk.faces.fmt import header, rate as per
 
@@ -75,12 +75,14 @@ def register(app: typer.Typer) -> None:
         period_s = period if period_ms is None else deprecated(  # checked as --period is: a NaN is one line
             "--period-ms", "--period (e.g. 20ms)", positive("--period-ms", period_ms, scalar=True) / 1e3, None)
 
-        run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
-                                output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,
-                                concurrency=concurrency, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                prefill_chunk=prefill_chunk, precision=precision, kv_precision=kv_precision,
-                                ideal=ideal, seed=seed, client_latency=client_latency, scheduler=scheduler.value,
-                                period_s=period_s, prefix_cache=prefix_cache)
+        with busy(as_json, "simulating the requests"):
+            run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
+                                    output_len=output_len, trace=trace, speedup=speedup, layout=layout, gpus=chips,
+                                    concurrency=concurrency, max_batch=max_batch,
+                                    kv_capacity_tokens=kv_capacity_tokens, prefill_chunk=prefill_chunk,
+                                    precision=precision, kv_precision=kv_precision, ideal=ideal, seed=seed,
+                                    client_latency=client_latency, scheduler=scheduler.value, period_s=period_s,
+                                    prefix_cache=prefix_cache)
         r, st = run.result, run.setup
         over = sim.overload(r)
         if plot:

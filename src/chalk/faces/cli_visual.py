@@ -53,7 +53,8 @@ def plot(
         kw.update(stages=stages, microbatches=microbatches, schedule=schedule)
     if kind == "pareto" and compare:
         kw["compare"] = compare
-    write_plot(kind, output, **kw)
+    with busy(False, f"drawing {kind}"):
+        write_plot(kind, output, **kw)
 
 
 def web(
