@@ -503,3 +503,29 @@ def test_per_layer_counts_are_computed_once():
 
     dense = dataclasses.replace(m, moe_layers=(False,) * m.num_layers)
     assert dense.n_moe_layers == 0 and not dense.is_moe and m.is_moe
+
+
+DIGITS = "7" * 5001
+
+
+@pytest.mark.parametrize("kind,phrase", [
+    ("lengths file", "must be a positive length"), ("diurnal curve", "must be finite"),
+    ("chalk trace", "must be a positive integer"), ("mooncake trace", "a number of more than 4,300 digits"),
+    ("--price", "must be a number of $ per GPU-hour"), ("--input-len", "must be finite"),
+])
+def test_a_5001_digit_number_in_any_user_input_is_one_short_line(tmp_path, kind, phrase):
+    files = {"lengths file": "100\n" + DIGITS + "\n200\n", "diurnal curve": "1\n" * 23 + DIGITS + "\n",
+             "chalk trace": f"arrival_s,input_len,output_len\n0,100,10\n1,{DIGITS},10\n",
+             "mooncake trace": '{"timestamp": 0, "input_length": ' + DIGITS + ', "output_length": 10, '
+                               '"hash_ids": [1]}\n'}
+    p = tmp_path / "input"
+    if kind in files:
+        p.write_text(files[kind])
+    args = {"lengths file": SIM + ["--output-len", "100", "--input-len", p],
+            "diurnal curve": PLAN + ["--sim-requests", "2000", "--diurnal", p],
+            "chalk trace": ["simulate", *M, *H, "--trace", p], "mooncake trace": ["simulate", *M, *H, "--trace", p],
+            "--price": PLAN + ["--sim-requests", "2000", "--price", f"h100-sxm={DIGITS}"],
+            "--input-len": ["throughput", *M, *H, "--input-len", DIGITS, "--output-len", "10"]}[kind]
+    code, out, err, _ = _invoke(tuple(map(str, args)))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0] and len(lines[0]) <= 300, (code, err[-400:])

@@ -263,8 +263,8 @@ def _read_mooncake(text: str, where: str) -> Trace:
         try:
             r = json.loads(line)
         except ValueError as e:
-            raise SpecError(f"{where}: line {n}: not a JSON object ({getattr(e, 'msg', e.__class__.__name__)})") \
-                from None
+            why = "a number of more than 4,300 digits" if "digits" in str(e) else getattr(e, "msg", "ValueError")
+            raise SpecError(f"{where}: line {n}: not a JSON object ({why})") from None
         if not isinstance(r, dict):
             raise SpecError(f"{where}: line {n}: expected a JSON object, got {type(r).__name__}")
         missing = [k for k in MOONCAKE_KEYS if k not in r]
