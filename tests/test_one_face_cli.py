@@ -325,3 +325,16 @@ def test_throughput_says_per_gpu_per_replica_and_per_fleet():
     text = " ".join(out.split())
     assert re.search(r"per replica [\d,.]+ output tokens/s per replica \((\d) GPUs?\); [\d,.]+ output tokens/s per "
                      r"fleet \(8 GPUs\)", text)
+
+
+def test_sweep_rows_say_per_replica_and_per_gpu():
+    rc, out, err = run("sweep", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--batches", "1,64", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    n = d["meta"]["gpus_per_replica"]
+    assert n == d["meta"]["chips"] >= 2
+    for row in d["rows"]:
+        assert row["tokens_per_s_per_replica"] == row["tokens_per_s"]
+        assert row["tokens_per_s_per_gpu"] * n == pytest.approx(row["tokens_per_s"])
+    rc, out, err = run("sweep", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--batches", "1,64")
+    assert rc == 0 and f"{n} x h100-sxm GPUs of hgx-h100" in _title(out) and "tok/s/replica" in out

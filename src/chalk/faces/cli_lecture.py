@@ -45,7 +45,13 @@ def sweep(
     write_plot("cost-vs-batch", plot, model=model, hardware=hardware, context=float(res["context"][0]),
                 chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if as_json:
-        emit_json(res.to_dict())
+        d = res.to_dict()
+        n = d["meta"]["chips"]  # each row is one replica of `chips` GPUs, as estimate answers
+        d["meta"].setdefault("gpus_per_replica", n)
+        for row in d["rows"]:
+            row.setdefault("tokens_per_s_per_replica", row["tokens_per_s"])
+            row.setdefault("tokens_per_s_per_gpu", row["tokens_per_s"] / n if row["tokens_per_s"] is not None else None)
+        emit_json(d)
         return
     a = res.meta
     from chalk.faces.fmt import header
