@@ -183,6 +183,10 @@ def test_estimate_labels_its_throughput_per_replica_and_per_gpu():
                  "bf16 KV", "no engine profile", "efficiency calibrated"):
         assert word in head, word
     assert re.search(r"throughput +[\d,.]+ tokens/s per replica \(4 GPUs\) = [\d,.]+ tokens/s per GPU", out)
+    rc, out, err = run("estimate", "-m", "llama-3.1-70b", "-H", "h100-sxm,b200", "-b", "64", "--json")
+    assert rc == 0, err
+    for o in json.loads(out)["compare"]:  # the comparison across chips labels each answer the same way
+        assert o["tokens_per_s_per_gpu"] * o["gpus_per_replica"] == pytest.approx(o["tokens_per_s"])
     rc, out, err = run("estimate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "-b", "64", "--aggregate", "--json")
     d = json.loads(out)
     assert rc == 0 and d["tokens_per_s_per_fleet"] == d["tokens_per_s"] and d["gpus_per_fleet"] == 8

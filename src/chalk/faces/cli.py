@@ -156,7 +156,7 @@ def estimate(
 
         rows = compare(lambda hardware: api.estimate(model, hardware, batch, context, **kw), hardware_list(hardware))
         if as_json:
-            emit_json({"compare": [{**(o["result"].to_dict() if o["result"] is not None else {}),
+            emit_json({"compare": [{**(_per(o["result"]) if o["result"] is not None else {}),
                                     "hardware": o["hardware"], "error": o["error"],
                                     "system": o["result"].hardware if o["result"] is not None else None}
                                    for o in rows]})
@@ -184,13 +184,8 @@ def estimate(
     write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=gpus,
                 precision=precision, kv_precision=r.kv_precision, ideal=ideal)
     if as_json:
-        d = r.to_dict()
+        d = _per(r)
         d["step_time_s"] = r.step_time_s
-        # what each throughput is counted over (tokens_per_s: the replica's, or the chips summed)
-        over = "replica" if r.view == "layout" else "fleet"  # the aggregate view sums every GPU given
-        d.setdefault(f"tokens_per_s_per_{over}", r.tokens_per_s)
-        d.setdefault("tokens_per_s_per_gpu", r.tokens_per_s / r.chips if r.chips else None)
-        d.setdefault(f"gpus_per_{over}", r.chips)
         if spec is not None:
             d["speculative"] = spec.to_dict()
         emit_json(d)
@@ -258,6 +253,17 @@ def estimate(
         c.print("[dim]note: --ops needs the layout view (no --aggregate) and one batch and context[/dim]")
     for n in r.notes:
         c.print(f"[dim]note: {n}[/dim]")
+
+
+def _per(r) -> dict:
+    """`r.to_dict()` with what its throughput is counted over: one replica of `chips` GPUs (the layout view), or
+    every GPU given summed (the aggregate view: the fleet), and per GPU."""
+    d = r.to_dict()
+    over = "replica" if r.view == "layout" else "fleet"
+    d.setdefault(f"tokens_per_s_per_{over}", r.tokens_per_s)
+    d.setdefault("tokens_per_s_per_gpu", r.tokens_per_s / r.chips if r.chips else None)
+    d.setdefault(f"gpus_per_{over}", r.chips)
+    return d
 
 
 def main(argv: list[str] | None = None) -> None:
