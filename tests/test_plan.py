@@ -389,3 +389,50 @@ def test_web_explorer_takes_the_expert_load_balancer_everywhere(monkeypatch):
     monkeypatch.setattr(P, "plan", stub_plan)
     next(b for b in at.button if b.label == "Plan").click().run()
     assert asked == ["off"] and any("stub plan" in e.value for e in at.error)
+
+
+def _no_walls(x):
+    """A plan's JSON without the replays' wall times (the only figures that differ between two runs)."""
+    if isinstance(x, dict):
+        return {k: _no_walls(v) for k, v in x.items() if k != "wall_s"}
+    if isinstance(x, list):
+        return [_no_walls(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("question", (
+    dict(model="llama-3.1-8b", hardware="h100-sxm,mi300x", rate=40, ttft_p99_s=1.0, tpot_p99_s=0.05,
+         input_len=1000, output_len=300),
+    dict(model="qwen3-30b-a3b", hardware="b200", users=300, min_user_tps=30, input_len=4000, output_len=800,
+         precision="fp8,bf16"),
+))
+def test_the_fast_plan_answers_as_the_reference_path(monkeypatch, question):
+    """issue 28 item 3: a plan's replays run the compiled simulator loop where numba loads (`replay_loop`) and
+    its fixed-deployment predictions are kept across the sizing, the bumps and the replay (`_fixed`); the plain
+    path (the Python loop, every prediction made afresh) gives the very same plan, every figure and every option
+    (aggregated and disaggregated, one precision or two), bar the replays' wall times."""
+    q = dict(question)
+    fast = _no_walls(plan(q.pop("model"), **q).to_dict())
+    monkeypatch.setattr(S, "replay_loop", lambda: "python")
+    monkeypatch.setattr(S, "_fixed", S._fixed_deployment)
+    q = dict(question)
+    plain = _no_walls(plan(q.pop("model"), **q).to_dict())
+    assert {o["mode"] for o in plain["options"]} >= {"aggregated"} and len(plain["options"]) >= 2
+    assert fast == plain
+
+
+def test_kept_fixed_predictions_are_the_fresh_ones():
+    """`_fixed` keeps an answer per (ask, system, candidate, concurrency): asked again it returns the kept one,
+    equal to a fresh `fixed_deployment`; another ask object (another engine) is asked afresh."""
+    import dataclasses
+
+    ask = S.Ask(model=as_model("llama-3.1-8b"), input_len=1000.0, output_len=300.0, I=1000.0, O=300.0,
+                demand=Demand(rate=10), precisions=(None,), kv_precision="auto", speculative=None, engine=None,
+                ideal=False, sim_requests=2000, seed=0)
+    system = as_system("h100-sxm")
+    s, _ = S.best(ask, system, "aggregated")
+    a = S._fixed(ask, system, s, 7)
+    assert S._fixed(ask, system, s, 7) is a
+    assert _no_walls(dict(S._fixed_deployment(ask, system, s, 7))) == _no_walls(dict(a))
+    other = dataclasses.replace(ask, engine="vllm")
+    assert S._fixed(other, system, s, 7) is not a

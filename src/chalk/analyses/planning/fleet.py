@@ -142,8 +142,8 @@ def _clip(P, O, cap):
 
 # --------------------------------------------------------------------------------------------- replay
 def _run(job):
-    reqs, sc, max_batch, chunk = job
-    return simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=chunk)
+    reqs, sc, max_batch, chunk, loop = job
+    return simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=chunk, loop=loop)
 
 
 def _simulate_all(jobs, workers: int | None):
@@ -167,14 +167,15 @@ def _simulate_all(jobs, workers: int | None):
 def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: float, n_requests: int,
            input_len, output_len, est_ttft_s: float, est_tpot_s: float, prefill_chunk: int | None = None,
            simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
-           prefill: dict | None = None, workers: int | None = None) -> FleetReplay:
+           prefill: dict | None = None, workers: int | None = None, loop: str = "auto") -> FleetReplay:
     """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
 
     `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
     behind the router; fewer of them pool less, so this errs slow). `prefill`: a disaggregated fleet's prefill
     pool, {'servers', 'tokens_per_s' (per server), 'lone_prompt_s' (one prompt of the mean length alone)};
     `step_cost` is then the decode replicas' (prompt tokens free). `warmup_s`: arrivals in the first
-    `warmup_s` seconds are simulated but not measured.
+    `warmup_s` seconds are simulated but not measured. `loop`: each replica's simulator loop
+    (`simulate_continuous`: 'auto', 'python', 'compiled'; identical answers).
     """
     t0 = time.perf_counter()
     R = int(replicas)
@@ -202,7 +203,7 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         if sel.size == 0:
             continue
         idx.append(sel)
-        jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk))
+        jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk, loop))
     results = _simulate_all(jobs, workers)
     ttft, tpot, e2e = np.empty(n), np.empty(n), np.empty(n)
     conc, out_rate = [], []

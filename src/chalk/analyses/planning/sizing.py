@@ -15,6 +15,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 from chalk.analyses.planning import fleet
@@ -109,7 +110,29 @@ def _bound_usd_per_hour(ask: Ask, system: System, r) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- sizing
+#: fixed-deployment predictions kept across one plan's sizing, bisection and bumps (`_fixed`), forgotten all at
+#: once past 4096
+_FIXED_KEPT: dict = {}
+
+
 def _fixed(ask: Ask, system: System, c: dict, n: int):
+    """`fixed_deployment` of candidate `c` at `n` requests in flight per replica. The same question comes back
+    within a plan (the concurrency bisection, the cost at the operating point, the replay's bumps and step cost):
+    its answer is kept, keyed by the very ask and system objects (held with the answer, so their ids stay theirs)
+    and the candidate's layout; a kept answer is the one a fresh call gives (the prediction is deterministic)."""
+    spec = c["speculative"]
+    key = (id(ask), id(system), id(spec), c["mode"], c["layout_text"], c["replica_gpus"], c["precision"], int(n))
+    hit = _FIXED_KEPT.get(key)
+    if hit is not None and hit[0] is ask and hit[1] is system and hit[2] is spec:
+        return hit[3]
+    res = _fixed_deployment(ask, system, c, n)
+    if len(_FIXED_KEPT) >= 4096:
+        _FIXED_KEPT.clear()
+    _FIXED_KEPT[key] = (ask, system, spec, res)
+    return res
+
+
+def _fixed_deployment(ask: Ask, system: System, c: dict, n: int):
     G = c["replica_gpus"]
     kw = dict(gpus=G, decode_gpus=G) if c["mode"] == "disaggregated" else {}
     return fixed_deployment(ask.model, system, layout=c["layout_text"], concurrency=int(n), input_len=ask.input_len,
@@ -344,7 +367,23 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
                         rate_per_s=s["requests_per_s"], n_requests=n, input_len=ask.input_len,
                         output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],
                         est_tpot_s=float(op["tpot_s"]), prefill_chunk=chunk, simulate_replicas=k,
-                        warmup_s=2.0 * n_fl / x, seed=ask.seed, prefill=prefill, workers=workers)
+                        warmup_s=2.0 * n_fl / x, seed=ask.seed, prefill=prefill, workers=workers,
+                        loop=replay_loop())
+
+
+@lru_cache(maxsize=1)
+def replay_loop() -> str:
+    """The simulator loop a plan's replays run: 'compiled' where numba loads (`chalk[fast]`), else 'python'.
+
+    One replay's replicas take a few thousand requests each, below what makes `simulate_continuous`'s 'auto' pick
+    the compiled loop, but a plan replays every candidate (tens of replays): loading it once (~0.2 CPU-s) is repaid
+    several times over (issue 28: the llama-3.1-70b 4-chip plan's replays fell from 3.3 to ~0.3 CPU-s). Both loops
+    give identical answers (tests/test_simulate_compiled.py), so the plan does too."""
+    try:
+        import chalk.analyses.traffic.simulate_compiled  # noqa: F401  (imports numba; loads the cached loop)
+    except (ImportError, RuntimeError, OSError):
+        return "python"
+    return "compiled"
 
 
 def sim_meets(ask: Ask, sim: fleet.FleetReplay) -> bool:

@@ -148,11 +148,17 @@ def interpolate(axes, x_log2, values) -> np.ndarray:
     corners' weights are the same products as `corner_weights`' and are summed in the same order, so the answer is
     the same to rounding (a few ulp). Memory: the answer plus O(`CHUNK_POINTS` x d) bytes."""
     values = np.asarray(values, dtype=float).ravel()
-    xs = [np.asarray(x, dtype=float) for x in x_log2]
-    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    xs = [x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=float) for x in x_log2]
+    strides, st = [], 1
+    for a in reversed(axes):
+        strides.append(st)
+        st *= len(a)
+    strides.reverse()
+    shape = xs[0].shape if len(xs) == 1 else np.broadcast_shapes(*(x.shape for x in xs))
+    if math.prod(shape) <= CHUNK_POINTS:
+        return _corners_added(axes, xs, values, strides, shape, None)
     out = np.empty(shape)
-    strides = np.cumprod([1] + [len(a) for a in axes][::-1][:-1])[::-1]
-    _interpolate_into(out, [np.asarray(a, dtype=float) for a in axes], xs, values, [int(s) for s in strides])
+    _interpolate_into(out, axes, xs, values, strides)
     return out
 
 
@@ -170,36 +176,45 @@ def _interpolate_into(out, axes, xs, values, strides) -> None:
                 _interpolate_into(piece[0], axes, [x[0] if x.ndim == out.ndim else x for x in sub], values,
                                   strides)
             else:
-                _interpolate_into_piece(piece, axes, sub, values, strides)
+                _corners_added(axes, sub, values, strides, piece.shape, piece)
         return
-    _interpolate_into_piece(out, axes, xs, values, strides)
+    _corners_added(axes, xs, values, strides, out.shape, out)
 
 
-def _interpolate_into_piece(out, axes, xs, values, strides) -> None:
-    d = len(axes)
+def _corners_added(axes, xs, values, strides, shape, out):
+    """The interpolation of one piece of points (at most `CHUNK_POINTS`), into `out` (or a new array)."""
     base, lowers, uppers = 0, [], []
     for a, x, st in zip(axes, xs, strides):
-        i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, len(a) - 2)
-        f = np.clip((x - a[i]) / (a[i + 1] - a[i]), 0.0, 1.0)
-        base = base + i * st
+        # the cell: interior nodes at or below x (= clip(searchsorted(a, x, 'right') - 1, 0, len(a) - 2))
+        i = np.searchsorted(a[1:-1], x, side="right")
+        lo = a[i]
+        f = np.minimum(np.maximum((x - lo) / (a[i + 1] - lo), 0.0), 1.0)
+        base = base + i * st if st != 1 else base + i
         lowers.append(1.0 - f)
         uppers.append(f)
-    base = np.broadcast_to(np.asarray(base, dtype=np.int64), out.shape)
     # corner k (bits from the first axis, the slowest) weighs the product of its axes' lower or upper fractions,
     # multiplied from the first axis on (as `corner_weights`); products shared by corners are made once
-    prefix = {(): None}
-    for j in range(d):
-        prefix = {bits + (b,): (v if w is None else w * v)
-                  for bits, w in prefix.items() for b, v in ((0, lowers[j]), (1, uppers[j]))}
-    term = np.empty(out.shape)
-    for k, (bits, w) in enumerate(prefix.items()):
-        off = sum(b * st for b, st in zip(bits, strides))
+    ws = [(0, lowers[0]), (strides[0], uppers[0])]
+    for j in range(1, len(axes)):
+        st = strides[j]
+        ws = [(o + b * st, w * v) for o, w in ws for b, v in ((0, lowers[j]), (1, uppers[j]))]
+    if out is None:
+        acc = None
+        for off, w in ws:
+            term = values[base + off if off else base] * w
+            acc = term if acc is None else acc + term
+        return acc if acc.shape == shape else np.broadcast_to(acc, shape).copy()
+    if np.ndim(base) != len(shape) or np.shape(base) != shape:
+        base = np.broadcast_to(base, shape)
+    term = np.empty(shape)
+    for k, (off, w) in enumerate(ws):
         np.take(values, base + off if off else base, out=term)
         if k == 0:
             np.multiply(term, w, out=out)
         else:
             np.multiply(term, w, out=term)
             out += term
+    return out
 
 
 @lru_cache(maxsize=None)
