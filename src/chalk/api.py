@@ -286,17 +286,11 @@ def _speculation(model, mtp, acceptance, speculative):
 
 
 def _acceptance(model, acceptance):
-    """`acceptance` as given, else the model's own MTP draft layers' sourced rate (its catalog meta.yaml, else
-    the catalog's speculation.yaml default); a model without draft layers has none to assume: give it."""
-    if acceptance is not None:
-        return acceptance
-    from chalk.analyses.traffic.serving import model_speculation
+    """`acceptance` as given, else the model's own MTP draft layers' sourced rate (`serving.mtp_acceptance`, the
+    CLI's rule too); a model without draft layers has none to assume: give it."""
+    from chalk.analyses.traffic.serving import mtp_acceptance
 
-    own = model_speculation(model)
-    if own is None:
-        raise InputError(f"{short(as_model(model).name)} has no MTP draft layers, so chalk has no sourced "
-                         "acceptance rate for its drafts: give acceptance= with mtp=")
-    return own.acceptance
+    return mtp_acceptance(model, acceptance)
 
 
 @checked

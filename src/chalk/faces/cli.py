@@ -144,7 +144,7 @@ def estimate(
     """One decode step (or prefill) on a real layout, timed op by op; --aggregate for the lecture's bound."""
     from chalk import api
 
-    acceptance = acceptance_for(mtp, acceptance)
+    acceptance = acceptance_for(mtp, acceptance, model=model)
 
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")

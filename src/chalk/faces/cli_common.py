@@ -96,15 +96,14 @@ PRECISION_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute pr
 KV_PRECISION_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at "
                                 "8 bits or fewer, else bf16.")
 
-#: The per-token draft acceptance rate `--mtp` assumes when `--acceptance` is not given.
-DEFAULT_ACCEPTANCE = 0.7
-ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help=f"Per-token draft acceptance rate with --mtp (default "
-                              f"{DEFAULT_ACCEPTANCE}).")
+ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help="Per-token draft acceptance rate with --mtp (default: the "
+                              "model's own MTP layers' sourced rate; a model without draft layers needs it).")
 
 
-def acceptance_for(mtp, acceptance, speculative=None) -> float:
-    """The acceptance rate `--mtp` runs at; `--acceptance` without `--mtp`, or `--speculative` with `--mtp` or
-    `--acceptance` (it carries its own K and A), is a contradiction refused in one line, not a flag dropped."""
+def acceptance_for(mtp, acceptance, speculative=None, model=None) -> float | None:
+    """The acceptance rate `--mtp` runs at: `--acceptance`, else the model's own MTP layers' sourced rate
+    (`serving.mtp_acceptance`, the API's rule too); `--acceptance` without `--mtp`, or `--speculative` with `--mtp`
+    or `--acceptance` (it carries its own K and A), is a contradiction refused in one line, not a flag dropped."""
     from chalk.errors import InputError
 
     if speculative is not None and (mtp is not None or acceptance is not None):
@@ -112,7 +111,11 @@ def acceptance_for(mtp, acceptance, speculative=None) -> float:
                          "--acceptance, or drop --speculative")
     if acceptance is not None and mtp is None:
         raise InputError("--acceptance is the acceptance rate of --mtp's draft tokens: give --mtp K too")
-    return DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+    if mtp is None:
+        return acceptance
+    from chalk.analyses.traffic.serving import mtp_acceptance
+
+    return mtp_acceptance(model, acceptance)
 
 
 class Phase(str, Enum):

@@ -131,7 +131,7 @@ def plan(
              "disaggregated": ("disaggregated",)}.get(mode.strip().lower())
     if modes is None:
         raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode[:40]!r}")
-    acceptance = acceptance_for(mtp, acceptance)
+    acceptance = acceptance_for(mtp, acceptance, model=model)
     from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search

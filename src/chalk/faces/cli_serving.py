@@ -174,7 +174,7 @@ def throughput(
     --concurrency, what that exact deployment does."""
     from chalk.analyses.traffic.serving import throughput as run
 
-    spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative), speculative)
+    spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative, model=model), speculative)
     from chalk.analyses.economics.energy import energy_settings, serving_energy
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search

@@ -122,6 +122,21 @@ def model_speculation(model) -> Speculation | None:
                        source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: {src}")
 
 
+def mtp_acceptance(model, acceptance=None) -> float:
+    """The per-token acceptance `--mtp K` (or `mtp=`) runs at: `acceptance` as given, else the model's own MTP draft
+    layers' sourced rate (`model_speculation`: its catalog meta.yaml, else catalog/speculation.yaml's default). A
+    model without draft layers has no sourced rate to assume: InputError (give the acceptance). One rule for the
+    CLI and the API."""
+    if acceptance is not None:
+        return acceptance
+    own = model_speculation(model)
+    if own is None:
+        m = as_model(model)
+        raise InputError(f"{m.id} has no MTP draft layers, so chalk has no sourced acceptance rate for its drafts: "
+                         "give the acceptance (--acceptance A, acceptance=A) with the draft tokens")
+    return own.acceptance
+
+
 def resolve_speculation(speculative, model) -> Speculation | None:
     """`speculative` as given (a Speculation, or None: none), or with 'auto' the model's own draft layers
     (`model_speculation`)."""
