@@ -10,7 +10,7 @@
 2. `chalk simulate` (continuous batching, the compiled loop when numba is installed) on `--requests` requests:
    simulated requests per CPU-second of the whole process (start-up and numba's load included, and without them).
 
-Run: python benchmarks/bench_sweep_grid.py [--points 1e7] [--requests 1e6] [--block 262144] [--reference]
+Run: python benchmarks/bench_sweep_grid.py [--points 1e7] [--requests 1e6] [--block 1048576] [--reference]
 (`--reference`: the kernel grids interpolated the plain way, `corner_weights`' points x 2^d arrays, as before
 issue 28, for comparison.)
 """
@@ -133,7 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=float, default=1e7)
     ap.add_argument("--requests", type=float, default=1e6)
-    ap.add_argument("--block", type=int, default=1 << 18)
+    ap.add_argument("--block", type=int, default=1 << 20)
     ap.add_argument("--reference", action="store_true")
     a = ap.parse_args()
     ap_ref = a.reference
