@@ -227,3 +227,5 @@ def test_roofline_and_serving_curves_pass_through_the_header():
     here = next(t for t in fig.data if t.name == "you are here")
     assert here.y[0] == pytest.approx(float(r.tokens_per_s) / r.chips, rel=1e-6)
     assert "one replica on 4 GPUs" in fig.data[0].name
+    assert web_app.latency_figure(rb, 64, float(r.step_time_s)).layout.title.text == \
+        "Latency vs batch (layout view, TP4 on 4 GPUs)"

@@ -45,6 +45,13 @@ def _vmark(fig, x, text, color, y=1.0, **rc):
                            xanchor="left", yanchor="top", font=dict(color=color, size=11))
 
 
+def view_label(r) -> str:
+    """Which view a result's numbers come from, for a chart title: the layout view names its replica."""
+    if getattr(r, "view", None) == "layout" and getattr(r, "layout", None):
+        return f"layout view, {r.layout.get('label', '?')} on {num(r.chips)} GPUs"
+    return f"aggregate bound, {num(r.chips)} GPUs summed"
+
+
 def _log_layout(fig, title, x, y, height=430):
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=height, hovermode="x unified",
                       margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.2),
@@ -83,7 +90,8 @@ def latency_figure(r, batch=None, step_s=None):
     if batch is not None:
         fig.add_trace(go.Scatter(x=[batch], y=[step_s * 1e3], name="you are here", mode="markers",
                                  marker=dict(size=13, color="#e377c2", line=dict(color="black", width=1))))
-    return _log_layout(fig, "Latency vs batch", "batch (sequences)", "time per decode step (ms)")
+    return _log_layout(fig, f"Latency vs batch ({view_label(r)})", "batch (sequences)",
+                       "time per decode step (ms)")
 
 
 def cost_figure(r, hardware, batch=None, cost=None):
@@ -108,7 +116,8 @@ def cost_figure(r, hardware, batch=None, cost=None):
         fig.add_trace(go.Scatter(x=[batch], y=[cost], name="you are here", mode="markers",
                                  marker=dict(size=13, color="#e377c2", line=dict(color="black", width=1))))
     lo = float(np.nanmin(r.cost_per_mtok_usd)) / 4
-    fig = _log_layout(fig, "Cost per output token vs batch", "batch (sequences)", "$ per million output tokens")
+    fig = _log_layout(fig, f"Cost per output token vs batch ({view_label(r)})", "batch (sequences)",
+                      "$ per million output tokens")
     fig.update_yaxes(range=[np.log10(lo), np.log10(float(np.nanmax(r.cost_per_mtok_usd)) * 3)], tickprefix="$")
     return fig
 
