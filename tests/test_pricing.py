@@ -333,7 +333,7 @@ def test_margin_that_does_not_fit_says_so_in_the_title():
 
 
 def test_web_explorer_shows_margin_as_a_percent():
-    src = (Path(__file__).resolve().parents[1] / "src" / "chalk" / "faces" / "web_app.py")
+    src = (Path(__file__).resolve().parents[1] / "src" / "chalk" / "faces" / "web_tabs.py")  # the Pricing tab
     if not src.exists():
         pytest.skip("not a source checkout")
     line = next(ln for ln in src.read_text().splitlines() if "margin on the day" in ln)
