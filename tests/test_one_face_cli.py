@@ -273,7 +273,7 @@ def test_simulate_period_with_units_and_its_old_spelling():
 
 
 def test_plan_explores_the_precisions_the_chips_run_and_says_which():
-    from chalk.faces.cli_plan import explored_precisions
+    from chalk.analyses.planning.plan import explored_precisions
 
     # bf16 checkpoint: fp8 on Hopper, fp8 and fp4 once a Blackwell chip is a candidate
     assert explored_precisions("llama-3.1-8b", "h100-sxm") == [None, "fp8"]

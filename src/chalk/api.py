@@ -378,9 +378,10 @@ def validate(ideal: bool = False, cal=None) -> ValidationReport:
 @checked
 def plan(model, hardware=None, *, input_len=None, output_len=None, users: float | None = None,
          rate: float | None = None, min_user_tps: float | None = None, ttft_p99_s: float | None = None,
-         tpot_p99_s: float | None = None, diurnal=None, prices=None, engine: str | None = None, precision=None,
-         kv_precision: str | None = "auto", mtp: int | None = None, acceptance: float | None = None,
-         speculative="auto", draft_model: str | None = None, modes=("aggregated", "disaggregated"),
+         tpot_p99_s: float | None = None, diurnal=None, prices=None, engine: str | None = None,
+         precision="explore", kv_precision: str | None = "auto", mtp: int | None = None,
+         acceptance: float | None = None, speculative="auto", draft_model: str | None = None,
+         modes=("aggregated", "disaggregated"),
          ideal: bool = False, sim_requests: int = 12000, seed: int = 0, curves: bool = True, eplb: str | None = None,
          trace=None, speedup: float = 1.0, checkpoint: str | None = None, usd_per_kwh: float | None = None,
          pue: float | None = None) -> PlanResult:
@@ -390,8 +391,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users: float 
     input_len, output_len: as `throughput`. users (requests in flight) or rate (requests/s): the demand.
     min_user_tps, ttft_p99_s, tpot_p99_s: the targets (s). diurnal: 24 hourly multipliers (numbers or a CSV).
     prices: {'h100-sxm': 2.5} or 'h100-sxm=2.5' in $/GPU-hour. engine: size with that engine only.
-    precision: one or several weight precisions to choose from (None: the checkpoint's); kv_precision: as
-        `estimate`. mtp, acceptance or speculative: as `throughput`. draft_model: a draft for the launch command.
+    precision: one or several weight precisions to choose from ('explore', the default as in the CLI: the
+        checkpoint's and each narrower one a candidate chip runs natively; None: the checkpoint's only);
+        kv_precision: as `estimate`. mtp, acceptance or speculative: as `throughput`. draft_model: a draft for the launch command.
     modes: 'aggregated', 'disaggregated' or both. sim_requests, seed: the replay that checks each option.
     curves: also GPUs-vs-demand and cost-vs-speed curves. trace, speedup: demand and lengths from a request trace.
     checkpoint: the user's own checkpoint for the launch commands. ideal, eplb: as `estimate`.

@@ -19,29 +19,6 @@ def register(app: typer.Typer) -> None:
 
 _duration = duration  # the one reading of a time option lives in cli_common
 
-#: The weight precisions plan explores by default, each where a candidate chip runs it natively and it is no wider
-#: than the checkpoint's own (a narrower one means a quantised checkpoint; accuracy is not modelled).
-SERVING_PRECISIONS = ("bf16", "fp8", "fp4")
-
-
-def explored_precisions(model: str, hardware) -> list:
-    """plan's default `precision`: the checkpoint's own (None) and each narrower SERVING_PRECISIONS entry some
-    candidate chip has a native rate for."""
-    from chalk.analyses.step.model_sizes import ModelSizes
-    from chalk.specs.catalog import load_model, resolve_hardware
-    from chalk.specs.demand import candidate_list
-    from chalk.specs.precision import bytes_per_element
-
-    own = ModelSizes(load_model(model)).default_precision()
-    native = set()
-    for h in candidate_list(hardware):
-        native |= set((h if hasattr(h, "chip") else resolve_hardware(str(h).strip())).chip.flops_per_s)
-    try:
-        own_bytes = bytes_per_element(own)
-    except Exception:  # a format without a plain element size: keep the checkpoint's only
-        return [None]
-    return [None, *(p for p in SERVING_PRECISIONS if p in native and bytes_per_element(p) < own_bytes)]
-
 
 def _precision_line(r, given) -> str:
     """Which weight precisions the plan chose among, and how to choose others."""
@@ -135,7 +112,7 @@ def plan(
     from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
-    precisions = precision if precision is not None else explored_precisions(model, hardware)
+    precisions = precision if precision is not None else "explore"
     with busy(as_json, "planning: sizing each chip, engine and precision, then replaying the fleet"):
         r = run(model, hardware, users=users, rate=rate, input_len=input_len, output_len=output_len,
                 min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
@@ -144,7 +121,6 @@ def plan(
                 modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
                 trace=trace, speedup=speedup, checkpoint=checkpoint)
     attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)
-    r["precisions_explored"] = _explored_labels(model, precisions)
     for o in r["options"]:  # what each throughput is counted over: the fleet serves the demand
         if o.get("output_tokens_per_s") is not None:
             o.setdefault("output_tokens_per_s_per_fleet", o["output_tokens_per_s"])
@@ -170,16 +146,6 @@ def _len_arg(v: str | None):
         return float(v)
     except ValueError:
         return v
-
-
-def _explored_labels(model: str, precisions) -> list[str]:
-    """The precisions a plan chose among, by name ('bf16 (checkpoint)' for the checkpoint's own)."""
-    from chalk.analyses.planning.plan import _precisions
-    from chalk.analyses.step.model_sizes import ModelSizes
-    from chalk.specs.catalog import load_model
-
-    own = ModelSizes(load_model(model)).default_precision()
-    return list(dict.fromkeys(f"{own} (checkpoint)" if p is None or p == own else p for p in _precisions(precisions)))
 
 
 def _ms(v) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from chalk.analyses.planning import sizing as S
 from chalk.analyses.step.calibration import calibration, eplb_mode
+from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
 from chalk.analyses.traffic.serving import Speculation, _length, resolve_speculation, throughput
 from chalk.equations import fleet as F
@@ -47,7 +48,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     with a price); `prices`: {'h100-sxm': 2.5} or 'h100-sxm=2.5' overrides in $/GPU-hour. `diurnal`: 24 hourly
     multipliers of the demand (a CSV path or numbers): the fleet is sized for the peak hour and the day is
     costed with and without autoscaling. `precision`: one or several weight precisions to choose from (None:
-    the checkpoint's); `speculative`: allow speculative decoding / MTP ('auto', the default: the model's own MTP
+    the checkpoint's; 'explore': the checkpoint's and each narrower one a candidate chip runs natively,
+    `explored_precisions`, the default of the CLI and the API); `speculative`: allow speculative decoding / MTP ('auto', the default: the model's own MTP
     draft layers where its config ships them; None: none); `modes`: 'aggregated', 'disaggregated'.
     `eplb`: whether MoE layouts run an expert-load balancer ('auto' (default): from the calibrated EP width; 'on';
     'off'), for the search, the sizing and the replay alike.
@@ -77,7 +79,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     demand = Demand(users=users, rate=rate, min_user_tps=min_user_tps, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s)
     curve = read_diurnal(diurnal) if diurnal is not None else None
     modes = _modes(modes)
-    precisions = _precisions(precision)
+    precisions = _precisions(precision, model, hardware)
     sim_requests = count("sim_requests", sim_requests, maximum=1_000_000)
     seed = int(positive("seed", seed, integer=True, allow_zero=True, maximum=2**32))
     if speculative is not None and not isinstance(speculative, (Speculation, str)):
@@ -140,6 +142,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                      engines=sorted({o["engine"] for o in options}),
                      efficiency=options[0]["efficiency"], notes=_notes(options, systems, curve))
     res["trace"] = None if from_trace is None else from_trace["derived"]
+    own = ModelSizes(m).default_precision()
+    res["precisions_explored"] = list(dict.fromkeys(f"{own} (checkpoint)" if p is None or p == own else p
+                                                    for p in precisions))
     if from_trace is not None:
         res["notes"] = from_trace["notes"] + res["notes"]
     if curves:
@@ -176,9 +181,33 @@ def _modes(modes) -> tuple:
     return ms
 
 
-def _precisions(precision) -> tuple:
+#: The weight precisions `plan` explores by default, narrowest last (precision='explore').
+SERVING_PRECISIONS = ("bf16", "fp8", "fp4")
+
+
+def explored_precisions(model, hardware) -> list:
+    """plan's default `precision` ('explore', every door): the checkpoint's own (None) and each narrower
+    SERVING_PRECISIONS entry some candidate chip has a native rate for."""
+    from chalk.specs.catalog import as_model, resolve_hardware
+    from chalk.specs.demand import candidate_list
+    from chalk.specs.precision import bytes_per_element
+
+    own = ModelSizes(as_model(model)).default_precision()
+    native = set()
+    for h in candidate_list(hardware):
+        native |= set((h if hasattr(h, "chip") else resolve_hardware(str(h).strip())).chip.flops_per_s)
+    try:
+        own_bytes = bytes_per_element(own)
+    except ChalkError:  # a format without a plain element size: keep the checkpoint's only
+        return [None]
+    return [None, *(p for p in SERVING_PRECISIONS if p in native and bytes_per_element(p) < own_bytes)]
+
+
+def _precisions(precision, model=None, hardware=None) -> tuple:
     if precision is None:
         return (None,)
+    if isinstance(precision, str) and precision.strip().lower() == "explore":
+        return tuple(explored_precisions(model, hardware))
     items = list_items(precision, "precision") if isinstance(precision, str) else list(precision)
     out = tuple(dict.fromkeys(canonical(p.strip()) if isinstance(p, str) and p.strip() not in ("", "default")
                               else None for p in items))
