@@ -23,6 +23,7 @@ from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
 from chalk.faces.web import _UPLOAD_NAMES, MAX_UPLOAD_BYTES, md_escape, scrub_paths, shown, upload_root  # noqa: F401
+from chalk.faces.web_tabs import pipeline_figure  # noqa: F401 - the explorer's figure builders, in one namespace
 
 #: Batch choices: half-octave steps 1 .. 262,144 (a log slider).
 BATCHES = sorted({int(round(2 ** (k / 2))) for k in range(0, 37)})
@@ -165,26 +166,6 @@ def frontier_figure(r, chips, batch=None):
                                  name="you are here", marker=dict(size=13, color="#e377c2")))
     fig = _log_layout(fig, "Throughput vs interactivity", "tokens/s per user", "output tokens/s per GPU")
     fig.update_xaxes(dtick=None)  # often less than two decades: let plotly label 2 and 5
-    return fig
-
-
-def pipeline_figure(stages, microbatches, schedule):
-    """The pipeline timeline from `plots.pipeline_schedule` as horizontal bars."""
-    import plotly.graph_objects as go
-
-    from chalk.faces.plots import pipeline_schedule
-
-    ops = pipeline_schedule(stages, microbatches, schedule)
-    fig = go.Figure()
-    for kind, color in (("F", "#4a90d9"), ("B", "#f28e2b")):
-        sel = [o for o in ops if o[1] == kind]
-        fig.add_trace(go.Bar(y=[f"stage {o[0]}" for o in sel], x=[o[4] for o in sel], base=[o[3] for o in sel],
-                             orientation="h", name="forward" if kind == "F" else "backward",
-                             marker=dict(color=color, line=dict(color="white", width=1)),
-                             text=[f"{kind}{o[2]}" for o in sel], textposition="inside"))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(barmode="overlay", height=140 + 40 * stages, template="plotly_white",
-                      xaxis_title="time (forward = 1 unit, backward = 2)", margin=dict(l=60, r=20, t=30, b=40))
     return fig
 
 

@@ -93,7 +93,6 @@ def tab_layout(st, common, batch, context, r):
                  width="stretch")
     with st.expander("Training: a pipeline schedule (GPipe / 1F1B) and its bubble"):
         from chalk.faces.plots import _bubble_from_analyses
-        from chalk.faces.web_app import pipeline_figure
 
         c1, c2, c3 = st.columns(3)
         stages = c1.slider("pipeline stages (PP)", 1, 16, 4)
@@ -103,6 +102,26 @@ def tab_layout(st, common, batch, context, r):
         b = _bubble_from_analyses(stages, micro)
         if b:
             st.metric("Training pipeline bubble (PP−1)/(M+PP−1)", pct(b[0]))
+
+
+def pipeline_figure(stages, microbatches, schedule):
+    """The pipeline timeline from `plots.pipeline_schedule` as horizontal bars."""
+    import plotly.graph_objects as go
+
+    from chalk.faces.plots import pipeline_schedule
+
+    ops = pipeline_schedule(stages, microbatches, schedule)
+    fig = go.Figure()
+    for kind, color in (("F", "#4a90d9"), ("B", "#f28e2b")):
+        sel = [o for o in ops if o[1] == kind]
+        fig.add_trace(go.Bar(y=[f"stage {o[0]}" for o in sel], x=[o[4] for o in sel], base=[o[3] for o in sel],
+                             orientation="h", name="forward" if kind == "F" else "backward",
+                             marker=dict(color=color, line=dict(color="white", width=1)),
+                             text=[f"{kind}{o[2]}" for o in sel], textposition="inside"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(barmode="overlay", height=140 + 40 * stages, template="plotly_white",
+                      xaxis_title="time (forward = 1 unit, backward = 2)", margin=dict(l=60, r=20, t=30, b=40))
+    return fig
 
 
 # ------------------------------------------------------------------ Pricing
