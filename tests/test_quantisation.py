@@ -194,7 +194,7 @@ def test_the_cli_answers_carry_the_weight_format():
     d = json.loads(run("estimate", "--json"))
     assert d["precision"] == "w4a16-gptq-g128-zp" and d["layout"]["gpus"] == 1
     text = run("estimate")
-    assert "w4a16-gptq-g128-zp weights (bf16 compute)" in " ".join(text.split())
+    assert "w4a16-gptq-g128-zp (bf16 compute) weights" in " ".join(text.split())
     t = json.loads(run("throughput", "--input-len", "1000", "--output-len", "200", "--json"))
     assert t["precision"] == "w4a16-gptq-g128-zp" and t["weight_bytes_per_gpu"] < 40e9
 

@@ -115,6 +115,12 @@ class Energy:
 
         return jsonable(asdict(self))
 
+    def __eq__(self, other) -> bool:
+        """Equal figures (arrays compared element by element, through their JSON form)."""
+        return isinstance(other, Energy) and self.to_dict() == other.to_dict()
+
+    __hash__ = None
+
 
 def answer_energy(chip, gpus: int, tokens_per_s, cost_per_mtok_usd=None, *, tokens: str = "output",
                   fleet_gpus: int | None = None, usd_per_kwh=None, pue=None,
