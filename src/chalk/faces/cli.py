@@ -261,7 +261,7 @@ def _per(r) -> dict:
     d = r.to_dict()
     over = "replica" if r.view == "layout" else "fleet"
     d.setdefault(f"tokens_per_s_per_{over}", r.tokens_per_s)
-    d.setdefault("tokens_per_s_per_gpu", r.tokens_per_s / r.chips if r.chips else None)
+    d.setdefault("tokens_per_s_per_gpu", r.tokens_per_s_per_gpu)
     d.setdefault(f"gpus_per_{over}", r.chips)
     return d
 

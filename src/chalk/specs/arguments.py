@@ -102,7 +102,8 @@ def _layout(name, v):
 
 def check_value(name: str, v, default=inspect.Parameter.empty) -> None:
     """Raise one InputError when `v` is not a sensible value for the public parameter `name`."""
-    if v is None and (default is None or name in ("layout", "speculative", "kv_precision")):
+    if v is None and (default is None or name in ("layout", "speculative", "kv_precision")
+                      or (name == "precision" and default == "explore")):  # plan: None = the checkpoint's only
         return
     if name in FLAGS:
         _flag(name, v)

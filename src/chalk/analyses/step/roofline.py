@@ -147,6 +147,12 @@ class RooflineResult:
         put(r, "_later", later)
         return r
 
+    @property
+    def tokens_per_s_per_gpu(self):
+        """`tokens_per_s` (one replica of `chips` GPUs, or the fleet summed in the aggregate view) per GPU: the
+        name `chalk estimate --json` gives it (issue 27: every throughput says per what)."""
+        return self.tokens_per_s / self.chips if self.chips else None
+
     def attached(self, **figures) -> "RooflineResult":
         """This result with the figures the API and the faces attach (`energy`, `speculative`); the fields not
         yet worked out stay deferred."""
