@@ -55,6 +55,11 @@ def _estimate_options():
     return inspect.signature(estimate).parameters
 
 
+#: the smallest portfolio: one model on one chip
+PORTFOLIO = {"chips": ["h100-sxm"], "settings": {"sim_requests": 200},
+             "models": [{"name": "m", "model": M, "rate": 2, "input_len": 500, "output_len": 100,
+                         "precisions": ["bf16"], "engines": ["vllm"], "modes": ["aggregated"]}]}
+
 #: public name -> (callable, positional args, good keyword args, where `**kwargs` go, how many values to try)
 CALLS = {
     "estimate": (chalk.estimate, (M, H), {}, None, None),
@@ -70,13 +75,15 @@ CALLS = {
     "validate": (chalk.validate, (), {}, None, 8),  # each call reads the validation set: a sample of values
     "plan": (chalk.plan, (M, H), {"input_len": 1000, "output_len": 200, "rate": 5, "sim_requests": 200,
                                   "curves": False}, None, 8),
+    # a one-model, one-chip portfolio: each legitimate call plans it (a sample of values per parameter)
+    "portfolio": (chalk.portfolio, (PORTFOLIO,), {}, None, 6),
     # each answer draws a figure or builds a page: a sample of values per parameter
     "report": (chalk.report, (M, H), {}, None, 6),
     "plot": (chalk.plot, ("latency-vs-batch",), {"model": M, "hardware": H}, None, 6),
 }
 #: public names the table above covers (each is one or more rows of it)
 COVERED = {"estimate", "sweep", "Session", "throughput", "layout", "simulate", "train", "pricing", "validate",
-           "plan", "report", "plot", "__version__"}
+           "plan", "portfolio", "report", "plot", "__version__"}
 #: public calls that take no argument (nothing to get wrong): each is called once in tests/test_api.py
 NO_ARGUMENTS = {"hardware", "models", "lecture"}
 
@@ -148,7 +155,8 @@ def _cases():
 def _call(name, param, value):
     fn, args, kw, _, _ = CALLS[name]
     args, kw = list(args), dict(kw)
-    positional = {"train": ["model"], "plot": ["kind"]}.get(name, ["model", "hardware"][:len(args)])
+    positional = {"train": ["model"], "plot": ["kind"], "portfolio": ["source"]}.get(name,
+                                                                                   ["model", "hardware"][:len(args)])
     if param in positional:
         args[positional.index(param)] = value
     else:

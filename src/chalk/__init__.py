@@ -10,6 +10,7 @@ the options of the command of the same name, by the same names; see `help(chalk.
     chalk.layout     layouts, memory per GPU, MoE rack, pipelines  -> LayoutReport
     chalk.simulate   requests through continuous batching          -> SimulateRun
     chalk.plan       GPUs, layout, replicas and dollars for a demand -> PlanResult (each option with energy)
+    chalk.portfolio  several models planned together under fleet limits -> PortfolioResult
     chalk.train      training time and cost                        -> TrainingResult
     chalk.pricing    API price sheets read back into hardware facts -> PricingReport
     chalk.validate   predicted vs measured on the validation set   -> ValidationReport
@@ -28,7 +29,8 @@ __version__ = "0.1.0"
 
 #: top-level name -> (module, attribute), imported on first use to keep `import chalk` and the CLI fast
 _LAZY = {**{name: ("chalk.api", name) for name in (
-    "estimate", "sweep", "Session", "throughput", "layout", "simulate", "plan", "train", "pricing", "validate",
+    "estimate", "sweep", "Session", "throughput", "layout", "simulate", "plan", "portfolio", "train", "pricing",
+    "validate",
     "hardware", "models", "lecture")},
     # faces built on the API: their own module, so chalk.api never imports a face
     "report": ("chalk.faces.notebook", "report"), "plot": ("chalk.faces.notebook", "plot")}

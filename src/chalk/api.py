@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import numpy as np
 
@@ -427,6 +428,34 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users: float 
               sim_requests=sim_requests, seed=seed, curves=curves, eplb=eplb, trace=trace, speedup=speedup,
               checkpoint=checkpoint)
     return attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)
+
+
+def _portfolio_source():
+    return (str, os.PathLike, dict)
+
+
+@checked(types={"source": _portfolio_source})
+def portfolio(source, *, ray: bool = False, ray_address: str | None = None, workers: int | None = None,
+              results: str | None = None, resume: bool = False):
+    """Several models' demands planned together (`chalk plan --portfolio FILE`): the cheapest assignment of each
+    model to a chip, layout, precision, engine, mode and region that meets every target and fleet constraint.
+
+    source: a portfolio YAML path or the same content as a dict (examples/portfolio.yaml). ray / ray_address /
+    workers: where the candidates run (a local Ray, a Ray cluster, a process pool; default this process; the answer
+    is the same). results: a JSON-lines file each finished candidate is appended to; resume: reuse its candidates.
+
+    Returns a `PortfolioResult` (`.to_dict()`, `.to_frame()`: one row per model; `answer()`: without the run's
+    own facts)."""
+    from chalk.analyses.planning.portfolio import portfolio as _portfolio
+    from chalk.executor import executor
+
+    ex = executor(ray=ray, address=ray_address, workers=workers)
+    try:
+        return _portfolio(source, executor=ex, results=results, resume=resume)
+    finally:
+        close = getattr(ex, "close", None)
+        if close is not None:
+            close()
 
 
 # ------------------------------------------------------------------ catalogs, the lecture, the report, the plots

@@ -21,14 +21,14 @@ from chalk.specs.workload import MAX_GPUS, MAX_QUANTITY, count, positive, short
 
 #: parameters that are switches: True or False only (a string "x" is not read as True)
 FLAGS = frozenset({"ideal", "aggregate", "refined", "strict_fit", "disaggregated", "pareto", "curves",
-                   "prefix_cache", "lecture_weights"})
+                   "prefix_cache", "lecture_weights", "ray", "resume"})
 #: names of catalog entries or choices: a non-empty string (or None where the default is None)
 NAMES = frozenset({"precision", "kv_precision", "phase", "engine", "eplb", "scheduler", "draft_model",
-                   "checkpoint", "sparse_law", "kind", "schedule", "compare"})
+                   "checkpoint", "sparse_law", "kind", "schedule", "compare", "ray_address"})
 #: whole numbers >= 1
 COUNTS = frozenset({"gpus", "chips", "concurrency", "requests", "max_batch", "prefill_chunk", "prefill_gpus",
                     "max_seqs", "max_tokens", "sim_requests", "pipeline_stages", "interleave", "seq_len",
-                    "kv_capacity_tokens", "mtp", "stages", "microbatches"})
+                    "kv_capacity_tokens", "mtp", "stages", "microbatches", "workers"})
 #: finite numbers > 0
 POSITIVE = frozenset({"rate", "speedup", "min_user_tps", "max_ttft_s", "tpot_p99_s", "ttft_p99_s", "period_s",
                       "tokens", "global_batch_tokens", "inference_tokens_per_s", "deployment_days",
@@ -45,7 +45,7 @@ QUANTITIES = frozenset({"batch", "context", "batches", "contexts"})
 #: token lengths: a number >= 1 (or an array), or a distribution / lengths file named by a string
 LENGTHS = frozenset({"input_len", "output_len"})
 #: file paths: a non-empty string or path
-PATHS = frozenset({"trace", "output"})
+PATHS = frozenset({"trace", "output", "results"})
 #: never a value of these types where a name, a path or a spec object belongs
 _SCALARS = (bool, np.bool_, numbers.Number, Decimal, bytes, bytearray)
 _LAYOUT_KEYS = ("tp", "ep", "etp", "pp", "attn_dp", "dp_attn", "attention_dp", "dp_attention")
@@ -164,7 +164,8 @@ def check_value(name: str, v, default=inspect.Parameter.empty) -> None:
 
 def _expect(name: str, v, cls) -> None:
     if not isinstance(v, cls):
-        raise InputError(f"{name} must be a {cls.__name__}, got {short(v)}")
+        what = " or ".join(c.__name__ for c in cls) if isinstance(cls, tuple) else cls.__name__
+        raise InputError(f"{name} must be a {what}, got {short(v)}")
 
 
 def checked(fn=None, *, types: dict | None = None, skip: tuple = (), like=None):
