@@ -155,11 +155,21 @@ def test_cli_help_lists_every_plot_kind():
 
 
 def test_titles_count_chips_not_systems():
-    """issue 12: "72 x gb200-nvl72" read like 72 racks; titles name the chip and put the system beside it."""
-    from chalk.faces.plots_common import chips_label
+    """issue 12: "72 x gb200-nvl72" read like 72 racks; titles name the chip and put the system beside it. Issue 27:
+    a layout on part of the scale-up domain says of how many (64 of 72), as the other doors' headers do."""
+    from chalk.faces.plots_common import chips_label, title_of
+    from chalk.faces.plots_roofline import latency_vs_batch
 
-    assert chips_label(72, "gb200-nvl72") == "72 × gb200 (gb200-nvl72)"
-    assert chips_label(1, "h100-sxm") == "1 × h100-sxm (hgx-h100)"
+    assert chips_label(72, "gb200-nvl72") == "72 × gb200 GPUs of gb200-nvl72"
+    assert chips_label(64, "gb200-nvl72") == "64 of 72 × gb200 GPUs of gb200-nvl72"
+    assert chips_label(1, "h100-sxm") == "1 of 8 × h100-sxm GPUs of hgx-h100"
+    import chalk
+
+    r = chalk.estimate("deepseek-v3", "gb200-nvl72", 64, 4096)
+    t = title_of(r)
+    assert f"{int(r.chips)} of 72 × gb200 GPUs" in t and f"layout {r.layout['label']}" in t
+    fig = latency_vs_batch("deepseek-v3", "gb200-nvl72")
+    assert " of 72 × gb200 GPUs of gb200-nvl72 · layout " in fig.axes[0].get_title(loc="left")
 
 
 def test_cost_vs_context_spans_the_models_context_with_ticks_below_a_dollar():

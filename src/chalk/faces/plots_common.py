@@ -78,12 +78,17 @@ def chips_label(chips, hardware) -> str:
     except Exception:  # noqa: BLE001 - a label must not fail a plot that already computed
         return f"{chips} × {hardware}"
     chip = system.chip.id
-    return f"{chips} × {chip}" + (f" ({system.id})" if system.id != chip else "")
+    n = int(chips) if float(chips) == int(chips) else chips
+    if system.chips and n < system.chips:  # a layout on part of the scale-up domain: say of how many
+        return f"{n} of {system.chips} × {chip} GPUs of {system.id}"
+    return f"{n} × {chip} GPU{'s' if n != 1 else ''}" + (f" of {system.id}" if system.id != chip else "")
 
 
 def title_of(r, extra: str = "") -> str:
-    t = f"{r.model} on {chips_label(r.chips, r.hardware)} · {r.precision} weights ({r.compute_precision} compute), " \
-        f"{r.kv_precision} KV"
+    lay = getattr(r, "layout", None)
+    lay = lay.get("label") if isinstance(lay, dict) else None
+    t = f"{r.model} on {chips_label(r.chips, r.hardware)}" + (f" · layout {lay}" if lay else "") + \
+        f" · {r.precision} weights ({r.compute_precision} compute), {r.kv_precision} KV"
     return t + (f" · {extra}" if extra else "")
 
 
