@@ -32,20 +32,9 @@ def duration(option: str):
     def check(value):
         if value is None:
             return None
-        from chalk.errors import InputError
+        from chalk.specs.workload import duration_s
 
-        text = str(value).strip().lower()
-        scale = 1.0
-        for suffix, f in (("ms", 1e-3), ("us", 1e-6), ("\u00b5s", 1e-6), ("min", 60.0), ("s", 1.0)):
-            if text.endswith(suffix):
-                text, scale = text[: -len(suffix)].strip(), f
-                break
-        try:
-            v = float(text) * scale
-        except ValueError:
-            raise InputError(f"{option} must be a duration in seconds (0.5) or with a unit (500ms, 2s), "
-                             f"got {str(value)[:40]!r}") from None
-        return v  # its range is checked where the value is used, in that quantity's own words
+        return duration_s(value, option)  # its range is checked where the value is used, in its own words
     return check
 
 

@@ -22,6 +22,25 @@ MAX_GRID_POINTS = 100_000
 MAX_GPUS = 10_000_000
 
 
+#: The units a duration may carry, longest match first ('500ms', '200us', '2s', '1min'; bare numbers are seconds).
+DURATION_UNITS = (("ms", 1e-3), ("us", 1e-6), ("\u00b5s", 1e-6), ("min", 60.0), ("s", 1.0))
+
+
+def duration_s(value, name: str) -> float:
+    """A duration in seconds from a number or text with a unit (DURATION_UNITS): one reading for every time a user
+    gives, on the command line or in a file. Its range is the caller's to check, in that quantity's own words."""
+    text, scale = str(value).strip().lower(), 1.0
+    for suffix, f in DURATION_UNITS:
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)].strip(), f
+            break
+    try:
+        return float(text) * scale
+    except ValueError:
+        raise InputError(f"{name} must be a duration in seconds (0.5) or with a unit (500ms, 2s), "
+                         f"got {str(value)[:40]!r}") from None
+
+
 def positive(name: str, value, *, integer: bool = False, allow_zero: bool = False, maximum: float = MAX_QUANTITY,
              scalar: bool = False):
     """Validate a scalar or array of physical quantities: finite, > 0 (or >= 0) and <= `maximum`. `scalar`: one

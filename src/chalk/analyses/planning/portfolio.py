@@ -27,6 +27,7 @@ from pathlib import Path
 from chalk.analyses.planning.portfolio_runs import RESULTS_HEADER, read_results  # noqa: F401 - re-exported
 from chalk.analyses.records.results import Result, _frame, jsonable
 from chalk.errors import ChalkError, FitError, InputError
+from chalk.specs.workload import duration_s
 
 #: Models answered per portfolio, and candidates, at most (a YAML typo must not start a week of work).
 MAX_MODELS, MAX_CANDIDATES = 100, 100_000
@@ -158,15 +159,7 @@ def _path(base: Path, p) -> Path:
 def _seconds(v, where):
     if v is None:
         return None
-    text, scale = str(v).strip().lower(), 1.0
-    for suffix, f in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
-        if text.endswith(suffix):
-            text, scale = text[: -len(suffix)].strip(), f
-            break
-    try:
-        s = float(text) * scale
-    except ValueError:
-        raise InputError(f"{where} must be seconds (0.5) or with a unit (500ms), got {str(v)[:40]!r}") from None
+    s = duration_s(v, where)  # the one reading of a duration, as the command line's time options
     if not (math.isfinite(s) and s > 0):
         raise InputError(f"{where} must be a positive duration, got {str(v)[:40]!r}")
     return s
