@@ -71,6 +71,15 @@ def num(value, digits: int = 4) -> str:
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.{digits}g}"
 
 
+def value_text(v) -> str:
+    """A claim's or a record's value for a table: numbers as `num`, a range as 'low – high', None as ''."""
+    if isinstance(v, float):
+        return num(v)
+    if isinstance(v, (list, tuple)):
+        return " – ".join(value_text(x) for x in v)
+    return "" if v is None else str(v)
+
+
 def gpus(n, chip: str) -> str:
     """A count of GPUs with its chip: gpus(8, 'h100-sxm') -> '8 x h100-sxm GPUs'. Titles count GPUs, never
     systems ('8 x hgx-h100' read as 64 GPUs)."""

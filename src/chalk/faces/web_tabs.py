@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from chalk.faces.fmt import num, pct, seconds, si, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd, value_text
 
 #: How many answers each memoised call keeps (one per sidebar choice visited).
 MEMO_ENTRIES = 64
@@ -23,14 +23,6 @@ def memo(fn):
             return fn
         _MEMOS[fn] = st.cache_resource(show_spinner=False, max_entries=MEMO_ENTRIES)(fn)
     return _MEMOS[fn]
-
-
-def _show(v) -> str:
-    if isinstance(v, float):
-        return num(v)
-    if isinstance(v, (list, tuple)):
-        return " – ".join(_show(x) for x in v)
-    return "" if v is None else str(v)
 
 
 # ------------------------------------------------------------------ Layout
@@ -162,7 +154,7 @@ def tab_pricing(st, common, batch, context, r):
                f"batch {num(m['decode_batch'])} on layout {shown(m['layout'])}, context {num(m['context'])}; "
                f"{shown(m['efficiency'])} efficiency. chalk.analyses.economics.pricing.pricing_margin.")
     d = analyze_sheet(sheet)
-    rows = [(k, _show(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
+    rows = [(k, value_text(v)) for k, v in d.items() if not isinstance(v, (list, dict))]
     st.dataframe({"reading": [k for k, _ in rows], "value": [v for _, v in rows]}, width="stretch")
 
 
@@ -227,7 +219,7 @@ def tab_lecture(st, common, batch, context, r):
                   **{f"batch {num(x.batch)}": [v[i] for _, v in s.rows] for i, x in enumerate(rs)}})
     claims = memo(_claims)()
     st.subheader("The lecture's claims, computed by chalk")
-    st.dataframe({"claim": [c.id for c in claims], "chalk": [_show(c.value) for c in claims],
-                  "unit": [c.unit for c in claims], "lecture": [_show(c.lecture_value) for c in claims],
+    st.dataframe({"claim": [c.id for c in claims], "chalk": [value_text(c.value) for c in claims],
+                  "unit": [c.unit for c in claims], "lecture": [value_text(c.lecture_value) for c in claims],
                   "in range": ["" if c.within_lecture_range is None else "yes" if c.within_lecture_range else "no"
                                for c in claims]}, width="stretch", height=420)
