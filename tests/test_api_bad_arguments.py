@@ -96,7 +96,7 @@ ZERO_OK = {"seed", "cache_hit", "obsolescence_probability", "client_latency_s", 
 TINY_OK = A.POSITIVE | A.NON_NEGATIVE | {"batch", "context", "batches", "contexts", "cache_hit",
                                          "obsolescence_probability", "active_params", "multiplies_per_byte"}
 #: None is legitimate for these whatever their default says (the estimate options' documented "use the default")
-NONE_OK = {"layout", "speculative", "kv_precision"}
+NONE_OK = {"layout", "speculative", "kv_precision", "precision"}  # precision None: the checkpoint's own
 
 #: (call, parameter, value kind) that still break the contract; strict xfail, so a fix is noticed. Empty: all pass.
 KNOWN_FAILURES: set[tuple[str, str, str]] = set()

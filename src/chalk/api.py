@@ -95,7 +95,9 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     if mtp is not None:
         from chalk.analyses.step.speculative import speculative_estimate
 
-        acceptance = _acceptance(model, acceptance)
+        from chalk.analyses.traffic.serving import mtp_acceptance
+
+        acceptance = mtp_acceptance(model, acceptance)
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=gpus if gpus is not None else chips, precision=precision,
                                     kv_precision=r.kv_precision, ideal=ideal, layout=r.layout,
@@ -289,7 +291,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
 def _speculation(model, mtp, acceptance, speculative):
     """The `speculative` argument of throughput and plan from `mtp` / `acceptance` (the CLI's --mtp K
     --acceptance A) or as given; both forms at once is a contradiction."""
-    from chalk.analyses.traffic.serving import Speculation
+    from chalk.analyses.traffic.serving import Speculation, mtp_acceptance
 
     if acceptance is not None and mtp is None:
         raise InputError("acceptance is the acceptance rate of mtp's draft tokens: give mtp too")
@@ -297,15 +299,7 @@ def _speculation(model, mtp, acceptance, speculative):
         return speculative
     if speculative != "auto":
         raise InputError("mtp (with acceptance) and speculative both say how to speculate: give one of them")
-    return Speculation(mtp, _acceptance(model, acceptance))
-
-
-def _acceptance(model, acceptance):
-    """`acceptance` as given, else the model's own MTP draft layers' sourced rate (`serving.mtp_acceptance`, the
-    CLI's rule too); a model without draft layers has none to assume: give it."""
-    from chalk.analyses.traffic.serving import mtp_acceptance
-
-    return mtp_acceptance(model, acceptance)
+    return Speculation(mtp, mtp_acceptance(model, acceptance))
 
 
 @checked

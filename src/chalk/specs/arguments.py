@@ -102,8 +102,9 @@ def _layout(name, v):
 
 def check_value(name: str, v, default=inspect.Parameter.empty) -> None:
     """Raise one InputError when `v` is not a sensible value for the public parameter `name`."""
-    if v is None and (default is None or name in ("layout", "speculative", "kv_precision")
-                      or (name == "precision" and default == "explore")):  # plan: None = the checkpoint's only
+    # None is "the default" where the default is None, and for these whatever the default says (precision: the
+    # checkpoint's own, also where plan's default explores narrower ones)
+    if v is None and (default is None or name in ("layout", "speculative", "kv_precision", "precision")):
         return
     if name in FLAGS:
         _flag(name, v)
