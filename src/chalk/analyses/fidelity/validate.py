@@ -76,6 +76,7 @@ class Row:
     family: str = ""
     engine_version: str | None = None
     num_prompts: int | None = None   # a benchmark's whole run: requests sent in all (fixed rows; None: steady state)
+    max_batch: int | None = None     # the deployment's own cap on sequences per scheduler (None: the engine's default)
 
 
 def family_of_group(group: str) -> str:
@@ -113,7 +114,7 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 acceptance=_num(d.get("acceptance")),
                 family=(d.get("family") or "").strip() or family_of_group(d.get("group") or d["source"][:40]),
                 engine_version=(d.get("engine_version") or "").strip() or None,
-                num_prompts=_num(d.get("num_prompts"), int)))
+                num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int)))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -165,14 +166,15 @@ def _layout(row: Row) -> str | None:
 
 @lru_cache(maxsize=512)
 def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
-           simulate=False, requests=None):
+           simulate=False, requests=None, max_batch=None):
     """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
     the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's).
-    `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed)."""
+    `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed).
+    `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`)."""
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
-                            simulate=simulate or requests is not None, requests=requests)
+                            simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch)
 
 
 def point(row: Row, engines: bool = False) -> tuple:
@@ -184,7 +186,7 @@ def point(row: Row, engines: bool = False) -> tuple:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len,
                 row.output_len, row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s" and not row.num_prompts,
-                row.num_prompts)
+                row.num_prompts, row.max_batch)
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
