@@ -37,7 +37,8 @@ def default_efficiency(ideal: bool, model=None, hardware=None) -> Efficiency:
 
 
 @checked(types={"efficiency": _efficiency})
-def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
+def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None,
+             objective: str | None = None, aggregate: bool = False,
              gpus: int | None = None, chips: int | None = None, precision: str | None = None,
              kv_precision: str | None = "auto", ideal: bool = False, lecture_weights: bool = False,
              refined: bool | None = None, sparse_law: str | None = None, mtp: int | None = None,
@@ -52,8 +53,12 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     batch, context: sequences in the step (per replica) and context tokens (the prompt length for prefill);
         numbers or numpy arrays (a grid, answered in one vectorised call).
     phase: 'decode' or 'prefill'.
-    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' or {'tp': 8} (default: the smallest tensor-parallel
-        group in the scale-up domain that holds the weights and this batch's KV).
+    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' or {'tp': 8} (default: chosen within `gpus` by
+        `objective`).
+    objective: what the default layout is chosen for: 'cost' (None: the default; the fewest GPUs that hold the
+        weights and this batch's KV, the faster layout of that many: a MoE model's TP group or its attention-DP x
+        EP) or 'latency' (the shortest step within `gpus`). The answer's `objective` and `layout` say what was
+        chosen, its `alternative` what the other objective would pick (layout, GPUs, step time, $/M tokens).
     aggregate: the lecture's view instead: every chip summed into one communication-free chip (an upper bound).
     gpus: GPUs available (default: the system's scale-up domain); with `aggregate`, the chips summed. `chips` is
         its older name.
@@ -87,7 +92,8 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     if mtp is not None and phase != "decode":
         raise InputError("mtp (speculative decoding) applies to decode steps, not prefill")
     refined = (not lecture_weights) if refined is None else refined
-    r = _estimate(model, hardware, batch, context, phase=phase, layout=layout, aggregate=aggregate,
+    r = _estimate(model, hardware, batch, context, phase=phase, layout=layout, objective=objective,
+                  aggregate=aggregate,
                   gpus=gpus if gpus is not None else chips, precision=precision, kv_precision=kv_precision,
                   ideal=ideal, efficiency=efficiency, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit,
                   eplb=eplb)
@@ -223,7 +229,8 @@ def _check_option(name, value):
 
 
 #: estimate options whose default is None (None passes for them)
-_NONE_DEFAULTS = frozenset({"layout", "chips", "gpus", "precision", "sparse_law", "eplb", "efficiency"})
+_NONE_DEFAULTS = frozenset({"layout", "chips", "gpus", "precision", "sparse_law", "eplb", "efficiency",
+                            "objective"})
 
 
 def __getattr__(name: str):
@@ -249,7 +256,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                mtp: int | None = None, acceptance: float | None = None, speculative="auto",
                engine: str | None = None, cache_hit: float | None = None, pareto: bool = False,
                ideal: bool = False, eplb: str | None = None, calibration_override=None,
-               usd_per_kwh: float | None = None, pue: float | None = None) -> ServingResult:
+               usd_per_kwh: float | None = None, pue: float | None = None,
+               prefill_layout: str | None = None) -> ServingResult:
     """The best deployment over layouts x batch that fit and meet the constraints, or with `layout` and
     `concurrency` what that exact deployment does (`chalk throughput`). Every option of the command:
 
@@ -260,7 +268,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     tpot_p99_s, ttft_p99_s: p99 targets (s), checked by replaying the chosen point.
     max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
     disaggregated: separate prefill and decode pools. layout, concurrency: one fixed deployment (closed loop of
-        `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`.
+        `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`; prefill_layout: the layout
+        of that pool's workers (default: `layout`), e.g. 'tp=1,attn_dp=4,ep=4'.
     mtp, acceptance: draft tokens per step and their acceptance (as `--mtp K --acceptance A`); speculative: a
         `Speculation`, 'auto' (the model's own MTP layers) or None; give one of the two forms.
     engine: 'vllm' | 'sglang' | 'trtllm' (its scheduler cap, KV memory, chunk and overhead). cache_hit: fraction
@@ -283,7 +292,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                     calibration_override=calibration_override, layout=layout, concurrency=concurrency,
                     speculative=speculative, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus,
                     eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
-                    max_tokens=max_tokens)
+                    max_tokens=max_tokens, prefill_layout=prefill_layout)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     return r
 

@@ -153,6 +153,9 @@ def throughput(
                                               "(closed loop, as serving benchmarks run): needs --layout."),
     prefill_gpus: Optional[int] = typer.Option(None, "--prefill-gpus", help="With --disaggregated --concurrency: "
                                                "GPUs of the prefill pool (--gpus: the decode pool)."),
+    prefill_layout: Optional[str] = typer.Option(None, "--prefill-layout", help="With --prefill-gpus: the layout of "
+                                                 "the prefill pool's workers, e.g. tp=1,attn_dp=4,ep=4 (default: "
+                                                 "--layout)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Draft tokens per step (speculative decoding / MTP)."),
     acceptance: Optional[float] = ACCEPTANCE_OPT,
     speculative: Optional[str] = typer.Option(None, "--speculative", help="METHOD,K,A, e.g. eagle,3,0.7 "
@@ -187,7 +190,8 @@ def throughput(
               precision=precision, kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
               disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
               speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
-              tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens)
+              tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens,
+              prefill_layout=prefill_layout)
     if "," in hardware:
         from chalk.analyses.planning.compare import compare, hardware_list
 
@@ -453,7 +457,8 @@ def _print_fixed(c, r, system):
     if r.get("disaggregated"):
         pool = r["prefill_pool_requests_per_s"]
         rows.insert(0, ("GPUs", f"{num(r['decode_gpus'])} decode + {num(r['prefill_gpus'])} prefill "
-                                f"(prefill pool admits {num(pool)} requests/s)"))
+                                + (f"on {r['prefill_layout']} " if r.get("prefill_layout") else "")
+                                + f"(prefill pool admits {num(pool)} requests/s)"))
     if r.get("speculative"):
         sp = r["speculative"]
         rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance {sp['acceptance']}: "

@@ -158,6 +158,19 @@ def _decode_gpus(row: Row) -> int | None:
     return int(m.group(2)) if m else None
 
 
+def _prefill_layout(row: Row) -> str | None:
+    """The prefill workers' layout of a disaggregated fixed row, from its notes ('prefill 1x(TP4 EP4 DP-attn) =
+    4 GPUs': attention data-parallel over 4 ranks with experts over 4; 'TP4 EP1': tensor-parallel 4)."""
+    import re
+
+    m = re.search(r"prefill \d+x\((TP(\d+))(?: EP(\d+))?( DP-attn)?\)\s*=\s*\d+ GPUs", row.notes)
+    if not m:
+        return None
+    n, ep, dp = int(m.group(2)), int(m.group(3) or 1), bool(m.group(4))
+    lay = f"tp=1,attn_dp={n}" if dp else f"tp={n}"
+    return lay + (f",ep={ep}" if ep > 1 else "")
+
+
 def _layout(row: Row) -> str | None:
     if not row.tp:
         return None
@@ -166,15 +179,17 @@ def _layout(row: Row) -> str | None:
 
 @lru_cache(maxsize=512)
 def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
-           simulate=False, requests=None, max_batch=None):
+           simulate=False, requests=None, max_batch=None, prefill_layout=None):
     """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
     the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's).
     `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed).
-    `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`)."""
+    `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`);
+    `prefill_layout`: a disaggregated row's prefill workers (`_prefill_layout`)."""
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
-                            simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch)
+                            simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch,
+                            prefill_layout=prefill_layout)
 
 
 def point(row: Row, engines: bool = False) -> tuple:
@@ -186,7 +201,7 @@ def point(row: Row, engines: bool = False) -> tuple:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len,
                 row.output_len, row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s" and not row.num_prompts,
-                row.num_prompts, row.max_batch)
+                row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None)
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),

@@ -343,7 +343,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                concurrency: int | None = None, speculative: Speculation | str | None = "auto", engine=None,
                cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None,
                tpot_p99_s: float | None = None, ttft_p99_s: float | None = None, max_seqs: int | None = None,
-               max_tokens: int | None = None) -> dict:
+               max_tokens: int | None = None, prefill_layout=None) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
@@ -362,7 +362,11 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     (`fixed_deployment`) until its replayed p99s meet the targets; `min_user_tps` stays the mean form.
     max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
     budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
+    prefill_layout: a fixed disaggregated deployment's prefill workers (default: `layout`).
     """
+    if prefill_layout is not None and prefill_gpus is None:
+        raise InputError("--prefill-layout is the layout of a fixed disaggregated deployment's prefill pool: add "
+                         "--disaggregated --prefill-gpus N --layout and --concurrency")
     if prefill_gpus is not None and not (disaggregated is True and concurrency is not None):
         raise InputError("--prefill-gpus sizes the prefill pool of a fixed disaggregated deployment: add "
                          "--disaggregated, --layout and --concurrency")
@@ -396,7 +400,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                 ideal=ideal, calibration_override=calibration_override,
                                 speculative=None if isinstance(speculative, str) else speculative,
                                 engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
-                                max_seqs=max_seqs, max_tokens=max_tokens)
+                                max_seqs=max_seqs, max_tokens=max_tokens, prefill_layout=prefill_layout)
     found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
                     kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
@@ -677,7 +681,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
                      simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
                      max_tokens: int | None = None, replay: dict | None = None,
-                     requests: int | None = None) -> dict:
+                     requests: int | None = None, prefill_layout=None) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -696,6 +700,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
     (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
     layout plus that wait; output per GPU counts all `gpus`.
+    `prefill_layout`: the layout of the disaggregated prefill pool's workers (default: `layout`): the pool's rate
+    and the one prompt's prefill in TTFT are timed on it (disaggregated deployments size their prefill workers on
+    their own, e.g. TP4 with attention-DP for prefill beside DEP16 decode).
     `eplb`: as `throughput`'s.
     `requests`: a benchmark's whole run rather than its steady state: this many requests in all, `concurrency` of
     them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
@@ -725,6 +732,13 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         if decode_gpus % G or decode_gpus > gpus:
             raise InputError(f"{decode_gpus} decode GPUs do not divide into replicas of {G} within {gpus} GPUs")
     R = (decode_gpus if disagg else gpus) // G
+    if prefill_layout is not None and not disagg:
+        raise InputError("a prefill layout sizes the prefill pool of a disaggregated deployment: give decode_gpus "
+                         "(--disaggregated --prefill-gpus) with it")
+    pre = make_layout(m, prefill_layout) if prefill_layout is not None else lay
+    if prefill_layout is not None and (gpus - decode_gpus) % pre.replica_gpus:
+        raise InputError(f"{gpus - decode_gpus} prefill GPUs do not divide into prefill workers of "
+                         f"{pre.replica_gpus} ({pre.label()})")
     if N < R:
         raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
     Nr = N / R
@@ -763,9 +777,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                                      speculative.draft_layers)
         tpot = P.pipeline_token_latency_s(st, pp) / e
         if disagg:
-            one = float(stage_step(costs, system, tp, a, pp, ep, 0.0, max(Ip, 1.0), L, max(I, 1.0), cal,
-                                   kernels=kern or False, overhead_s=ovh)["stage_time_s"])
-            return tpot, float(P.pipeline_token_latency_s(one, pp)) + tpot * e, tpot
+            one = float(stage_step(costs, system, pre.tp, pre.attn_dp, pre.pp, pre.ep, 0.0, max(Ip, 1.0), L,
+                                   max(I, 1.0), cal, kernels=kern or False, overhead_s=ovh)["stage_time_s"])
+            return tpot, float(P.pipeline_token_latency_s(one, pre.pp)) + tpot * e, tpot
         return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
 
     # Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT): solve for the decoding count B on a grid.
@@ -777,7 +791,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     held = grid * (1 + (np.asarray(tt_g) + lat) / (O * np.asarray(tp_g)))  # requests in flight B decoding implies
     held = np.maximum.accumulate(held)
     B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
-    x_pool = _prefill_pool_requests_per_s(costs, system, lay, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
+    x_pool = _prefill_pool_requests_per_s(costs, system, pre, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
         if disagg and gpus > decode_gpus else float("inf")
     if np.isfinite(x_pool):  # the prefill pool admits at most x_pool requests/s per decode replica: the rest queue
         x_g = np.maximum.accumulate(grid / (O * np.asarray(tp_g)))
@@ -830,6 +844,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
            "disaggregated": disagg, "decode_gpus": decode_gpus if disagg else gpus,
            "prefill_gpus": gpus - decode_gpus if disagg else 0,
            "prefill_pool_requests_per_s": x_pool * R if disagg else None,
+           "prefill_layout": pre.label() if disagg else None,
            "decoding_per_replica": B, "batch_cap_per_replica": cap,
            "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
            "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
