@@ -143,6 +143,11 @@ put(["nvblog-dsv32-b200-dep8-mtp1-8k1k-c256"], 256,
     "max_batch 256 per DEP rank: trtllm-bench --max_batch_size 256 with enable_attention_dp (source above), per "
     "rank in TRT-LLM (not binding at 256 in flight over 8 ranks)")
 
+# ---- dstack DeepSeek-R1 study, TensorRT-LLM task ----
+put(["dstack-r1-h200-trtllm-3200-800-c8", "dstack-r1-h200-trtllm-3200-800-c64"], 512,
+    "max_batch 512 per TP8 engine (no attention DP): trtllm-serve --max_batch_size $MAX_BATCH_SIZE with "
+    "MAX_BATCH_SIZE=512 in the 'Tensorrt-LLM-H200' dstack task of Deepseek-R1/README.md (dstackai/benchmarks @209ca6f)")
+
 # ---- vLLM (--max-num-seqs is per engine) ----
 put(["vllmrec-kimik2-h800-tp8pp2-1k512-c1"], 1,
     "max_batch 1 per engine: vllm serve --max-num-seqs 1 (Kimi-K2.md @1f49590), one TP8 x PP2 engine")
