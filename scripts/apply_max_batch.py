@@ -80,6 +80,13 @@ put(["ix-r1-b200-dynamo-sglang-fp8-disagg-8p40d-1k1k-c1024"], 128,
     f"b200-fp8/1k1k/stp/max-tpt-dep8-1p5d.yaml named by {NVM} (read from fork elvischenv/srt-slurm @658d9b9); "
     "SGLang gives each DP scheduler max_running_requests // dp_size (sglang tp_worker.py @4f34e24): 1024 / 8")
 
+# ---- InferenceX disaggregated, SGLang + MoRI on MI355X (amd_utils launcher) ----
+put(["ix-r1-mi355x-sglang-fp8-mtp-disagg-4p8d-1k1k-c8", "ix-r1-mi355x-sglang-fp8-mtp-disagg-4p8d-1k1k-c32",
+     "ix-r1-mi355x-sglang-fp8-mtp-disagg-4p8d-8k1k-c16"], 128,
+    "max_batch 128 per TP8 decode server (no DP attention, EP1): benchmarks/multi_node/amd_utils/server.sh @033aa6e "
+    "passes --max-running-requests $DECODE_MAX_RUNNING_REQUESTS_NO_DP, 128 for DeepSeek-R1-0528 decode.no_dp in "
+    "amd_utils/models.yaml @02d1804 (a later version than the run; server.sh's own fallback is also 128)")
+
 # ---- InferenceX single node, SGLang ----
 put(["ix-r1-b200-tp8-1k1k-45", "ix-r1-b200-tp8-1k8k-45", "ix-r1-b200-tp8-8k1k-24"], 128,
     "max_batch 128 per server (TP8, no DP attention): --max-running-requests 128 (TP8 branch) in "
