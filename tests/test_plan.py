@@ -81,7 +81,9 @@ def test_dollars_and_fleet_are_consistent(which, request):
 
 
 def test_latency_is_measured_not_assumed(llama):
-    for o in llama["options"]:
+    replayed = [o for o in llama["options"] if o["replayed"]]
+    assert replayed[0] is llama["options"][0]
+    for o in replayed:
         sim = o["simulated"]
         assert sim["n_requests"] >= 10_000 and sim["replicas_simulated"] >= 1
         # the replay agrees with the prediction it checks (same step model) to within a few tens of percent
@@ -306,7 +308,7 @@ def test_attention_dp_layout_sizes_although_one_request_is_slower_than_many():
     """With attention-DP, one request alone leaves ranks idle and its TPOT can exceed that of a fuller batch: the
     concurrency search starts from the layout search's batch rather than from one request (a regression)."""
     r = plan("deepseek-v3", "h200,h100-sxm", users=2000, min_user_tps=30, input_len=2000, output_len=1000,
-             sim_requests=4000, modes="aggregated")
+             sim_requests=4000, modes="aggregated", replay_all=True)
     assert r["options"][0]["meets_targets"] and r["unavailable"] == []
     assert any(o["parallelism"]["attn_dp"] > 1 and o["meets_targets"] for o in r["options"])
     # 671 GB of FP8 weights do not fit one 8-GPU H100 node: H100 is laid out over two nodes (issue 24)
@@ -426,6 +428,54 @@ def test_the_fast_plan_answers_as_the_reference_path(monkeypatch, question):
     plain = _no_walls(plan(q.pop("model"), **q).to_dict())
     assert {o["mode"] for o in plain["options"]} >= {"aggregated"} and len(plain["options"]) >= 2
     assert fast == plain
+
+
+@pytest.fixture(scope="module")
+def llama_all():
+    """The first done-when plan with every option replayed (`replay_all`): what a plan answered before it replayed
+    only the options that could still be the cheapest (issue 28 item 3)."""
+    return plan("llama-3.1-70b", CHIPS, users=1000, min_user_tps=50, input_len=2000, output_len=500,
+                replay_all=True)
+
+
+def test_replaying_only_the_finalists_gives_the_same_plan(llama, llama_all):
+    """issue 28 item 3: an option whose sized ($/h, GPUs) already exceeds a replayed option that meets the targets is
+    not replayed (a replay only adds replicas). The README's question skips most replays, and answers as replaying
+    them all: the same cheapest option to the last figure, the same figures for every option replayed, and every
+    option skipped dearer after its replay (in the full plan) than the cheapest."""
+    fast, full = _no_walls(llama.to_dict()), _no_walls(llama_all.to_dict())
+    assert fast["options"][0] == full["options"][0]
+    assert all(o["replayed"] for o in full["options"])
+    skipped = [o for o in fast["options"] if not o["replayed"]]
+    assert len(skipped) >= len(fast["options"]) // 2  # the point of it: most options are never replayed
+    best = fast["options"][0]
+    key = lambda o: (o["hardware"], o["mode"], o["engine"])  # noqa: E731  (one option per chip, mode, engine)
+    twin = {key(o): o for o in full["options"]}
+    assert set(twin) == {key(o) for o in fast["options"]}
+    for o in fast["options"]:
+        t = twin[key(o)]
+        if o["replayed"]:
+            assert o == {**t, "why": o["why"]}  # a loser's reason names its rank, which may differ
+            continue
+        assert o["meets_targets"] is None and o["bumps"] is None and set(o["simulated"].values()) == {None}
+        assert o["why"].endswith("not replayed (a replay only adds replicas)")
+        # as sized: the replay of the full plan costs as much or more (bumps add replicas), above the cheapest
+        assert (best["usd_per_hour"], best["gpus"]) < (o["usd_per_hour"], o["gpus"]) <= (t["usd_per_hour"], t["gpus"])
+        same = ("parallelism", "replica_layout", "replica_gpus", "precision", "kv_precision", "speculative",
+                "max_concurrency_per_replica", "usd_per_gpu_hour")  # the sizing a replay only adds replicas to
+        assert {k: o[k] for k in same} == {k: t[k] for k in same}
+    assert any("not replayed" in n for n in fast["notes"]) and not any("not replayed" in n for n in full["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, users", [("llama-3.1-70b", 1000), ("llama-3.3-70b", 5000)])
+def test_issue_28_plans_answer_as_replaying_every_option(model, users):
+    """issue 28's two 4-chip questions as the CLI asks them (every precision explored): the same cheapest option, to
+    the last figure, whether every option is replayed or only those that can still be the cheapest."""
+    q = dict(hardware=CHIPS, users=users, min_user_tps=50, input_len=2000, output_len=500, precision="explore")
+    fast, full = plan(model, **q), plan(model, **q, replay_all=True)
+    assert _no_walls(fast["options"][0]) == _no_walls(full["options"][0])
+    assert sum(o["replayed"] for o in fast["options"]) < len(fast["options"]) // 2
 
 
 def test_kept_fixed_predictions_are_the_fresh_ones():

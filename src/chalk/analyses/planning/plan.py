@@ -4,7 +4,8 @@ For each candidate chip and serving mode (aggregated; disaggregated prefill/deco
 finds the cheapest deployment that meets the targets: the layout search shortlists, the fixed-deployment
 prediction sizes the requests in flight per replica, and replicas = ceil(peak requests in flight / that).
 Latency is then checked, not assumed: the fleet is replayed in the request simulator (Poisson arrivals, the
-length distributions, a least-loaded router over the replicas) and bumped up while the measured p99s miss.
+length distributions, a least-loaded router over the replicas) and bumped up while the measured p99s miss; only
+the options that can still be the cheapest are replayed (`sizing.verify_finalists`), the others are listed as sized.
 The options come back cheapest first, each with why it loses to the cheapest, and the launch commands.
 """
 
@@ -16,6 +17,7 @@ import math
 import numpy as np
 
 from chalk.analyses.planning import sizing as S
+from chalk.analyses.planning.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
@@ -39,7 +41,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
          kv_precision="auto", speculative: Speculation | str | None = "auto", draft_model: str | None = None,
          modes=S.MODES, ideal: bool = False, sim_requests: int = DEFAULT_SIM_REQUESTS, seed: int = 0,
          curves: bool = True, eplb: str | None = None, trace=None, speedup: float = 1.0,
-         checkpoint: str | None = None) -> PlanResult:
+         checkpoint: str | None = None, replay_all: bool = False) -> PlanResult:
     """The cheapest deployment on each candidate that serves the demand within the latency targets.
 
     Demand: `users` concurrent users (requests in flight), or `rate` requests/s; `input_len` / `output_len`
@@ -58,6 +60,10 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     `engine`: size (and launch) with that engine only; None: size each engine that runs on the chip's vendor
     (`ENGINES_BY_VENDOR`) with its own profile, one option per chip, mode and engine.
     `checkpoint`: the user's own checkpoint (a repo id or folder) for the launch commands, loaded as given.
+    `replay_all`: replay every option. By default an option is replayed only while it can still be the cheapest
+    (`sizing.verify_finalists`): one whose sized cost already exceeds that of a replayed option meeting the targets
+    is listed as sized, `replayed` False, its `meets_targets` and simulated p99s None. The cheapest option, and
+    every option that is replayed, are the same either way.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
     eplb = eplb_mode(eplb)  # checked before any work
@@ -105,7 +111,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
-    options, sized, unavailable = [], [], []
+    jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     for name, system in zip(names, systems):
         runs = _engines(system)
         if engine is not None and engine not in runs:
@@ -123,14 +129,22 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 if s is None:
                     unavailable.append({"hardware": _name(name), "mode": mode, "engine": eng, "why": why})
                     continue
-                v = S.verify(ask_e, system, s)
-                o = _option(ask_e, _name(name), system, v, model, draft_model, curve, demand, checkpoint)
-                o["price"] = _price(system, given_prices)
-                options.append(o)
-                sized.append(v)
+                jobs.append((name, ask_e, system, s))
+    # replayed: the candidates that can still be the cheapest (all of them with replay_all)
+    replayed = S.verify_finalists([(a, system, s) for _, a, system, s in jobs], every=replay_all)
+    options, sized = [], []
+    for (name, ask_e, system, s), v in zip(jobs, replayed):
+        if v is None:  # sized, not replayed: the sizing as it stands, its latencies unmeasured
+            v = {**s, "simulated": None, "meets_targets": None, "bumps": None}
+        o = _option(ask_e, _name(name), system, v, model, draft_model, curve, demand, checkpoint)
+        o["price"] = _price(system, given_prices)
+        options.append(o)
+        sized.append(v)
     if not any(o["meets_targets"] for o in options):
         raise FitError(_unmet(ask, systems, options, unavailable))
-    order = sorted(range(len(options)), key=lambda i: (not options[i]["meets_targets"], options[i]["usd_per_hour"],
+    # met in the replay, cheapest first; then those not replayed, then those that missed
+    rank = {True: 0, None: 1, False: 2}
+    order = sorted(range(len(options)), key=lambda i: (rank[options[i]["meets_targets"]], options[i]["usd_per_hour"],
                                                        options[i]["gpus"]))
     options, sized = [options[i] for i in order], [sized[i] for i in order]
     _why(options)
@@ -241,7 +255,7 @@ def _targets(d: Demand) -> dict:
 def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpoint=None) -> dict:
     from chalk.specs.engine import load_engine
 
-    sim = v["simulated"]
+    sim = v["simulated"]  # None: not replayed (`sizing.verify_finalists`)
     par = v["parallelism"]
     o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"], "engine": ask.engine,
          "engine_version": load_engine(ask.engine).version if ask.engine else None,
@@ -257,8 +271,10 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
          "usd_per_mtok_output": float(v["usd_per_mtok_output"]),
          "output_tokens_per_s": float(v["output_tokens_per_s"]), "requests_per_s": float(v["requests_per_s"]),
          "predicted": v["predicted"],
-         "simulated": {**sim.to_dict(), "ttft_p99_s": sim.ttft_p99_s, "tpot_p99_s": sim.tpot_p99_s},
-         "targets": _targets(ask.demand), "meets_targets": bool(v["meets_targets"]), "bumps": int(v["bumps"]),
+         "simulated": {**sim.to_dict(), "ttft_p99_s": sim.ttft_p99_s, "tpot_p99_s": sim.tpot_p99_s} if sim is not None
+         else dict.fromkeys(_REPLAY_FIELDS), "replayed": sim is not None, "targets": _targets(ask.demand),
+         "meets_targets": None if sim is None else bool(v["meets_targets"]),
+         "bumps": None if sim is None else int(v["bumps"]),
          "efficiency": v["op"]["efficiency"], "prefill": None}
     if v["prefill"] is not None:
         p = v["prefill"]
@@ -271,6 +287,10 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
     if curve is not None:
         o["diurnal"] = _diurnal(ask, demand, curve, v)
     return o
+
+
+#: The keys of an option's `simulated` (`fleet.FleetReplay.to_dict`), None where the option was not replayed.
+_REPLAY_FIELDS = tuple(f.name for f in dataclasses.fields(FleetReplay))
 
 
 def _domains(v, chips: int) -> int:
@@ -297,6 +317,10 @@ def _why(options) -> None:
     for o in options:
         if o is best:
             o["why"] = "cheapest"
+            continue
+        if o["meets_targets"] is None:
+            o["why"] = f"{o['usd_per_hour'] / best['usd_per_hour']:.2f}x cost as sized: not replayed (a replay only " \
+                       "adds replicas)"
             continue
         if not o["meets_targets"]:
             sim, t = o["simulated"], o["targets"]
@@ -441,8 +465,9 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
     grid = demand.value * np.geomspace(0.1, 10.0, 21)
     out = {"demand": grid.tolist(), "demand_unit": demand.unit, "gpus_vs_demand": {}, "cost_vs_speed": {}}
     for o, v in zip(options, sized):
-        if o["meets_targets"]:
-            key = f"{o['hardware']} {o['mode']}" + (f" {o['engine']}" if o["engine"] else "")
+        if o["meets_targets"] is not False:  # those not replayed: their fleet as sized
+            key = f"{o['hardware']} {o['mode']}" + (f" {o['engine']}" if o["engine"] else "") + \
+                ("" if o["replayed"] else " (as sized)")
             out["gpus_vs_demand"][key] = [int(S.fleet_for(x, demand.kind, v)[2]) for x in grid]
     for name, system in zip(names, systems):
         mine = [o for o in options if o["hardware"] == _name(name)]
@@ -470,8 +495,13 @@ def _notes(options, systems, curve) -> list[str]:
     for s in systems:
         if s.chip.price_is_assumption:
             n.append(f"{s.chip.id} price ${s.chip.price_usd_per_hour:.2f}/h is an assumption: {s.chip.price_note}")
-    if any(o["simulated"]["replicas_simulated"] < o["replicas"] for o in options):
+    if any(o["replayed"] and o["simulated"]["replicas_simulated"] < o["replicas"] for o in options):
         n.append("fleets of many replicas are replayed on a represented subset fed its share of the arrivals")
+    skipped = sum(not o["replayed"] for o in options)
+    if skipped:
+        n.append(f"{skipped} of {len(options)} options were not replayed: sized, each already cost more than an "
+                 "option that met the targets in its replay, and a replay only adds replicas (replay_all=True "
+                 "replays them too)")
     if curve is not None:
         n.append("sized for the peak hour; autoscaled hours keep the layout and concurrency cap")
     return n

@@ -424,6 +424,29 @@ def verify(ask: Ask, system: System, s: dict) -> dict:
             "bump_replicas": s["replicas"] / max(R0, 1), "bump_prefill": s["prefill_replicas"] / max(P0, 1)}
 
 
+def verify_finalists(jobs: list, every: bool = False) -> list:
+    """`verify` the sized candidates `jobs` [(ask, system, s)] that can still be the cheapest; the others are not
+    replayed. Each is replayed in order of its sized ($/h, GPUs), and a candidate is skipped once a replayed one
+    meets the targets at a lower ($/h, GPUs): a replay only adds replicas (`verify` bumps, never trims), so the
+    skipped one's replayed cost would be higher still, and it cannot be the cheapest option that meets the targets.
+    Nothing is skipped until some candidate meets them (so a plan that meets none replays all). `every`: replay
+    them all. Returns each candidate verified, or None where it was skipped, in the order given.
+
+    The answer is the one replaying everything gives: the replays that run are the same replays (each is
+    deterministic: its own seed, no state shared between candidates), and the cheapest option that meets the
+    targets is among them."""
+    out: list = [None] * len(jobs)
+    bar = None  # the lowest ($/h, GPUs) of a replayed candidate that meets the targets
+    for i in sorted(range(len(jobs)), key=lambda i: (jobs[i][2]["usd_per_hour"], jobs[i][2]["gpus"])):
+        ask, system, s = jobs[i]
+        if not every and bar is not None and (s["usd_per_hour"], s["gpus"]) > bar:
+            break  # so is every later one: they come in order of the same key
+        v = out[i] = verify(ask, system, s)
+        if v["meets_targets"]:
+            bar = min(bar, (v["usd_per_hour"], v["gpus"])) if bar is not None else (v["usd_per_hour"], v["gpus"])
+    return out
+
+
 def fleet_for(demand_value: float, kind: str, s: dict) -> tuple[int, int, int]:
     """(replicas, prefill replicas, GPUs) the verified candidate needs at another demand: the same layout and
     concurrency cap, scaled by the bumps its replay needed."""
