@@ -23,7 +23,8 @@ from chalk.errors import ChalkError, InputError
 from chalk.faces.fmt import num, pct, seconds, si, usd
 from chalk.faces.plots import whole
 from chalk.faces.web import _UPLOAD_NAMES, MAX_UPLOAD_BYTES, md_escape, scrub_paths, shown, upload_root  # noqa: F401
-from chalk.faces.web_tabs import pipeline_figure  # noqa: F401 - the explorer's figure builders, in one namespace
+# the explorer's figure builders, in one namespace, and the energy options every view takes
+from chalk.faces.web_tabs import energy_opts, pipeline_figure  # noqa: F401
 
 #: Batch choices: half-octave steps 1 .. 262,144 (a log slider).
 BATCHES = sorted({int(round(2 ** (k / 2))) for k in range(0, 37)})
@@ -158,7 +159,8 @@ def frontier_figure(r, chips, batch=None):
     fits = np.asarray(r.fits, dtype=bool)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=np.asarray(r.user_tokens_per_s)[fits], y=per_chip[fits], mode="lines+markers",
-                             name=f"one replica on {num(r.chips)} GPUs of {r.hardware}, decode only (layout view)", text=[f"batch {num(b)}" for b in np.asarray(r.batch)[fits]],
+                             name=f"one replica on {num(r.chips)} GPUs of {r.hardware}, decode only (layout view)",
+                             text=[f"batch {num(b)}" for b in np.asarray(r.batch)[fits]],
                              marker=dict(size=4)))
     if batch is not None:
         i = int(np.argmin(np.abs(np.log(np.asarray(r.batch)) - np.log(batch))))
@@ -255,7 +257,24 @@ def sidebar(st):
     batch = st.sidebar.select_slider("batch (sequences)", options=BATCHES, value=64, key="batch")
     context = st.sidebar.select_slider("context (tokens)", options=CONTEXTS, value=4096, key="context")
     return dict(model=model, hardware=hardware, precision=precision, kv_precision=auto if kv == "auto" else kv,
-                ideal=ideal, eplb=eplb), batch, context
+                ideal=ideal, eplb=eplb, **energy_inputs(st)), batch, context
+
+
+def energy_inputs(st) -> dict:
+    """The sidebar's electricity price and PUE for every answer's energy figures, starting at the catalog's
+    sourced defaults (`energy.yaml`, its sources in the help); a value left at its default is passed as None, so
+    the answer names the default's source."""
+    from chalk.analyses.economics.energy import energy_defaults
+
+    d = energy_defaults()
+    with st.sidebar.expander("energy: electricity price and PUE"):
+        price = st.number_input("electricity price (USD per kWh)", min_value=0.0, max_value=100.0,
+                                value=float(d.usd_per_kwh), step=0.01, format="%.3f", key="usd_per_kwh",
+                                help=f"Default {d.usd_per_kwh:g} USD/kWh: {d.usd_per_kwh_source}.")
+        pue = st.number_input("PUE (facility power / IT power)", min_value=1.0, max_value=10.0, value=float(d.pue),
+                              step=0.05, format="%.2f", key="pue", help=f"Default {d.pue:g}: {d.pue_source}.")
+    return {"usd_per_kwh": None if price == d.usd_per_kwh else float(price),
+            "pue": None if pue == d.pue else float(pue)}
 
 
 def _guard(st, fn, *args):
@@ -338,6 +357,14 @@ def tab_serving(st, common, batch, context, r):
                f"best layout {shown(res['layout'])} on {num(res['gpus'])} GPUs, {num(res['concurrency'])} sequences; "
                f"{num(context)} tokens in, {num(out_len)} out; {shown(res['efficiency'])} efficiency. "
                "chalk.analyses.traffic.serving.throughput.")
+    from chalk.analyses.economics.energy import serving_energy
+    from chalk.faces.web_tabs import energy_note, energy_table
+    from chalk.specs.catalog import as_system
+
+    e = serving_energy(res, as_system(common["hardware"]).chip, **energy_opts(common))  # as chalk.throughput does
+    st.markdown(f"Energy (serving view, the deployment's {num(res['gpus'])} GPUs at this point):\n\n"
+                + energy_table(e, "deployment"))
+    st.caption(md_escape(energy_note(e)))
     st.plotly_chart(fig, width="stretch")
 
 
@@ -374,6 +401,11 @@ def header(st, r, batch, context) -> None:
     # the header line instead of waiting for a lazily loaded component behind the charts
     st.markdown("| " + " | ".join(md_escape(k) for k, _ in cells) + " |\n|" + "---|" * len(cells) + "\n| "
                 + " | ".join(f"**{md_escape(v)}**" for _, v in cells) + " |")
+    from chalk.faces.web_tabs import energy_note, energy_table
+
+    st.markdown(f"Energy (layout view, one replica of {num(r.chips)} GPUs at this batch):\n\n"
+                + energy_table(r.energy, "replica"))
+    st.caption(md_escape(energy_note(r.energy)))
 
 
 def infeasible(st, r, batch, context) -> None:
@@ -391,7 +423,7 @@ def infeasible(st, r, batch, context) -> None:
 
 
 def tab_names() -> list[str]:
-    return ["Roofline", "Serving", "Plan", "Layout", "Pricing", "Training", "Lecture"]
+    return ["Roofline", "Serving", "Plan", "Portfolio", "Layout", "Pricing", "Training", "Lecture"]
 
 
 def main():
@@ -402,7 +434,8 @@ def main():
     st.set_page_config(page_title="chalk explorer", layout="wide")
     common, batch, context = sidebar(st)
     try:
-        r = api.estimate(common["model"], common["hardware"], batch, context, **_layout_opts(common))
+        r = api.estimate(common["model"], common["hardware"], batch, context, **_layout_opts(common),
+                         **energy_opts(common))
         _ = (r.step_time_s, r.mfu)  # resolve the deferred fields here, where an error is one line
     except ChalkError as e:
         st.error(shown(e))
@@ -415,9 +448,10 @@ def main():
         st.stop()
     header(st, r, batch, context)
     from chalk.faces.web_plan import tab_plan
+    from chalk.faces.web_portfolio import tab_portfolio
     from chalk.faces.web_tabs import tab_layout, tab_lecture, tab_pricing, tab_training
 
-    fns = (tab_roofline, tab_serving, tab_plan, tab_layout, tab_pricing, tab_training, tab_lecture)
+    fns = (tab_roofline, tab_serving, tab_plan, tab_portfolio, tab_layout, tab_pricing, tab_training, tab_lecture)
     try:  # lazy tabs (Streamlit >= 1.52): only the open tab runs, so the first numbers come fast
         tabs = st.tabs(tab_names(), key="tab", on_change="rerun")
     except TypeError:  # pragma: no cover - older Streamlit: every tab runs

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from chalk.faces.fmt import num, pct, seconds, usd
+from chalk.faces.fmt import num, pct, seconds, si, usd
 
 #: Chips offered by default beside the sidebar's hardware.
 DEFAULT_CHIPS = ["h100-sxm", "h200", "b200", "mi300x"]
@@ -72,6 +72,11 @@ def tab_plan(st, common, batch, context, r):
             precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
             eplb=common["eplb"])
     res = st.session_state["plan_result"]
+    from chalk.analyses.economics.energy import attach_plan_energy
+    from chalk.faces.web import md_escape
+    from chalk.faces.web_tabs import energy_note, energy_opts, energy_table
+
+    attach_plan_energy(res, **energy_opts(common))  # as chalk.plan and `chalk plan` do, at the sidebar's price and PUE
     best = res["options"][0]
     st.markdown(f"**Cheapest: {shown(best['hardware'])}, {shown(best['mode'])} serving, {shown(best['layout'])}**")
     m = st.columns(3)
@@ -91,6 +96,16 @@ def tab_plan(st, common, batch, context, r):
     st.table({"option": [f"{o['hardware']} · {o['mode']} · {o['layout']}" for o in opts],
               "$/GPU-hour (date; source)": [_price(o) for o in opts],
               "why it loses": [o["why"] for o in opts]})
+    st.markdown(f"Energy of the cheapest option (its fleet of {num(best['gpus'])} GPUs at the planned demand):\n\n"
+                + energy_table(best["energy"], "fleet"))
+    st.caption(md_escape(energy_note(best["energy"])))
+    st.dataframe({"option": [f"{o['hardware']} · {o['mode']} · {o['layout']}" for o in opts],
+                  "J per output token": [num(o["energy"].get("joules_per_token")) for o in opts],
+                  "fleet power at the wall": [si(o["energy"].get("power_w_per_fleet"), "W") for o in opts],
+                  "fleet kWh per day": [num(o["energy"].get("kwh_per_day")) for o in opts],
+                  "electricity $/M output tokens": [usd(o["energy"].get("electricity_usd_per_mtok")) for o in opts],
+                  "electricity share of $/M": [pct(o["energy"].get("electricity_share_of_cost")) for o in opts]},
+                 width="stretch")
     cost, gpus = plan_figures(res)
     a, b = st.columns(2)
     a.plotly_chart(cost, width="stretch")

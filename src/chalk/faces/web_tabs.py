@@ -25,6 +25,51 @@ def memo(fn):
     return _MEMOS[fn]
 
 
+# ------------------------------------------------------------------ Energy
+def energy_opts(common) -> dict:
+    """The sidebar's electricity price and PUE, as every energy call takes them (None: the catalog's default)."""
+    return {k: common.get(k) for k in ("usd_per_kwh", "pue")}
+
+
+def energy_cells(e, fleet: str) -> list[tuple[str, str]]:
+    """(label, value) cells of one answer's `Energy` (`chalk.analyses.economics.energy`, as the API attaches it):
+    J per token, power per GPU and for `fleet` (what the answer's GPUs are: 'replica', 'deployment', 'fleet') at the
+    wall, kWh per day and the electricity per M tokens with its share of $/M tokens. Formatting only."""
+    d = e.to_dict() if hasattr(e, "to_dict") else (e or {})
+    if d.get("joules_per_token") is None:
+        return [("Energy", str(d.get("assumption", "not estimated")))]
+    gpus, tok = int(d["gpus"]), d["tokens"]
+    share = d.get("electricity_share_of_cost")
+    return [(f"J per {tok} token", num(d["joules_per_token"])),
+            (f"Power per GPU ({d['power_source'].replace(' (', ': ').rstrip(')')})", si(d["power_w_per_gpu"], "W")),
+            (f"Power per {fleet} ({num(gpus)} GPU{'s' if gpus != 1 else ''}, at the wall)",
+             si(d["power_w_per_fleet"], "W")),
+            (f"kWh per day ({fleet})", num(d["kwh_per_day"])),
+            (f"Electricity per M {tok} tokens", usd(d["electricity_usd_per_mtok"])),
+            ("Electricity share of $/M tokens", "n/a" if share is None else pct(share))]
+
+
+def energy_table(e, fleet: str) -> str:
+    """`energy_cells` as one markdown table (labels and values escaped)."""
+    from chalk.faces.web import md_escape
+
+    cells = energy_cells(e, fleet)
+    return ("| " + " | ".join(md_escape(k) for k, _ in cells) + " |\n|" + "---|" * len(cells) + "\n| "
+            + " | ".join(md_escape(v) for _, v in cells) + " |")
+
+
+def energy_note(e) -> str:
+    """The assumption behind an answer's energy figures and where the price and PUE come from (plain text)."""
+    d = e.to_dict() if hasattr(e, "to_dict") else (e or {})
+    if d.get("joules_per_token") is None:
+        return str(d.get("assumption", ""))
+    def whose(src: str) -> str:  # 'chalk default: <the source>' -> 'chalk's default (source: ...)'
+        return "the sidebar's value" if src == "given" else "chalk's sourced default (see the sidebar's help)"
+
+    return (f"{d['assumption']}. Electricity price: {whose(d['usd_per_kwh_source'])}; PUE: "
+            f"{whose(d['pue_source'])}. chalk.analyses.economics.energy.")
+
+
 # ------------------------------------------------------------------ Layout
 def layouts_figure(rep, chosen: str | None = None):
     """Serving layouts of one system: the sequences each replica holds (KV room left after its weights) for every
