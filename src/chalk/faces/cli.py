@@ -114,9 +114,14 @@ def estimate(
     phase: Phase = typer.Option(Phase.decode, "--phase", help="decode: one token per sequence; prefill: the "
                                 "whole prompt of --context tokens."),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8,ep=8,pp=1,attn_dp=8 "
-                                         "(default: the smallest TP group in the scale-up domain that fits); "
-                                         "etp=2 splits each expert 2 ways inside its EP group (ep x etp = tp x "
-                                         "attn_dp)."),
+                                         "(default: chosen within --gpus by --objective); etp=2 splits each "
+                                         "expert 2 ways inside its EP group (ep x etp = tp x attn_dp)."),
+    objective: Optional[str] = typer.Option(None, "--objective", metavar="cost|latency",
+                                            help="What the default layout is chosen for (default: cost): cost = "
+                                                 "the fewest GPUs that hold the weights and this batch's KV, the "
+                                                 "faster layout of that many (a MoE model's TP group or its "
+                                                 "attention-DP x EP); latency = the shortest step within --gpus. "
+                                                 "The header says what the other would pick."),
     aggregate: bool = typer.Option(False, "--aggregate", help="The lecture's view: every chip summed into one "
                                    "communication-free chip (an upper bound, not a deployment)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs available (default: the system's "
@@ -148,7 +153,8 @@ def estimate(
 
     if sparse_law not in (None, "sqrt"):
         fail(f"--sparse-law must be 'sqrt', got {sparse_law!r}")
-    kw = dict(phase=phase.value, layout=layout, aggregate=aggregate, gpus=gpus, precision=precision,
+    kw = dict(phase=phase.value, layout=layout, objective=objective, aggregate=aggregate, gpus=gpus,
+              precision=precision,
               kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
               strict_fit=strict_fit, eplb=eplb, usd_per_kwh=usd_per_kwh, pue=pue)
     if "," in hardware:
@@ -195,29 +201,38 @@ def estimate(
     from chalk.specs.catalog import resolve_hardware
 
     chip = resolve_hardware(hardware).chip.id
-    where = (r.layout["label"] if r.view == "layout"
+    where = (layout_words(r) if r.view == "layout"
              else "aggregate (all GPUs summed into one communication-free chip: a bound)")
     t = table(header(r.model, chip, r.chips, where, f"{r.precision} ({r.compute_precision} compute)",
                      r.kv_precision, None, r.efficiency, r.phase, f"batch {num(r.batch)}",
                      f"context {num(r.context)}", system=r.hardware),
               ["quantity", "value"])
     unit = "replica" if r.view == "layout" else "fleet"
-    rows = [
-        ("step time", seconds(r.step_time_s) + (f"  (range {seconds(r.range['step_time_s'][0])} to "
-                                                f"{seconds(r.range['step_time_s'][1])})"
-                                                if r.range["step_time_s"][0] != r.range["step_time_s"][1]
-                                                else "")),
-        ("  compute (all FLOPs at achieved rate)", seconds(r.compute_time_s)),
-        ("  weight read", seconds(r.weight_time_s) + f"  (lecture form, all weights: {seconds(r.weight_time_lecture_s)})"),
-        ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
-    ]
+    spread = (f"  (range {seconds(r.range['step_time_s'][0])} to {seconds(r.range['step_time_s'][1])})"
+              if r.range["step_time_s"][0] != r.range["step_time_s"][1] else "")
+    rows = [("step time" + (" = the six rows below (the ops by what binds each)" if r.view == "layout" else
+                            " = max(compute, weight read + KV read) + overhead (the lecture's roofline)"),
+             seconds(r.step_time_s) + spread)]
     if r.view == "layout":
-        rows += [("  communication (exposed)", seconds(r.comm_time_s)),
-                 ("  overhead (launches, scheduling, pipeline sync)", seconds(r.overhead_time_s))]
+        kv = "KV read" if r.phase == "decode" else "KV write"
+        rows += [("  compute (compute-bound GEMMs and attention)", seconds(r.compute_time_s)),
+                 ("  weight read (memory-bound weight GEMMs, per GPU)",
+                  seconds(r.weight_time_s) + f"  (lecture's bound, all weights over {r.chips} GPUs: "
+                                             f"{seconds(r.weight_time_lecture_s)})"),
+                 (f"  {kv} (memory-bound attention)", seconds(r.kv_time_s)),
+                 ("  activations (elementwise, sampling, expert shuffles)", seconds(r.activation_time_s)),
+                 ("  communication (exposed)", seconds(r.comm_time_s)),
+                 ("  overhead (launches, scheduling, pipeline sync)", seconds(r.overhead_time_s)),
+                 ("bound (the largest share of the step)", str(r.bound))]
     else:
-        rows += [("  overhead", seconds(r.overhead_time_s))]
+        rows += [("  compute (all FLOPs at the achieved rate)", seconds(r.compute_time_s)),
+                 ("  weight read" + (" (all weights, the lecture's form)" if r.weights_read.startswith("all")
+                                     else " (the experts this batch touches)"), seconds(r.weight_time_s)),
+                 ("  KV read" if r.phase == "decode" else "  KV write", seconds(r.kv_time_s)),
+                 ("  overhead", seconds(r.overhead_time_s)),
+                 ("bound (compute or memory: the roofline's larger side)", str(r.bound))]
     rows += [
-        ("bound", str(r.bound)), ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),
+        ("MFU", pct(r.mfu)), ("memory-bandwidth utilisation", pct(r.mbu)),
         ("throughput", rate(r.tokens_per_s, "tokens/s", unit, r.chips)
                        + f" = {rate(r.tokens_per_s / r.chips, 'tokens/s', 'gpu')}"),
         ("per user", rate(r.user_tokens_per_s, "tokens/s", "user")),
@@ -253,6 +268,24 @@ def estimate(
         c.print("[dim]note: --ops needs the layout view (no --aggregate) and one batch and context[/dim]")
     for n in r.notes:
         c.print(f"[dim]note: {n}[/dim]")
+
+
+def layout_words(r) -> str:
+    """The header's layout: the one chosen, out of how many GPUs, by which objective, and what the other objective
+    would pick ("TP2 of 8 GPUs (objective cost); latency would pick TP8: 9.1 ms/token"); a layout given: its
+    label."""
+    label = r.layout["label"]
+    if r.objective is None:
+        return f"{label} (given)"
+    words = f"{label} of {r.layout.get('out_of_gpus', r.chips)} GPUs (objective {r.objective})"
+    alt = r.alternative
+    if not alt or alt.get("layout") is None:
+        return words
+    per = "token" if r.phase == "decode" else "prefill step"
+    if alt["same"]:
+        return words + f"; {alt['objective']} would pick it too"
+    return (words + f"; {alt['objective']} would pick {alt['layout']['label']}: {seconds(alt['step_time_s'])}/"
+            f"{per}, {usd(alt['cost_per_mtok_usd'])} per M tokens")
 
 
 def _per(r) -> dict:

@@ -24,7 +24,7 @@ FLAGS = frozenset({"ideal", "aggregate", "refined", "strict_fit", "disaggregated
                    "prefix_cache", "lecture_weights", "ray", "resume"})
 #: names of catalog entries or choices: a non-empty string (or None where the default is None)
 NAMES = frozenset({"precision", "kv_precision", "phase", "engine", "eplb", "scheduler", "draft_model",
-                   "checkpoint", "sparse_law", "kind", "schedule", "compare", "ray_address"})
+                   "checkpoint", "sparse_law", "kind", "schedule", "compare", "ray_address", "objective"})
 #: whole numbers >= 1
 COUNTS = frozenset({"gpus", "chips", "concurrency", "requests", "max_batch", "prefill_chunk", "prefill_gpus",
                     "max_seqs", "max_tokens", "sim_requests", "pipeline_stages", "interleave", "seq_len",

@@ -9,16 +9,16 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
 from chalk.analyses.step import roofline as RF
 from chalk.analyses.step.calibration import Calibration, calibration, default_efficiency, eplb_mode
 from chalk.analyses.step.parallel import (Layout, default_kernels, kernel_provenance, kv_per_chip, precisions,
-                                     stage_step, step_costs, valid_tp, weights_per_chip)
+                                          replica_candidates, stage_step, step_costs, valid_tp, weights_per_chip)
 from chalk.analyses.step.step_model import ops_table
 from chalk.equations import parallel as P
-from chalk.equations.parallel import kv_shard_fraction
 from chalk.equations import roofline as R
 from chalk.equations.num import every, flt, maximum, ones_like, where
 from chalk.errors import FitError, InputError
@@ -116,12 +116,34 @@ def _largest(x) -> float:
     return float(x) if isinstance(x, float) else float(np.max(x))
 
 
-def _tp_candidates(model: ModelSpec, costs) -> list:
-    """The default layout's candidates, smallest first: (tp, its one-replica Layout, weight bytes per GPU) for each
-    tensor-parallel size that divides the heads (and, for MoE, the experts)."""
-    moe = model.is_moe
-    return [(t, Layout(tp=t, attn_dp=1, pp=1, dp=1, moe=moe), weights_per_chip(costs, t, 1, t if moe else 1))
-            for t in (1, 2, 4, 8, 16, 32, 64, 128) if valid_tp(model, t) and (not moe or t <= model.num_experts)]
+#: What the default layout is chosen for (`chalk estimate --objective`); the first is the default.
+OBJECTIVES = ("cost", "latency")
+
+
+def objective_name(objective) -> str:
+    """'cost' or 'latency' (None: the default, 'cost')."""
+    if objective is None:
+        return OBJECTIVES[0]
+    text = str(objective).strip().lower() if isinstance(objective, str) else None
+    if text not in OBJECTIVES:
+        raise InputError(f"objective must be 'cost' or 'latency', got {objective!r}")
+    return text
+
+
+class _Candidate(NamedTuple):
+    """A default-layout candidate: the layout, its weight bytes per GPU and the share of one sequence's KV one GPU
+    holds (its TP group's KV shard over its attention-DP ranks: KV bytes per GPU are linear in batch and context)."""
+
+    layout: Layout
+    weights: float
+    kv_share: float
+
+
+def _candidates(model: ModelSpec, costs) -> list:
+    """`replica_candidates` with each one's weight bytes per GPU and KV share, fewest GPUs first."""
+    return [_Candidate(lay, weights_per_chip(costs, lay.tp, 1, lay.ep, lay.etp),
+                       float(kv_per_chip(costs, lay.tp, lay.attn_dp, 1, 1.0, 1.0)))
+            for lay in replica_candidates(model)]
 
 
 class _Setup:
@@ -138,10 +160,7 @@ class _Setup:
         self.usable_chip = chip.hbm_bytes * (1 - cal.memory_reserve)
         lecture_eff, self.spread = _by_calibration(cal)
         self.eff = dataclasses.replace(efficiency, overhead_s=0.0) if efficiency else lecture_eff
-        self.candidates = _tp_candidates(model, costs)
-        #: each candidate's fraction of a sequence's KV one GPU holds (its TP group shards the KV heads)
-        self.kv_shards = [kv_shard_fraction(model.num_kv_heads, t, costs.head_shardable) for t, _, _ in
-                          self.candidates]
+        self.candidates = _candidates(model, costs)
         self.kernels = default_kernels(system.chip, cal)  # the step model's kernel profile (False: none)
         self.weights: dict = {}
 
@@ -166,49 +185,169 @@ def _setup(model: ModelSpec, system: System, cal: Calibration, precision, kv_pre
     return _Setup(model, system, cal, precision, kv_precision, efficiency)
 
 
-def default_layout(model: ModelSpec, system: System, costs, batch: float, context: float, gpus: int,
-                   cal: Calibration, setup: _Setup | None = None) -> tuple[Layout, bool]:
-    """The smallest tensor-parallel group (within the scale-up domain and `gpus`) whose memory holds the weights
-    and `batch` sequences of `context` tokens; the largest one if none does. Returns (layout, fits). `setup`: the
-    configuration's candidates with their weight bytes, when the caller has them."""
-    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    every_tp = setup.candidates if setup is not None and setup.costs is costs else _tp_candidates(model, costs)
+class Choice(NamedTuple):
+    """How the default layout was chosen: the layout, whether it holds the weights and the batch's KV, the objective,
+    the candidates that fit (fewest GPUs first), the point they are judged at (the largest batch and context asked)
+    and the step of each candidate timed so far (Layout -> `stage_step` answer; filled as needed). `grid`: the
+    question was a grid (its point is timed as a one-element array, which the step model does not keep)."""
+
+    layout: Layout
+    fits: bool
+    objective: str
+    fitting: tuple
+    batch: float
+    context: float
+    timed: dict
+    grid: bool = False
+
+
+def choose_layout(model: ModelSpec, system: System, su: _Setup, batch, context, gpus: int, cal: Calibration,
+                  objective: str = "cost", *, phase: str = "decode", kernels=None, overhead_s=None,
+                  query_tokens: float = 1.0) -> Choice:
+    """The default layout of one replica within `gpus` GPUs (and the scale-up domain), by `objective`:
+
+    cost: the fewest GPUs whose memory holds the weights and this batch's KV (at a fixed batch a replica's price
+    per token grows with its GPUs); among the layouts of that many GPUs (a MoE model's TP group and its attention-DP
+    x EP), the one with the shortest step. latency: the shortest step among every layout that fits.
+    None fits: the one needing the least memory per GPU (fits False). A grid is judged at its largest batch and
+    context. Candidates: `replica_candidates`."""
+    Bs, Ls = flt(_largest(batch)), flt(_largest(context))
+    grid = np.ndim(batch) > 0 or np.ndim(context) > 0
     limit = min(gpus, system.chips)
-    kv_seq = costs.kv_bytes(context)
-    if setup is not None and setup.costs is costs and isinstance(batch, float) and isinstance(kv_seq, float):
-        # one question: kv_per_chip(costs, t, 1, 1, batch, kv_seq) = batch x kv_seq x the candidate's KV shard
-        per_seq = flt(batch) * kv_seq
-        last = every_tp[0][1]
-        for (t, lay, w), shard in zip(every_tp, setup.kv_shards):
-            if t > limit and t > 1:  # tp=1 is always a candidate
-                break
-            if w + per_seq * shard <= usable:
-                return lay, True
-            last = lay
-        return last, False
-    cands = [c for c in every_tp if c[0] <= limit] or every_tp[:1]  # tp=1 is always a candidate
-    for t, lay, w in cands:
-        kv = kv_per_chip(costs, t, 1, 1, batch, kv_seq)
-        if (w + kv if isinstance(kv, float) else _largest(w + kv)) <= usable:
-            return lay, True
-    return cands[-1][1], False
+    cands = [c for c in su.candidates if c.layout.replica_gpus <= limit] or su.candidates[:1]  # TP1 always
+    per_seq = Bs * su.costs.kv_bytes(Ls) if phase == "decode" else 0.0
+    need = [c.weights + per_seq * c.kv_share for c in cands]
+    fitting = tuple(c.layout for c, n in zip(cands, need) if n <= su.usable_chip)
+    timed: dict = {}
+    if not fitting:
+        least = min(range(len(cands)), key=lambda i: (need[i], cands[i].layout.replica_gpus))
+        return Choice(cands[least].layout, False, objective, fitting, Bs, Ls, timed, grid)
+    choice = Choice(fitting[0], True, objective, fitting, Bs, Ls, timed, grid)
+    return choice._replace(layout=_pick(choice, objective, system, su, cal, phase, kernels, overhead_s,
+                                        query_tokens))
 
 
-def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration, lay: Layout, fits_any, n_avail: int,
-                  gpus, layout, B, L, t, tokens, r: dict, phase: str, n: int) -> dict:
+def _pick(choice: Choice, objective: str, system: System, su: _Setup, cal: Calibration, phase: str, kernels,
+          overhead_s, query_tokens) -> Layout:
+    """The layout `objective` picks among `choice.fitting`, timing (into `choice.timed`) only those it compares."""
+    group = choice.fitting
+    if objective == "cost":
+        fewest = group[0].replica_gpus
+        group = [lay for lay in group if lay.replica_gpus == fewest]
+    if len(group) == 1:
+        return group[0]
+    times = [flt(_timed(choice, lay, system, su, cal, phase, kernels, overhead_s, query_tokens)["stage_time_s"])
+             for lay in group]
+    return group[min(range(len(group)), key=lambda i: (times[i], group[i].replica_gpus))]
+
+
+def _timed(choice: Choice, lay: Layout, system: System, su: _Setup, cal: Calibration, phase: str, kernels,
+           overhead_s, query_tokens) -> dict:
+    """The step of a candidate layout at the choice's point (kept in `choice.timed`)."""
+    r = choice.timed.get(lay)
+    if r is None:
+        B, L = (np.array([choice.batch]), np.array([choice.context])) if choice.grid else (choice.batch,
+                                                                                           choice.context)
+        r = _step(su.costs, system, lay, B, L, phase, cal, kernels, overhead_s, query_tokens)
+        if choice.grid:
+            r = {"stage_time_s": flt(float(np.asarray(r["stage_time_s"]).ravel()[0]))}
+        choice.timed[lay] = r
+    return r
+
+
+def _step(costs, system: System, lay: Layout, B, L, phase: str, cal: Calibration, kernels, overhead_s,
+          query_tokens) -> dict:
+    """One stage step of `lay` (`stage_step`): a decode step of B sequences at context L, or a prefill of B
+    prompts of L tokens."""
+    if phase == "decode":
+        return stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, 0.0, L, 1.0, cal, kernels=kernels,
+                          overhead_s=overhead_s, query_tokens=query_tokens)
+    return stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, B * L, L, L, cal, kernels=kernels,
+                      overhead_s=overhead_s)
+
+
+#: Where a layout-view step's time goes, in the order the answer lists them; `bound` names the largest.
+SHARES = ("compute", "memory", "communication", "overhead")
+
+
+def op_breakdown(ops: dict) -> dict:
+    """A stage step's time by where it goes, from its ops (`stage_ops`' answer), so the parts add up to the step:
+
+    compute_s: the compute-bound GEMMs, attention and experts (their time at the achieved FLOP rate);
+    weight_s: the memory-bound weight GEMMs (attention projections, MLPs, experts, router, LM head): reading their
+    weights on the busiest GPU; kv_s: memory-bound attention (reading, or for a prompt writing, the KV cache);
+    activation_s: the elementwise passes (norms, activations, sampling, expert shuffles); comm_s: exposed
+    communication; overhead_s: launches, scheduling, pipeline sync. Each op's time goes whole to what binds it.
+    Numbers or arrays (one value per evaluated point)."""
+    parts = dict.fromkeys(("compute_s", "weight_s", "kv_s", "activation_s", "comm_s", "overhead_s"), 0.0)
+    for name, o in ops.items():
+        t = flt(o.time_s)
+        if o.kind == "comm":
+            parts["comm_s"] = parts["comm_s"] + t
+        elif o.kind == "overhead":
+            parts["overhead_s"] = parts["overhead_s"] + t
+        elif o.kind == "elementwise":
+            parts["activation_s"] = parts["activation_s"] + t
+        else:  # gemm, attention, moe: bound by compute or by the bytes they read
+            mem = "kv_s" if o.kind == "attention" else "weight_s"
+            if isinstance(o.bound, str):
+                key = "compute_s" if o.bound == "compute" else mem
+                parts[key] = parts[key] + t
+            else:
+                on_compute = np.asarray(o.bound) == "compute"
+                parts["compute_s"] = parts["compute_s"] + where(on_compute, t, 0.0)
+                parts[mem] = parts[mem] + where(on_compute, 0.0, t)
+    return parts
+
+
+def largest_share(compute_s, memory_s, comm_s, overhead_s):
+    """'compute', 'memory', 'communication' or 'overhead': the largest of the step's four shares (the first on a
+    tie); numbers or arrays."""
+    shares = (compute_s, memory_s, comm_s, overhead_s)
+    if all(np.ndim(x) == 0 for x in shares):
+        vals = [float(x) for x in shares]
+        return SHARES[vals.index(max(vals))]
+    stacked = np.stack(np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in shares)))
+    return np.asarray(SHARES)[np.argmax(stacked, axis=0)]
+
+
+def _alternative(model: ModelSpec, system: System, su: _Setup, cal: Calibration, choice: Choice, phase: str,
+                 how: tuple) -> dict:
+    """What the other objective would pick among the layouts that fit, timed at the choice's point: its layout,
+    GPUs, step time, tokens/s per replica and $ per M tokens."""
+    other = OBJECTIVES[1 - OBJECTIVES.index(choice.objective)]
+    out = {"objective": other, "batch": float(choice.batch), "context": float(choice.context)}
+    if not choice.fitting:
+        return {**out, "layout": None, "why": "no layout within the GPUs given holds the weights and this KV"}
+    kernels, overhead_s, query_tokens = how
+    lay = _pick(choice, other, system, su, cal, phase, kernels, overhead_s, query_tokens)
+    t = flt(_timed(choice, lay, system, su, cal, phase, kernels, overhead_s, query_tokens)["stage_time_s"])
+    tokens = choice.batch if phase == "decode" else choice.batch * choice.context
+    return {**out, "layout": lay.to_dict(), "gpus": lay.replica_gpus, "same": lay == choice.layout,
+            "step_time_s": float(t), "tokens_per_s": float(tokens / t),
+            "cost_per_mtok_usd": float(R.cost_per_token_usd(t, system.chip.price_usd_per_s, lay.replica_gpus,
+                                                            tokens) * 1e6)}
+
+
+def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration, lay: Layout, choice, n_avail: int,
+                  gpus, layout, B, L, t, tokens, r: dict, phase: str, n: int, how: tuple) -> dict:
     """The fields of a `layout_estimate` answer worked out on its first read: from its step's ops (`r`) and the
-    configuration, no new step. (A function of its arguments, bound with `partial`: a closure would make every
+    configuration (no new step of this layout; the layout the other objective would pick is timed here if its
+    choice did not time it). (A function of its arguments, bound with `partial`: a closure would make every
     local of `layout_estimate` a cell, allocated on each question.)"""
     sc = RF._scalar
     costs, kvp, prec, chip, usable_chip = su.costs, su.kvp, su.prec, system.chip, su.usable_chip
     G = lay.replica_gpus
     notes = []
-    if fits_any is not None:
-        notes.append(f"layout {lay.label()} chosen: the smallest tensor-parallel group that holds the weights "
-                     "and this batch's KV" if fits_any else
-                     f"layout {lay.label()}: no tensor-parallel group within {min(n_avail, system.chips)} GPUs "
-                     "holds the weights and this batch's KV; a replica over several scale-up domains may (e.g. "
-                     f"--layout tp={lay.tp},pp=2; `chalk throughput` searches them)")
+    alternative = None
+    lay_d = lay.to_dict()
+    if choice is not None:
+        lay_d["out_of_gpus"] = min(n_avail, system.chips)
+        alternative = _alternative(model, system, su, cal, choice, phase, how)
+        if not choice.fits:
+            notes.append(f"layout {lay.label()}: no layout within {min(n_avail, system.chips)} GPUs holds the "
+                         "weights and this batch's KV; a replica over several scale-up domains may (e.g. "
+                         f"--layout tp={lay.tp},pp=2; `chalk throughput` searches them)")
     if G > system.chips:
         notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
                      "traffic between domains crosses the scale-out network")
@@ -227,19 +366,16 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
     kp = kernel_provenance(su.kernels, model)  # which framework and version the kernel tables come from
     notes += kp["notes"]
-    cprec = chip.compute_precision(prec)
-    tm_ec = 1.0 if cal.label == "ideal" else cal.compute
-    tm_em = 1.0 if cal.label == "ideal" else cal.memory
-    peak = chip.flops_per_s[cprec] * G
+    peak = chip.flops_per_s[chip.compute_precision(prec)] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
     ops = r["ops"]
     flops = sum(flt(o.flops) for o in ops.values()) * G
     w_bytes = flt(r["weight_read_bytes"]) * G
     kv_bytes = flt(r["kv_read_bytes"]) * G
     other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G
-    t_c = flops / (peak * tm_ec)
-    t_w = w_bytes / (bw * tm_em)
-    t_kv = kv_bytes / (bw * tm_em)
+    # where the step's time goes, from its ops: the parts add up to the step (a token passes all pp stages)
+    parts = {k: v * lay.pp for k, v in op_breakdown(ops).items()}
+    t_mem = parts["weight_s"] + parts["kv_s"] + parts["activation_s"]
     slow, fast = su.spread
     spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
               "tokens_per_s": [sc(tokens / (t * slow)), sc(tokens / (t * fast))],
@@ -253,6 +389,14 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
     max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
     t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
+    if np.ndim(t) == 0 and parts["weight_s"] > t_w_lec * (1 + 1e-9):
+        why = ("each of the {0} attention-DP ranks reads the attention and dense weights whole, and ".format(
+            lay.attn_dp) if lay.attn_dp > 1 else "")
+        notes.append(f"the weight read ({parts['weight_s'] * 1e3:.3g} ms: the memory-bound weight GEMMs' time on "
+                     f"the busiest GPU) is a different quantity from the lecture's all-weights bound "
+                     f"({t_w_lec * 1e3:.3g} ms: every weight read once over the {G} GPUs at the calibrated "
+                     f"bandwidth), and exceeds it here: {why}the GEMM kernels run below that bandwidth at these "
+                     "shapes")
     kv_seq = costs.kv_bytes(L + 1) if phase == "decode" else costs.kv_bytes(L)
     return dict(precision=lec.prec, compute_precision=lec.cprec, critical_batch=lec.crit,
                 balance_context=lec.bal, weight_bytes=lec.weight_bytes, kv_bytes_per_token=lec.kv_tok,
@@ -260,13 +404,14 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
                 cost_per_mtok_usd=sc(cost), memory_needed_bytes=sc((w_chip + kv_chip) * G),
                 hbm_bytes=chip.hbm_bytes * G, fits=sc(fits), notes=tuple(notes),
                 range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
-                critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay.to_dict(),
-                compute_time_s=sc(t_c), weight_time_s=sc(t_w), kv_time_s=sc(t_kv), memory_time_s=sc(t_w + t_kv),
-                bound=sc(where(t_c >= t_w + t_kv, "compute", "memory")),
+                critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay_d,
+                compute_time_s=sc(parts["compute_s"]), weight_time_s=sc(parts["weight_s"]),
+                kv_time_s=sc(parts["kv_s"]), activation_time_s=sc(parts["activation_s"]), memory_time_s=sc(t_mem),
+                bound=sc(largest_share(parts["compute_s"], t_mem, parts["comm_s"], parts["overhead_s"])),
                 mfu=sc(R.utilization(flops / t, peak)), mbu=sc(R.utilization((w_bytes + kv_bytes + other) / t, bw)),
                 flops=sc(flops), bytes_moved=sc(w_bytes + kv_bytes + other),
-                comm_time_s=sc(flt(r["comm_time_s"]) * lay.pp), overhead_time_s=sc(flt(r["overhead_s"]) * lay.pp),
-                kernels=kp["kernels"])
+                comm_time_s=sc(parts["comm_s"]), overhead_time_s=sc(parts["overhead_s"]),
+                kernels=kp["kernels"], alternative=alternative)
 
 
 def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",
@@ -274,11 +419,13 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                     kv_precision: str | None = "auto", ideal: bool = False, cal: Calibration | None = None,
                     efficiency: RF.Efficiency | None = None, sparse_law: str | None = None,
                     strict_fit: bool = False, overhead_s: float | None = None, kernels=None,
-                    query_tokens: float = 1.0) -> RF.RooflineResult:
+                    query_tokens: float = 1.0, objective: str | None = None) -> RF.RooflineResult:
     """One decode step (or prefill of `batch` prompts of `context` tokens) of one replica on a real layout.
 
     batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
     balance context) are those of the replica's chips; step time, bound, MFU and cost come from the step model.
+    layout None: chosen within `gpus` by `objective` ('cost', the default, or 'latency': `choose_layout`); the
+    answer's `alternative` says what the other objective would pick.
     What the step time needs is worked out here; the op table, the range, the largest batch that fits and the
     lecture's context-dependent quantities when first read (`RooflineResult.deferred`), from the same step.
     """
@@ -288,28 +435,31 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     w = Workload(batch, context, phase, precision or None, kvp)
     if sparse_law is not None:
         raise InputError("--sparse-law applies to the lecture's aggregate roofline: add --aggregate")
+    if layout is not None and objective is not None:
+        raise InputError("--objective chooses the layout; --layout gives one: give one of them")
     B = flt(w.batch)
     L = flt(w.context)
     n_avail = int(system.chips) if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
-    fits_any = None
+    if kernels is None:
+        kernels = su.kernels
+    choice = r = None
     if layout is None:
-        lay, fits_any = default_layout(model, system, costs, _largest(B) if phase == "decode" else 0.0,
-                                       _largest(L), n_avail, cal, su)
+        choice = choose_layout(model, system, su, B, L, n_avail, cal, objective_name(objective), phase=phase,
+                               kernels=kernels, overhead_s=overhead_s, query_tokens=query_tokens)
+        lay = choice.layout
+        if np.ndim(B) == 0 and np.ndim(L) == 0:  # one question: its step may be timed already
+            r = choice.timed.get(lay)
     else:
         lay = layout if isinstance(layout, Layout) else make_layout(model, layout)
     G = lay.replica_gpus
     n = count("chips", G, MAX_GPUS)
 
-    if kernels is None:
-        kernels = su.kernels
+    if r is None:
+        r = _step(costs, system, lay, B, L, phase, cal, kernels, overhead_s, query_tokens)
     if phase == "decode":
-        r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, 0.0, L, 1.0, cal, kernels=kernels,
-                       overhead_s=overhead_s, query_tokens=query_tokens)
         tokens = B
         user_tokens = ones_like(B * L)
     else:
-        r = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, 0.0, B * L, L, L, cal, kernels=kernels,
-                       overhead_s=overhead_s)
         tokens = B * L
         user_tokens = L * ones_like(B)
     stage = flt(r["stage_time_s"])
@@ -322,26 +472,29 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
             raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
                            f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     sc = RF._scalar
-    later = partial(_layout_later, model, system, su, cal, lay, fits_any, n_avail, gpus, layout, B, L, t, tokens, r,
-                    phase, n)
+    later = partial(_layout_later, model, system, su, cal, lay, choice, n_avail, gpus, layout, B, L, t, tokens, r,
+                    phase, n, (kernels, overhead_s, query_tokens))
     return RF.RooflineResult.deferred(
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
         chips=G, efficiency=cal.label, step_time_s=sc(t), tokens_per_s=sc(tokens / t),
-        user_tokens_per_s=sc(user_tokens / t), view="layout")
+        user_tokens_per_s=sc(user_tokens / t), view="layout", objective=None if choice is None else choice.objective)
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
              chips: int | None = None, gpus: int | None = None, precision: str | None = None,
              kv_precision: str | None = "auto", ideal: bool = False, efficiency: RF.Efficiency | None = None,
              refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
-             eplb: str | None = None) -> RF.RooflineResult:
+             eplb: str | None = None, objective: str | None = None) -> RF.RooflineResult:
     """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout.
 
     model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
     hardware: a chip id (its default system), a system id, a chip/system YAML path, or a System.
-    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' (default: the smallest tensor-parallel group in the
-    scale-up domain that holds the weights and this batch's KV); `batch` counts sequences per replica.
+    layout: one replica, e.g. 'tp=8,ep=8,pp=1,attn_dp=8' (default: chosen within `gpus` and the scale-up domain
+    by `objective`); `batch` counts sequences per replica.
+    objective: what the default layout is chosen for: 'cost' (the default: the fewest GPUs that hold the weights
+    and this batch's KV, the faster layout of that many) or 'latency' (the shortest step within the GPUs given);
+    the answer's `alternative` says what the other would pick.
     aggregate: the lecture's view instead: every chip (`chips`, default the system's) summed into one
     communication-free chip, an upper bound.
     eplb: whether the MoE layers run an expert-load balancer ('auto' (default): from the calibrated EP width;
@@ -357,12 +510,14 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
             kvp = precisions(m, system, precision, kvp)[1]
         if layout is not None:
             raise InputError("--layout and --aggregate exclude each other: the aggregate view has no layout")
+        if objective is not None:
+            raise InputError("--objective chooses a layout; the aggregate view has none (drop --aggregate)")
         eff = efficiency or default_efficiency(ideal, m.num_layers, system.chip)
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
                            kv_precision=kvp, ideal=ideal, strict_fit=strict_fit,
-                           cal=calibration(ideal, system.chip, eplb))
+                           cal=calibration(ideal, system.chip, eplb), objective=objective)
 
 
 _NUMBERS = (int, float)

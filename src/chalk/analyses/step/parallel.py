@@ -265,6 +265,22 @@ def enumerate_layouts(model: ModelSpec, gpus: int, domain: int) -> list[Layout]:
     return out
 
 
+def replica_candidates(model: ModelSpec, most: int = 128) -> list[Layout]:
+    """The one-replica layouts `chalk estimate` chooses among by default, fewest GPUs first (up to `most`): each
+    tensor-parallel group that splits the heads (for a MoE model, no wider than its experts), and for a MoE model
+    attention data parallelism with expert parallelism over the same GPUs (tp=1, attn_dp = ep = GPUs; what engines
+    deploy for throughput: each rank keeps its own sequences' KV, so a latent KV that TP cannot split is not
+    replicated on every rank). Which of them answers is the estimate's objective's choice."""
+    moe = model.is_moe
+    out = []
+    for g in _pow2_upto(most):
+        if valid_tp(model, g) and (not moe or g <= model.num_experts):
+            out.append(Layout(tp=g, attn_dp=1, pp=1, dp=1, moe=moe))
+        if moe and 1 < g <= model.num_experts:
+            out.append(Layout(tp=1, attn_dp=g, pp=1, dp=1, moe=True))
+    return out
+
+
 def layout_arrays(layouts: list[Layout]) -> dict[str, np.ndarray]:
     return {k: np.array([getattr(l, k) for l in layouts], dtype=float)
             for k in ("tp", "attn_dp", "pp", "dp", "ep", "replica_gpus")}

@@ -98,6 +98,13 @@ class RooflineResult:
     energy: object
     #: the same step with speculative decoding (`SpeculativeResult`) when the API is asked for `mtp` draft tokens
     speculative: object
+    #: what the default layout was chosen for ('cost' or 'latency'; None: a layout given, or the aggregate view)
+    objective: str | None
+    #: what the other objective would pick (layout view, layout chosen): its layout, GPUs, step time, tokens/s
+    #: per replica and $ per M tokens at the point the choice was judged (`chalk.analyses.step.estimate`)
+    alternative: dict | None
+    #: the elementwise passes' share of the step (layout view: norms, activations, sampling, expert shuffles)
+    activation_time_s: object
 
     #: field names in order; those after `notes` have defaults (`_DEFAULTS`: a fresh dict for `range`)
     FIELDS = ("model", "hardware", "chips", "phase", "batch", "context", "precision", "compute_precision",
@@ -107,10 +114,10 @@ class RooflineResult:
               "balance_context", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_sequence",
               "memory_needed_bytes", "hbm_bytes", "max_batch_fit", "fits", "total_params", "active_params", "flops",
               "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s",
-              "kernels", "energy", "speculative")
+              "kernels", "energy", "speculative", "objective", "alternative", "activation_time_s")
     _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
                  "overhead_time_s": 0.0, "kernels": None, "energy": None,
-                 "speculative": None}
+                 "speculative": None, "objective": None, "alternative": None, "activation_time_s": 0.0}
     _NAMES = frozenset(FIELDS)
     __slots__ = FIELDS + ("_later",)
 
