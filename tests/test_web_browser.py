@@ -170,8 +170,14 @@ def test_figure_builders_draw_the_roofline_fields():
     r = roofline_over_batch("llama-3.1-8b", "hgx-h100", 4096, ideal=True)
     fig = web_app.latency_figure(r, 64, float(api.estimate("llama-3.1-8b", "hgx-h100", 64, ideal=True).step_time_s))
     names = [t.name for t in fig.data]
-    assert names[:4] == ["compute (eq. 2)", "weight fetch (eq. 3)", "KV fetch (eq. 3)", "weights + KV"]
+    assert r.view == "layout"  # a layout's time fields are its ops by what binds each, and say so
+    assert names[:4] == ["compute-bound ops (GEMMs, attention)", "weight reads (memory-bound GEMMs)",
+                         "KV reads (memory-bound attention)", "memory-bound ops (weights + KV + activations)"]
     assert list(fig.data[0].y) == pytest.approx(list(r.compute_time_s * 1e3))
+    agg = api.estimate("llama-3.1-8b", "hgx-h100", r.batch, 4096, ideal=True, aggregate=True)
+    lecture = [t.name for t in web_app.latency_figure(agg).data]  # the aggregate bound: the lecture's terms
+    assert lecture == ["compute (eq. 2)", "weight fetch (eq. 3)", "KV fetch (eq. 3)", "weights + KV",
+                       "step time = max (eq. 1)"]
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert "you are here" in names
     cost = web_app.cost_figure(r, "hgx-h100", 64, 1.0)

@@ -2,7 +2,9 @@
 point by point: the numbers come fast on a warm server, no "Deploy" button, one labelled view per number (the
 header's layout view, the Lecture tab's aggregate bound), the Layout tab opens on a serving chart, the Plan tab
 takes the input length and shows its long columns whole, the Pricing sheet follows the model, the KV precision
-follows the checkpoint, and an infeasible choice shows its reason instead of numbers and charts.
+follows the checkpoint, and an infeasible choice shows its reason instead of numbers and charts. Item 7: the energy
+of the header's, the Serving tab's and the Plan tab's answers. Issue 28 item 1: the Portfolio tab answers
+examples/portfolio.yaml.
 
 Set CHALK_SCREENSHOT_DIR to keep a screenshot of each tab (<tab>.png).
 """
@@ -24,10 +26,19 @@ FIRST_NUMBERS_S = 5.0
 
 
 def _shot(page, name):
+    """A screenshot of the whole page: the viewport stretched to the main area's height for the shot (Streamlit
+    scrolls inside its main area, so a full-page shot of the window would stop at the fold), then put back."""
     shots = os.environ.get("CHALK_SCREENSHOT_DIR")
     if shots:
         Path(shots).mkdir(parents=True, exist_ok=True)
+        size = page.viewport_size
+        tall = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
+                             "[data-testid=stAppViewContainer], section.main')].map(e => e.scrollHeight), 0)")
+        page.set_viewport_size({"width": size["width"], "height": max(size["height"], min(int(tall) + 40, 8000))})
+        page.wait_for_timeout(800)
         page.screenshot(path=str(Path(shots) / f"{name}.png"), full_page=True)
+        page.set_viewport_size(size)
+        page.wait_for_timeout(300)
 
 
 def _choose(page, label, option):
@@ -57,6 +68,18 @@ def _open(browser, url):
     return page, time.monotonic() - t0
 
 
+def _table_after(page, starts: str) -> dict:
+    """The markdown table under the paragraph starting with `starts`, as {label: value}."""
+    sel = "[data-testid=stMarkdown]"
+    page.wait_for_function("([s, t]) => [...document.querySelectorAll(s)].some(m => m.innerText.startsWith(t)"
+                           " && m.querySelector('table'))", arg=[sel, starts], timeout=120_000)
+    return page.evaluate("""([s, t]) => { const m = [...document.querySelectorAll(s)].find(
+            m => m.innerText.startsWith(t) && m.querySelector('table'));
+        const h = [...m.querySelectorAll('th')].map(e => e.innerText.trim());
+        const c = [...m.querySelectorAll('td')].map(e => e.innerText.trim());
+        return Object.fromEntries(h.map((k, i) => [k, c[i]])); }""", [sel, starts])
+
+
 def _body(page) -> str:
     return page.locator('[data-testid="stMain"], section.main, .main').first.inner_text()
 
@@ -66,6 +89,7 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
     from playwright.sync_api import sync_playwright
 
     from chalk import api
+    from chalk.faces.web_tabs import energy_cells
     from chalk.specs.catalog import as_system
 
     ref = api.estimate("llama-3.1-70b", "hgx-h100", 64, 4096)  # the header's question at the page's defaults
@@ -98,6 +122,11 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             assert nums[step_key].endswith("ms")
             assert float(nums[step_key].split()[0]) == pytest.approx(ref.step_time_s * 1e3, rel=0.01)
             assert page.get_by_text("Layout view: one replica on").count() == 1
+            # energy (issue 27 item 7): the API's figures for the header's answer, labelled per GPU and per replica
+            energy = _table_after(page, "Energy (layout view")
+            assert energy == {k: v for k, v in energy_cells(ref.energy, "replica")}
+            assert f"Power per replica ({gpus} GPUs, at the wall)" in energy
+            page.get_by_text("energy: electricity price and PUE").first.wait_for(timeout=60_000)  # the sidebar's inputs
             _shot(page, "roofline")
 
             _tab(page, "Lecture")  # the aggregate bound, labelled as such, beside the layout view's number
@@ -137,7 +166,30 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             page.get_by_text("Serving view").first.wait_for(timeout=120_000)
             page.wait_for_function("() => [...document.querySelectorAll('[role=tabpanel] .js-plotly-plot')].some("
                                    "p => p.innerText.includes('serving frontier'))", timeout=120_000)
+            served = _table_after(page, "Energy (serving view")
+            assert "J per output token" in served and any(k.startswith("Power per deployment") for k in served)
             _shot(page, "serving")
+
+            _tab(page, "Portfolio")  # issue 28: examples/portfolio.yaml placed on its fleet, cached after this visit
+            page.locator('[role="tabpanel"] strong').filter(has_text="Portfolio examples/portfolio.yaml:").first \
+                .wait_for(timeout=300_000)
+            _wait_idle(page, timeout_ms=300_000)
+            body = _body(page)
+            assert "binding:" in body and "optimal" in body
+            pmetrics = page.locator('[role="tabpanel"] [data-testid="stMetricLabel"]').all_inner_texts()
+            assert [m.strip() for m in pmetrics] == ["$ per hour (fleet)", "$ per day (fleet, at peak)",
+                                                     "GPUs (fleet)", "Power (fleet, TDP x PUE)"]
+            ptables = page.locator('[role="tabpanel"] [data-testid="stTable"]')
+            assert "what binds" in ptables.first.locator("th").all_inner_texts()
+            assert ptables.first.locator("tbody tr").count() == 5  # one row per model of the example
+            assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() == 1
+            assert page.get_by_text("Fleet constraints").count() == 1
+            clipped = page.evaluate("""() => [...document.querySelectorAll(
+                '[role=tabpanel] [data-testid="stTable"] td')]
+                .filter(td => td.offsetParent && td.scrollWidth > td.clientWidth + 1).length""")
+            assert clipped == 0
+            assert page.locator('[role="tabpanel"] [data-testid="stProgress"]').count() == 0  # the bar, gone when done
+            _shot(page, "portfolio")
 
             _tab(page, "Training")
             page.wait_for_function("() => [...document.querySelectorAll('[role=tabpanel] .js-plotly-plot')].some("
@@ -169,6 +221,8 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
                 .filter(td => td.offsetParent && td.scrollWidth > td.clientWidth + 1).length""")
             assert clipped == 0
             assert table.locator("td").filter(has_text="cheapest").count() >= 1
+            fleet = _table_after(page, "Energy of the cheapest option")
+            assert any(k.startswith("Power per fleet") for k in fleet) and "kWh per day (fleet)" in fleet
             _shot(page, "plan")
 
             # the KV precision follows the checkpoint; the Pricing sheet follows the model
@@ -227,5 +281,18 @@ def test_roofline_and_serving_curves_pass_through_the_header():
     here = next(t for t in fig.data if t.name == "you are here")
     assert here.y[0] == pytest.approx(float(r.tokens_per_s) / r.chips, rel=1e-6)
     assert "one replica on 4 GPUs" in fig.data[0].name
-    assert web_app.latency_figure(rb, 64, float(r.step_time_s)).layout.title.text == \
-        "Latency vs batch (layout view, TP4 on 4 GPUs)"
+    lat = web_app.latency_figure(rb, 64, float(r.step_time_s))
+    assert lat.layout.title.text == "Latency vs batch (layout view, TP4 on 4 GPUs)"
+    # the layout view's time fields are the step's ops by what binds each (as `chalk estimate` lists them), not the
+    # lecture's eq. 2-3 terms: its compute-bound ops take no time below the critical batch, where eq. 2 would not
+    names = [d.name for d in lat.data]
+    assert names[:5] == ["compute-bound ops (GEMMs, attention)", "weight reads (memory-bound GEMMs)",
+                         "KV reads (memory-bound attention)", "memory-bound ops (weights + KV + activations)",
+                         "step time = all ops + communication + overhead"]
+    assert not any("eq. 2" in x for x in names)
+    assert float(np.asarray(rb.compute_time_s)[i]) == 0.0 < float(r.critical_batch) and 64 < r.critical_batch
+    parts = (np.asarray(rb.compute_time_s) + np.asarray(rb.memory_time_s)
+             + np.asarray(rb.comm_time_s) + np.asarray(rb.overhead_time_s))
+    assert parts == pytest.approx(np.asarray(rb.step_time_s), rel=1e-6)  # the legend's "all ops + comm + overhead"
+    cost = web_app.cost_figure(rb, "hgx-h100", 64, float(r.cost_per_mtok_usd))
+    assert cost.data[0].name == "compute-bound ops (GEMMs, attention), per token"

@@ -71,19 +71,33 @@ def _no_fit(fig, x, fits, row=None, col=None):
                       line_width=0, **kw)
 
 
+def component_names(r) -> dict:
+    """What each time field of `r` means, for a legend: on the layout view the step's ops by what binds each (they
+    add up to the step with communication and overhead, as `chalk estimate` lists them); on the aggregate bound the
+    lecture's roofline terms (eq. 1-3)."""
+    if getattr(r, "view", None) == "layout":
+        return {"compute": "compute-bound ops (GEMMs, attention)", "weight": "weight reads (memory-bound GEMMs)",
+                "kv": "KV reads (memory-bound attention)", "memory": "memory-bound ops (weights + KV + activations)",
+                "step": "step time = all ops + communication + overhead"}
+    return {"compute": "compute (eq. 2)", "weight": "weight fetch (eq. 3)", "kv": "KV fetch (eq. 3)",
+            "memory": "weights + KV", "step": "step time = max (eq. 1)" + ("" if r.efficiency == "ideal"
+                                                                          else " + overhead")}
+
+
 def latency_figure(r, batch=None, step_s=None):
-    """Latency vs batch (ms, log-log): compute, weight floor, KV slope, memory, their max; the operating point."""
+    """Latency vs batch (ms, log-log): compute, weight floor, KV slope, memory and the step (labelled by the view's
+    meaning of each, `component_names`); the operating point."""
     import plotly.graph_objects as go
 
     B = np.asarray(r.batch)
+    n = component_names(r)
     fig = go.Figure()
     for key, name, color, dash, width in (
-            ("compute_time_s", "compute (eq. 2)", COLORS["compute"], None, 2),
-            ("weight_time_s", "weight fetch (eq. 3)", COLORS["weights"], "dash", 2),
-            ("kv_time_s", "KV fetch (eq. 3)", COLORS["kv"], "dash", 2),
-            ("memory_time_s", "weights + KV", COLORS["memory"], None, 2),
-            ("step_time_s", "step time = max (eq. 1)" + ("" if r.efficiency == "ideal" else " + overhead"),
-             COLORS["step"], None, 5)):
+            ("compute_time_s", n["compute"], COLORS["compute"], None, 2),
+            ("weight_time_s", n["weight"], COLORS["weights"], "dash", 2),
+            ("kv_time_s", n["kv"], COLORS["kv"], "dash", 2),
+            ("memory_time_s", n["memory"], COLORS["memory"], None, 2),
+            ("step_time_s", n["step"], COLORS["step"], None, 5)):
         fig.add_trace(go.Scatter(x=B, y=np.asarray(getattr(r, key)) * 1e3, name=name, mode="lines",
                                  line=dict(color=color, dash=dash, width=width),
                                  opacity=0.45 if key == "step_time_s" else 1))
@@ -104,12 +118,12 @@ def cost_figure(r, hardware, batch=None, cost=None):
 
     B = np.asarray(r.batch)
     c = cost_components_per_mtok(r, hardware)
+    n = component_names(r)
     fig = go.Figure()
-    for key, name, color, dash in (("compute", "compute per token", COLORS["compute"], None),
-                                   ("weight", "weight fetch per token", COLORS["weights"], "dash"),
-                                   ("kv", "KV fetch per token", COLORS["kv"], "dash"),
-                                   ("memory", "weights + KV per token", COLORS["memory"], None)):
-        fig.add_trace(go.Scatter(x=B, y=c[key], name=name, mode="lines", line=dict(color=color, dash=dash)))
+    for key, color, dash in (("compute", COLORS["compute"], None), ("weight", COLORS["weights"], "dash"),
+                             ("kv", COLORS["kv"], "dash"), ("memory", COLORS["memory"], None)):
+        fig.add_trace(go.Scatter(x=B, y=c[key], name=f"{n[key]}, per token", mode="lines",
+                                 line=dict(color=color, dash=dash)))
     fig.add_trace(go.Scatter(x=B, y=r.cost_per_mtok_usd, name="cost per token (eq. 4)", mode="lines",
                              line=dict(color=COLORS["step"], width=5), opacity=0.45))
     _vmark(fig, r.critical_batch, f"critical batch ≈ {whole(r.critical_batch)}", COLORS["compute"])

@@ -101,11 +101,11 @@ def tab_plan(st, common, batch, context, r):
     st.caption(md_escape(energy_note(best["energy"])))
     st.dataframe({"option": [f"{o['hardware']} · {o['mode']} · {o['layout']}" for o in opts],
                   "J per output token": [num(o["energy"].get("joules_per_token")) for o in opts],
-                  "fleet power at the wall": [si(o["energy"].get("power_w_per_fleet"), "W") for o in opts],
-                  "fleet kWh per day": [num(o["energy"].get("kwh_per_day")) for o in opts],
-                  "electricity $/M output tokens": [usd(o["energy"].get("electricity_usd_per_mtok")) for o in opts],
-                  "electricity share of $/M": [pct(o["energy"].get("electricity_share_of_cost")) for o in opts]},
-                 width="stretch")
+                  "fleet W at the wall": [si(o["energy"].get("power_w_per_fleet"), "W") for o in opts],
+                  "fleet kWh/day": [num(o["energy"].get("kwh_per_day")) for o in opts],
+                  "electricity $/M out": [usd(o["energy"].get("electricity_usd_per_mtok")) for o in opts],
+                  "share of $/M": [pct(o["energy"].get("electricity_share_of_cost")) for o in opts]},
+                 width="stretch", hide_index=True)
     cost, gpus = plan_figures(res)
     a, b = st.columns(2)
     a.plotly_chart(cost, width="stretch")
