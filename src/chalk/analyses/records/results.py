@@ -77,7 +77,7 @@ def _flat(d: dict) -> dict:
 def roofline_frame(r):
     """`RooflineResult.to_frame()`: one row per (batch, context) point of the result (one row for a scalar
     answer); array fields spread over the rows, the layout as its label, energy as `energy_*` columns."""
-    skip = {"notes", "range", "layout", "ops", "energy", "speculative"}
+    skip = {"notes", "range", "layout", "ops", "energy", "speculative", "alternative"}
     shape = np.broadcast(np.asarray(r.batch), np.asarray(r.context)).shape
     n = int(np.prod(shape)) if shape else 1
     cols = {}
@@ -93,6 +93,7 @@ def roofline_frame(r):
         if k not in skip:
             put(k, getattr(r, k))
     cols["layout"] = [(r.layout or {}).get("label")] * n
+    cols["alternative_layout"] = [((r.alternative or {}).get("layout") or {}).get("label")] * n
     e = r.energy.to_dict() if hasattr(r.energy, "to_dict") else (r.energy or {})
     for k, v in e.items():
         put(f"energy_{k}", v)

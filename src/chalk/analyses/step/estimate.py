@@ -330,7 +330,7 @@ def _alternative(model: ModelSpec, system: System, su: _Setup, cal: Calibration,
 
 
 def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration, lay: Layout, choice, n_avail: int,
-                  gpus, layout, B, L, t, tokens, r: dict, phase: str, n: int, how: tuple) -> dict:
+                  gpus, layout, B, L, t, tokens, cost, r: dict, phase: str, n: int, how: tuple) -> dict:
     """The fields of a `layout_estimate` answer worked out on its first read: from its step's ops (`r`) and the
     configuration (no new step of this layout; the layout the other objective would pick is timed here if its
     choice did not time it). (A function of its arguments, bound with `partial`: a closure would make every
@@ -361,7 +361,6 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
                      f"{usable_chip / 1e9:.1f} GB usable")
     # the lecture's analytic quantities on the replica's chips (aggregate roofline of G chips)
     lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
-    cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
     # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
     notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
     kp = kernel_provenance(su.kernels, model)  # which framework and version the kernel tables come from
@@ -401,7 +400,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     return dict(precision=lec.prec, compute_precision=lec.cprec, critical_batch=lec.crit,
                 balance_context=lec.bal, weight_bytes=lec.weight_bytes, kv_bytes_per_token=lec.kv_tok,
                 total_params=lec.sz.total_params, active_params=lec.sz.active_params,
-                cost_per_mtok_usd=sc(cost), memory_needed_bytes=sc((w_chip + kv_chip) * G),
+                memory_needed_bytes=sc((w_chip + kv_chip) * G),
                 hbm_bytes=chip.hbm_bytes * G, fits=sc(fits), notes=tuple(notes),
                 range=spread, ops=ops_rows, max_batch_fit=sc(max_b), weight_time_lecture_s=sc(t_w_lec),
                 critical_batch_with_kv=sc(crit_kv), kv_bytes_per_sequence=sc(kv_seq), layout=lay_d,
@@ -456,6 +455,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
 
     if r is None:
         r = _step(costs, system, lay, B, L, phase, cal, kernels, overhead_s, query_tokens)
+        if choice is not None and not choice.grid:  # the other objective's pick may compare it
+            choice.timed[lay] = r
     if phase == "decode":
         tokens = B
         user_tokens = ones_like(B * L)
@@ -472,12 +473,14 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
             raise FitError(f"{model.id} does not fit on {lay.label()} of {chip.id}: needs "
                            f"{_largest(w_chip + kv_chip) / 1e9:.1f} GB per GPU, {usable_chip / 1e9:.1f} GB usable")
     sc = RF._scalar
-    later = partial(_layout_later, model, system, su, cal, lay, choice, n_avail, gpus, layout, B, L, t, tokens, r,
-                    phase, n, (kernels, overhead_s, query_tokens))
+    # $ per M tokens given at once: the energy the API attaches reads it, and need not work out the rest
+    cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
+    later = partial(_layout_later, model, system, su, cal, lay, choice, n_avail, gpus, layout, B, L, t, tokens, cost,
+                    r, phase, n, (kernels, overhead_s, query_tokens))
     return RF.RooflineResult.deferred(
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
-        chips=G, efficiency=cal.label, step_time_s=sc(t), tokens_per_s=sc(tokens / t),
+        chips=G, efficiency=cal.label, step_time_s=sc(t), tokens_per_s=sc(tokens / t), cost_per_mtok_usd=sc(cost),
         user_tokens_per_s=sc(user_tokens / t), view="layout", objective=None if choice is None else choice.objective)
 
 
