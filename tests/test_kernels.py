@@ -460,3 +460,60 @@ def test_interpolation_without_corners_equals_the_corner_table(monkeypatch, chun
         if len(axes) <= 2:
             assert np.array_equal(got, ref)
         assert np.max(np.abs(got - ref), initial=0.0) <= 1e-12 * np.abs(values).max()
+
+
+def _every_table():
+    """(system, key, row) of every measured table chalk ships (all systems, frameworks, families and dtypes)."""
+    from chalk.analyses.step import kernels as KK
+
+    return [(s, k, r) for s in sorted(index().get("systems") or {}) for k, r in sorted(KK.tables(s).items())]
+
+
+def test_a_batch_column_by_a_context_row_equals_the_plain_interpolation_on_every_table():
+    """issue 28 item 5: a grid of sizes asked as a column of one size by a row of another (a batch x context sweep)
+    takes the cut grid's outer-product interpolation (`interpolate_outer`: no index or weight arrays over the
+    grid). For every measured table, at random layer shapes (inside the grid and past it) and random sizes below,
+    inside and past the grid, the time equals the plain reference to 1e-12 relative: the whole grid interpolated
+    point by point over `corner_weights`' points x 2^d arrays, times `beyond_grid`'s growth past the edges."""
+    from chalk.analyses.step import kernels as KK
+
+    rng = np.random.default_rng(285)
+    tables = _every_table()
+    assert len(tables) >= 300  # 7 systems x families x dtypes x frameworks
+    seen = set()
+    for system, (fw, family, dtype), row in tables:
+        ax = KK.axes(family)
+        values = KK._ln_eta(row).ravel()
+        nv = len(KK.VARYING[family])
+        fixed = tuple(float(2.0 ** rng.uniform(a[0] - 1, a[-1] + 1)) for a in ax[nv:])
+        cut = KK._Slice(family, values, fixed)
+        col = 2.0 ** rng.uniform(ax[0][0] - 2, ax[0][-1] + 2, (int(rng.integers(20, 60)), 1))
+        sizes = (col,) if nv == 1 else (col, 2.0 ** rng.uniform(ax[1][0] - 2, ax[1][-1] + 2, (1, 70)))
+        got = cut.time(sizes)
+        full = np.broadcast_arrays(*sizes, *[np.full(col.shape, v) for v in fixed])
+        cols, w = KK.corner_weights(ax, KK.clamp_log2(ax, full))
+        ref = np.exp((values[cols] * w).sum(-1)) * KK.beyond_grid(family, ax, full)
+        assert got.shape == ref.shape and np.all(np.isfinite(got))
+        assert np.max(np.abs(got / ref - 1.0)) <= 1e-12, (system, fw, family, dtype)
+        seen.add(family)
+    assert seen == set(KK.FEATURES)
+
+
+def test_outer_interpolation_takes_only_outer_points():
+    """`interpolate_outer` answers only points that are a column by a row (x0's dimensions before x1's), and then
+    what `interpolate` answers to rounding; anything else (points of one shape, a row by a column, too few rows)
+    is left to the point-by-point path (None)."""
+    from chalk.analyses.step import kernels as KK
+
+    rng = np.random.default_rng(7)
+    axes = [np.array([0.0, 2.0, 5.0, 9.0]), np.array([1.0, 3.0, 4.0, 8.0, 12.0])]
+    grid = rng.normal(-8.0, 2.0, (4, 5))
+    x = lambda a, s: np.clip(rng.uniform(a[0] - 1, a[-1] + 1, s), a[0], a[-1])  # noqa: E731
+    for s0, s1 in (((6, 1), (1, 9)), ((6,), ()), ((2, 3, 1), (1, 1, 7)), ((5, 1, 1), (1, 2, 3)), ((4,), (1,))):
+        xs = [x(axes[0], s0), x(axes[1], s1)]
+        got = KK.interpolate_outer(axes, xs, grid)
+        ref = KK.interpolate(axes, xs, grid)
+        assert got.shape == np.shape(ref)
+        assert np.allclose(got, ref, rtol=1e-13, atol=1e-13)
+    for s0, s1 in (((6,), (6,)), ((1, 9), (6, 1)), ((3,), (1, 9)), ((6, 2), (1, 2))):
+        assert KK.interpolate_outer(axes, [x(axes[0], s0), x(axes[1], s1)], grid) is None

@@ -217,6 +217,55 @@ def _corners_added(axes, xs, values, strides, shape, out):
     return out
 
 
+def interpolate_outer(axes, x_log2, grid):
+    """2-D `interpolate` at points that are an outer product: `x_log2` = (x0, x1), clamped to the two `axes`,
+    varying along different dimensions, x0's before x1's (a column of batches and a row of contexts); `grid`: the
+    node values, shape (len(axes[0]), len(axes[1])). None when the points are not of that form, or x0 holds fewer
+    points than axis 0 has nodes (the point-by-point `interpolate` answers then).
+
+    Interpolation is separable: the grid is first interpolated along axis 1 at x1's points for every node of axis
+    0 (a small table, nodes x |x1|), then each row of the answer is two of that table's rows, weighed by x0's
+    fraction: two contiguous row copies, two products and a sum per point, in chunks of `CHUNK_POINTS` (no index
+    or weight arrays over the whole grid). Equal to `interpolate` to rounding (a few ulp of the values: the same
+    products, summed in another order)."""
+    x0, x1 = x_log2
+    s0, s1 = np.shape(x0), np.shape(x1)
+    nd = max(len(s0), len(s1))
+    p0, p1 = (1,) * (nd - len(s0)) + s0, (1,) * (nd - len(s1)) + s1
+    d0 = [k for k in range(nd) if p0[k] != 1]
+    d1 = [k for k in range(nd) if p1[k] != 1]
+    if d0 and d1 and max(d0) >= min(d1):  # shared or interleaved dimensions: not an outer product in C order
+        return None
+    r0, r1 = np.ravel(x0), np.ravel(x1)
+    if r0.size < len(axes[0]):
+        return None
+    i, u = _cell_fraction(axes[0], r0)
+    j, w = _cell_fraction(axes[1], r1)
+    # axis 0's nodes x x1's points, in C order (`grid[:, j]` would be in Fortran order: rows copied point by point)
+    table = np.take(grid, j, axis=1) * (1.0 - w) + np.take(grid, j + 1, axis=1) * w
+    lu = 1.0 - u
+    out = np.empty((r0.size, r1.size))
+    rows = max(1, CHUNK_POINTS // max(1, r1.size))
+    tmp = np.empty((min(rows, r0.size), r1.size))
+    for r in range(0, r0.size, rows):
+        o = out[r:r + rows]
+        t = tmp[:o.shape[0]]
+        np.take(table, i[r:r + rows], axis=0, out=o, mode="clip")  # in range: clip skips a buffer
+        o *= lu[r:r + rows, None]
+        np.take(table, i[r:r + rows] + 1, axis=0, out=t, mode="clip")
+        t *= u[r:r + rows, None]
+        o += t
+    return out.reshape(tuple(a if a != 1 else b for a, b in zip(p0, p1)))
+
+
+def _cell_fraction(a, x):
+    """The cell of nodes `a` holding each of the points `x` (clamped to them) and the fraction across it, as
+    `corner_weights` finds them."""
+    i = np.searchsorted(a[1:-1], x, side="right")
+    lo = a[i]
+    return i, np.minimum(np.maximum((x - lo) / (a[i + 1] - lo), 0.0), 1.0)
+
+
 @lru_cache(maxsize=None)
 def _corner_bits(d: int) -> np.ndarray:
     return np.array(list(itertools.product((0, 1), repeat=d)), dtype=np.int64).reshape(-1, d)
@@ -463,16 +512,37 @@ class _Slice:
         #: (axis, exponent, top node) of the varying axes whose time grows past the grid's edge
         self.grows = tuple((j, p, top) for j, (p, top) in enumerate(zip(self.exps, self.tops)) if p)
         self.lists = tuple([float(v) for v in a] for a in self.axes)
-        self.values = self.ln_t.reshape([len(a) for a in self.axes]).tolist()
+        self.grid = self.ln_t.reshape([len(a) for a in self.axes])
+        self.values = self.grid.tolist()
 
     def time(self, f):
-        """Seconds at the varying features `f` (floats or arrays, in `VARYING` order)."""
+        """Seconds at the varying features `f` (floats or arrays, in `VARYING` order). Two arrays that vary along
+        different dimensions, the first's before the second's (a batch column and a context row), are taken as
+        their outer product (`interpolate_outer`); any other arrays point by point (`interpolate`)."""
         if _floats(f):
             return self._one(f)
-        out = np.exp(interpolate(self.axes, clamp_log2(self.axes, f), self.ln_t)) * self.edge
+        xs = clamp_log2(self.axes, f)
+        out = interpolate_outer(self.axes, xs, self.grid) if len(xs) == 2 else None
+        if out is None:
+            out = interpolate(self.axes, xs, self.ln_t)
+        if type(out) is not np.ndarray or out.ndim == 0:  # one point given as 0-d arrays
+            out = np.exp(out) * self.edge
+            for x, p, top in zip(f, self.exps, self.tops):
+                if p:
+                    out = out * np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
+            return out
+        # `out` is this call's own array: exp and the factors past the grid's edge are applied in place (the same
+        # products in the same order; a factor of 1 everywhere, the points inside the grid, is skipped)
+        np.exp(out, out=out)
+        if self.edge != 1.0:
+            out *= self.edge
         for x, p, top in zip(f, self.exps, self.tops):
             if p:
-                out = out * np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
+                g = np.maximum(np.asarray(x, dtype=float) / top, 1.0) ** p
+                if np.broadcast_shapes(g.shape, out.shape) != out.shape:
+                    out = out * g
+                elif np.any(g != 1.0):
+                    out *= g
         return out
 
     def _one(self, f):
@@ -492,6 +562,14 @@ class _Slice:
             if x > top:
                 t *= (x / top) ** p
         return t
+
+
+def _at_least(t, floor):
+    """`maximum(t, floor)`, into `t` itself where it is an array that already has the answer's shape (a time this
+    module has just made and holds alone: a kernel's looked-up time), else a new one."""
+    if type(t) is np.ndarray and t.ndim and np.shape(floor) == t.shape:
+        return np.maximum(t, floor, out=t)
+    return maximum(t, floor)
 
 
 def _cell(a: list, x: float) -> tuple[int, float]:
@@ -650,7 +728,7 @@ class AttentionShape(_Shape):
             if self._eta_c is None:
                 self._eta_c = prof._grid(f"{self.kind}_prefill", self.table, eb, "bf16")[3]
             t = self._lookup(f, self._key)
-            t = maximum(t, fq / (peak * max(self._eta_c, 1e-3)))
+            t = _at_least(t, fq / (peak * max(self._eta_c, 1e-3)))
             return prof._floor(t, fq, by, "bf16")
         bb = maximum(b, 1.0)  # a fraction of a prompt (a chunk) takes that fraction of the whole prompt's time
         if self.kind == "mha":
@@ -842,7 +920,8 @@ class KernelProfile:
         h, kvh, hd = (_check(n, v, positive=True) for n, v in (("heads", heads), ("kv_heads", kv_heads),
                                                                  ("head_dim", head_dim)))
         if _floats((h, kvh, hd)):  # one layer's heads (sizes numbers or arrays): the grid cut there (`_Slice`)
-            b, q, L = _broadcast(b, q, L)
+            # sizes kept in their own shapes (a batch column and a context row stay one row and one column: the
+            # cut grid is interpolated as their outer product, `_Slice.time`); the time has their broadcast shape
             return self.attention_shape(phase, kind, h, kvh, hd, kv_precision).time(b, q, L)
         b, q, L, h, kvh, hd = _broadcast(b, q, L, h, kvh, hd)
         return AttentionShape(self, phase, kind, h, kvh, hd, kv_precision).time(b, q, L)
@@ -981,10 +1060,11 @@ class KernelProfile:
     def _floor(self, t, flops, bytes_, precision):
         """Never faster than the chip's own roofline; finite, >= 0."""
         peak, bw = self._rates(precision, own=True)
-        t = maximum(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        t = _at_least(t, K.roofline_time_s(flops, bytes_, peak, bw))
         if isinstance(t, float):
             return t if math.isfinite(t) else 0.0
-        return np.where(np.isfinite(t), t, 0.0)
+        finite = np.isfinite(t)
+        return t if finite.all() else np.where(finite, t, 0.0)
 
     def source(self, kind: str) -> str:
         """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""

@@ -574,13 +574,19 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     kv_seq_read = costs.kv_read_bytes(L)  # bytes one sequence reads at its context
     kv_read = B_rank * kv_seq_read * shard / pp
     t_c, t_m = f_ad / tm.attn_rate, kv_read / tm.hbm
-    t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source, tm.roofline_kind
-    if kp is not None and _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
+    if kp is None:
+        t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source, tm.roofline_kind
+    elif _nothing(B_rank):  # one step without decode sequences: no kernel time to look up
         t, src, how = 0.0, st.attn_source, st.attn_kind
-    elif kp is not None:
+    else:
         L_eff = kv_seq_read / max(costs.kv_bytes_per_token, 1e-30)  # windows / top-k: tokens read
         tk = flt(st.decode_attn(maximum(B_rank, 1.0), q, maximum(L_eff, 1.0))) * n_layers
-        t, src, how = where(B_rank > 0, tk * tm.k_m, 0.0), st.attn_source, st.attn_kind
+        if isinstance(tk, np.ndarray) and every(B_rank > 0):  # every point decodes: the time as is (in place)
+            tk *= tm.k_m
+            t = tk
+        else:
+            t = where(B_rank > 0, tk * tm.k_m, 0.0)
+        src, how = st.attn_source, st.attn_kind
     att = ops["attention_decode"] = _op("attention_decode", "attention", f_ad, kv_read, t, t_c, t_m, src,
                                         source=how)
 
@@ -588,7 +594,7 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     if type(B) is _F64 and type(L) is _F64 and isinstance(tp, float):  # one point: a 0-d array, made cheaply
         mode = np.array("none", dtype=object)
     else:
-        mode = np.full(np.shape(B * L * tp), "none", dtype=object)
+        mode = np.broadcast_to(_NONE, np.broadcast_shapes(np.shape(B), np.shape(L), np.shape(tp)))  # read-only
     two = not ideal and m.is_moe and overlap in ("auto", "two-microbatch") and not _nothing(a - 1.0)
     if ideal or two:
         compute_names = [n for n, o in ops.items() if o.kind != "comm" and n != "overhead"]
@@ -637,28 +643,48 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     else:
         acc = _add_up((("attention_decode", att),), acc)
     base, parts, comm, w_bytes, f_gemm = acc
-    sync = base * (0.0 if ideal else cal.pipeline_bubble) * (pp - 1)
-    if type(sync) is _F64 and sync == 0.0:  # one stage (or the ideal roofline): the plan's zero op serves
-        if st.no_sync is None:
-            st.no_sync = _op("pipeline_sync", "overhead", _F64(0.0), _F64(0.0), _F64(0.0), 0.0, 0.0, st.sync_detail,
-                             bound="latency", source="fitted")
-        ops["pipeline_sync"] = st.no_sync
+    bubble = 0.0 if ideal else cal.pipeline_bubble
+    if isinstance(base, np.ndarray) and isinstance(pp, float) and bubble * (pp - 1) == 0.0 \
+            and np.isfinite(base).all():
+        # a grid on one stage (or the ideal roofline): no bubble at any point, zeros viewed over the grid and the
+        # step unchanged (what adding `sync` = 0 everywhere gives, without three passes over the grid)
+        zero = np.broadcast_to(_F64(0.0), base.shape)
+        ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zero, zero, zero, 0.0, 0.0, st.sync_detail,
+                                   bound="latency", source="fitted")
+        stage = base
     else:
-        ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0, 0.0,
-                                   st.sync_detail, bound="latency", source="fitted")
-    stage = base + sync
-    parts["overhead_s"] = parts["overhead_s"] + sync
-    if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step
-        zero = zeros_like(stage)
-        parts = {k: v + zero for k, v in parts.items()}
-        comm, w_bytes, f_gemm = comm + zero, w_bytes + zero, f_gemm + zero
+        sync = base * bubble * (pp - 1)
+        if type(sync) is _F64 and sync == 0.0:  # one stage (or the ideal roofline): the plan's zero op serves
+            if st.no_sync is None:
+                st.no_sync = _op("pipeline_sync", "overhead", _F64(0.0), _F64(0.0), _F64(0.0), 0.0, 0.0,
+                                 st.sync_detail, bound="latency", source="fitted")
+            ops["pipeline_sync"] = st.no_sync
+        else:
+            ops["pipeline_sync"] = _op("pipeline_sync", "overhead", zeros_like(sync), zeros_like(sync), sync, 0.0,
+                                       0.0, st.sync_detail, bound="latency", source="fitted")
+        stage = base + sync
+        parts["overhead_s"] = parts["overhead_s"] + sync
+    gemm_bound = where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory")
+    flops = f_gemm + f_ad + f_ap
+    if isinstance(stage, np.ndarray):  # every part over the whole evaluated grid, as the step: read-only views of
+        # the parts that vary along fewer dimensions (a batch column's GEMM time over every context), not copies
+        grid = stage.shape
+        parts = {k: _over(v, grid) for k, v in parts.items()}
+        comm, w_bytes, gemm_bound = _over(comm, grid), _over(w_bytes, grid), _over(gemm_bound, grid)
     return {"ops": ops, "stage_time_s": stage, "gemm_time_s": parts["gemm_time_s"],
             "attention_time_s": parts["attention_time_s"], "allreduce_time_s": parts["allreduce_time_s"],
             "alltoall_time_s": parts["alltoall_time_s"], "pp_transfer_time_s": parts["pp_transfer_time_s"],
             "comm_time_s": comm, "overhead_s": parts["overhead_s"], "overlap": mode,
-            "gemm_bound": where(f_gemm / tm.peak_dense >= w_bytes / tm.bw, "compute", "memory"),
-            "weight_read_bytes": w_bytes, "kv_read_bytes": flt(kv_read) + kv_write,
-            "flops": f_gemm + f_ad + f_ap}
+            "gemm_bound": gemm_bound, "weight_read_bytes": w_bytes, "kv_read_bytes": flt(kv_read) + kv_write,
+            "flops": flops}
+
+
+_NONE = np.array("none", dtype=object)
+
+
+def _over(v, shape):
+    """`v` over the grid `shape`: itself when it has that shape, else a read-only broadcast view (no copy)."""
+    return v if np.shape(v) == shape else np.broadcast_to(v, shape)
 
 
 def ops_table(ops: dict, i=None) -> list[dict]:
