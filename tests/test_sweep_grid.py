@@ -85,3 +85,16 @@ def test_grid_parts_are_read_only_views_of_the_grid_shape():
     with pytest.raises(ValueError):
         g["gemm_time_s"][0, 0] = 1.0
 
+
+def test_a_public_session_keeps_no_grid_answer():
+    """`chalk.Session` keeps an answer with its energy so a repeated question gets the same object; a grid's answer
+    (its energy works out every deferred field over the grid: a few hundred bytes per point) is never asked again
+    as the same object and is not kept: a sweep in blocks holds one block's arrays at a time, not every block's."""
+    import chalk
+
+    s = chalk.Session("llama-3.1-8b", "h100-sxm")
+    for r0 in range(0, 32, 8):
+        s.estimate(B[r0:r0 + 8], L)
+    assert not s.__dict__.get("_with_energy")
+    one = s.estimate(8, 1024)
+    assert s.estimate(8, 1024) is one and len(s.__dict__["_with_energy"]) == 1
