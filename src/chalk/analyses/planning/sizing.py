@@ -3,9 +3,9 @@ speculation) per serving mode that meets the latency targets, its replicas, GPUs
 replayed in the request simulator and bumped up until the measured p99s meet the targets.
 
 One code path with `throughput`: the layout search shortlists (`serving.throughput` with the per-user speed
-floor, one call per deployment size), and each shortlisted replica is sized with the fixed-deployment prediction
-(`serving.fixed_deployment`): the most requests in flight per replica whose predicted TPOT (and p99 TTFT) still
-meet the targets. Shortlisted layouts are sized cheapest-bound first and the search stops when the bound passes
+floor at each deployment size, every size from one search: `serving.throughput_by_size`), and each shortlisted
+replica is sized with the fixed-deployment prediction (`serving.fixed_deployment`): the most requests in flight per
+replica whose predicted TPOT (and p99 TTFT) still meet the targets. Shortlisted layouts are sized cheapest-bound first and the search stops when the bound passes
 the best found.
 """
 
@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from chalk.analyses.planning import fleet
 from chalk.analyses.traffic.serving import (Speculation, _serving_setup, default_chunk_tokens, fixed_deployment,
-                                            prefill_piece, prefill_step_tokens, search_sizes, throughput)
+                                            prefill_piece, prefill_step_tokens, search_sizes, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -83,14 +83,13 @@ def shortlist(ask: Ask, system: System, mode: str, precision) -> tuple[list, str
               max_ttft_s=ask.demand.ttft_p99_s, disaggregated=mode == "disaggregated", ideal=ask.ideal,
               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
     seen, out, why = set(), [], None
-    # the sizes a search spans: one scale-up domain, or the fewest that hold the weights (`search_sizes`)
+    # the sizes a search spans: one scale-up domain, or the fewest that hold the weights (`search_sizes`); each
+    # size's best layout as `throughput(gpus=n)` answers it, from one search over them all
     *_, cal, _, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len, precision,
                                          ask.kv_precision, ask.ideal, None, ask.engine, None, ask.eplb)
-    for n in search_sizes(system, costs, cal):
-        try:
-            r = throughput(ask.model, system, gpus=n, **kw)
-        except FitError as e:
-            why = str(e)
+    for n, r in throughput_by_size(ask.model, system, search_sizes(system, costs, cal), **kw):
+        if isinstance(r, FitError):
+            why = str(r)
             continue
         key = (tuple(sorted(_replica(r["parallelism"]).items())),
                r.get("prefill", {}).get("layout"), bool(r["speculative"] and r["speculative"]["used"]))

@@ -247,6 +247,20 @@ def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibrati
 
 def _prefill_pool(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
     """Best prefill layout: input tokens/s per GPU, TTFT of one prompt, and the layout."""
+    return _pick_prefill_pool(layouts, *_prefill_pool_points(costs, system, layouts, I, cal, max_ttft_s))
+
+
+def _pick_prefill_pool(layouts: list[Layout], ok, rate, ttft):
+    """The prefill layout of most input tokens/s per GPU among those that fit and meet the TTFT (`ok`), or None."""
+    if not np.any(ok):
+        return None
+    i = int(np.argmax(np.where(ok, rate, -np.inf)))
+    return {"layout": layouts[i], "input_tokens_per_s_per_gpu": float(rate[i]), "ttft_s": float(ttft[i])}
+
+
+def _prefill_pool_points(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
+    """Per prefill layout (arrays): whether it fits and meets the TTFT, its input tokens/s per GPU, one prompt's
+    TTFT."""
     la = layout_arrays(layouts)
     tp, a, pp, ep, G = la["tp"], la["attn_dp"], la["pp"], la["ep"], la["replica_gpus"]
     chunk, rate = _prefill_rate(costs, system, tp, a, pp, ep, G, I, I, cal)
@@ -259,11 +273,7 @@ def _prefill_pool(costs, system: System, layouts: list[Layout], I: float, cal: C
     link = chip.scaleup_bandwidth_bytes_per_s if system.kind == "rack" else chip.scaleout_bandwidth_bytes_per_s
     link = link or chip.scaleup_bandwidth_bytes_per_s or chip.hbm_bandwidth_bytes_per_s
     ttft = one + float(costs.kv_bytes(I)) / (link * cal.link)
-    ok = fits & (ttft <= (max_ttft_s if max_ttft_s else np.inf))
-    if not np.any(ok):
-        return None
-    i = int(np.argmax(np.where(ok, rate, -np.inf)))
-    return {"layout": layouts[i], "input_tokens_per_s_per_gpu": float(rate[i]), "ttft_s": float(ttft[i])}
+    return fits & (ttft <= (max_ttft_s if max_ttft_s else np.inf)), rate, ttft
 
 
 def _pareto(user, thr):
@@ -621,6 +631,68 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
     return ServingResult(res)
+
+
+def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precision=None, kv_precision="auto",
+                       min_user_tps=None, max_ttft_s=None, disaggregated=False, ideal=False, speculative="auto",
+                       engine=None, eplb=None) -> list:
+    """`throughput(model, hardware, gpus=n, ...)` at each deployment size n of `sizes` (the search's own,
+    `search_sizes`): [(n, its answer, or the FitError it raises)], from one evaluation of the step model over every
+    size's layouts, each size then selected from its own points (and its own prefill pool); the very answers of one
+    call per size (`chalk plan`'s shortlist, issue 28 item 3), at about the cost of one."""
+    sizes = [count("gpus", n, MAX_GPUS) for n in sizes]
+    kw = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
+              speeds=(min_user_tps,), max_ttft_s=max_ttft_s, disaggregated=disaggregated, ideal=ideal,
+              speculative=resolve_speculation(speculative, model), engine=engine, eplb=eplb)
+    try:
+        found = _search(model, hardware, **kw)
+    except FitError:  # no size fits: each says why in its own words
+        found = None
+    if found is None or found.sizes != sizes:
+        out = []
+        for n in sizes:
+            try:
+                out.append((n, _select(_search(model, hardware, gpus=n, **kw), min_user_tps)))
+            except FitError as e:
+                out.append((n, e))
+        return out
+    m, system, costs, cal = found.m, found.system, found.costs, found.cal
+    N = len(found.g["B"])
+    pool = _prefill_pool_points(costs, system, found.layouts, max(found.Ip, 1.0), cal, max_ttft_s) \
+        if disaggregated else None
+
+    def rows(x, keep):  # an evaluation's arrays over the grid's points (in dicts, at any depth) at the points kept
+        if isinstance(x, dict):
+            return {k: rows(v, keep) for k, v in x.items()}
+        return x[keep] if isinstance(x, np.ndarray) and x.ndim >= 1 and x.shape[0] == N else x
+
+    out, lo = [], 0
+    for n in sizes:  # `_search`'s checks for one size, in its order, then `_select` over that size's points
+        check_reach(system, n)
+        k = len(enumerate_layouts(m, n, system.chips))
+        lays, span = found.layouts[lo:lo + k], slice(lo, lo + k)
+        keep = (found.g["idx"] >= lo) & (found.g["idx"] < lo + k)
+        try:
+            if not lays:
+                raise FitError(f"no valid layout of {m.id} on {[n]} x {system.chip.id}")
+            if (costs.dense_weight_bytes + costs.expert_weight_bytes) / n > \
+                    system.chip.hbm_bytes * (1 - cal.memory_reserve):
+                raise FitError(_no_fit(m, costs, [n], system, cal))
+            p = None
+            if disaggregated:
+                p = _pick_prefill_pool(lays, *(a[span] for a in pool))
+                if p is None:
+                    raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
+                                   + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+            g = {key: v[keep] for key, v in found.g.items()}
+            g["idx"] = g["idx"] - lo
+            one = dataclasses.replace(found, sizes=[n], layouts=lays, g=g, ev=rows(found.ev, keep),
+                                      ev_spec=None if found.ev_spec is None else rows(found.ev_spec, keep), pool=p)
+            out.append((n, _select(one, min_user_tps)))
+        except FitError as e:
+            out.append((n, e))
+        lo += k
+    return out
 
 
 def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
