@@ -117,9 +117,16 @@ def test_serving_and_plan_energy_are_the_apis():
     next(m for m in at.multiselect if m.label == "candidate chips").set_value(["h100-sxm"])
     next(b for b in at.button if b.label == "Plan").click().run()
     assert not at.exception and not at.error
+    # the plan `chalk plan -m M -H h100-sxm --users 1000 --min-user-tps 30 --input-len 4096 --output-len 500` makes:
+    # the checkpoint's precision and each narrower one the chip runs natively explored, KV 'auto'
     want = attach_plan_energy(plan(M, ["h100-sxm"], users=1000, min_user_tps=30.0, ttft_p99_s=None,
-                                   input_len=float(C), output_len=500.0, precision=None, kv_precision="bf16",
+                                   input_len=float(C), output_len=500.0, precision="explore", kv_precision="auto",
                                    ideal=False, eplb="auto"))
+    assert want["precisions_explored"] == ["bf16 (checkpoint)", "fp8"]  # H100: FP8 tensor cores, no FP4
+    captions = " ".join(" ".join(c.value.replace("`", "").split()) for c in at.caption)
+    assert "Precisions explored: bf16 (checkpoint), fp8 (the checkpoint's and each narrower" in captions
+    df = at.dataframe[0].value
+    assert list(df["precision"]) == [o["precision"] for o in want["options"]]
     best = want["options"][0]
     shown = _table(at, "Energy of the cheapest option")
     assert shown == dict(energy_cells(best["energy"], "fleet"))

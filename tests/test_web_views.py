@@ -170,7 +170,13 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             assert "J per output token" in served and any(k.startswith("Power per deployment") for k in served)
             _shot(page, "serving")
 
-            _tab(page, "Portfolio")  # issue 28: examples/portfolio.yaml placed on its fleet, cached after this visit
+            # issue 28: examples/portfolio.yaml placed on its fleet (a fresh server: not cached yet, so the candidates
+            # run, with a progress bar counting them), then cached on the file's contents
+            page.get_by_role("tab", name="Portfolio", exact=True).click()
+            bar = page.locator('[role="tabpanel"] [data-testid="stProgress"]')
+            bar.first.wait_for(timeout=120_000)
+            page.get_by_text("candidates planned and replayed:").first.wait_for(timeout=120_000)
+            _shot(page, "portfolio-running")
             page.locator('[role="tabpanel"] strong').filter(has_text="Portfolio examples/portfolio.yaml:").first \
                 .wait_for(timeout=300_000)
             _wait_idle(page, timeout_ms=300_000)

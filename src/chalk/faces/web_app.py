@@ -271,7 +271,7 @@ def sidebar(st):
     batch = st.sidebar.select_slider("batch (sequences)", options=BATCHES, value=64, key="batch")
     context = st.sidebar.select_slider("context (tokens)", options=CONTEXTS, value=4096, key="context")
     return dict(model=model, hardware=hardware, precision=precision, kv_precision=auto if kv == "auto" else kv,
-                ideal=ideal, eplb=eplb, **energy_inputs(st)), batch, context
+                kv_choice=kv, ideal=ideal, eplb=eplb, **energy_inputs(st)), batch, context
 
 
 def energy_inputs(st) -> dict:

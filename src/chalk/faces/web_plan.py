@@ -34,6 +34,14 @@ def plan_figures(res):
     return cost, gpus
 
 
+def plan_precisions(common) -> dict:
+    """The weight and KV precisions a plan takes from the sidebar, as `chalk plan` reads its options: the
+    checkpoint's default explores the checkpoint's precision and each narrower one a candidate chip runs natively
+    ('explore'); a precision picked in the sidebar is the only one; KV 'auto' follows each explored precision."""
+    kv = common.get("kv_choice", common["kv_precision"])
+    return {"precision": common["precision"] or "explore", "kv_precision": kv}
+
+
 def _price(o) -> str:
     p = o.get("price") or {}
     if p.get("given"):
@@ -66,11 +74,10 @@ def tab_plan(st, common, batch, context, r):
         return
     if go:
         st.session_state["plan_for"] = common["model"]
-        st.session_state["plan_result"] = plan(
-            common["model"], hw or None, users=int(users), min_user_tps=float(speed),
-            ttft_p99_s=float(ttft) or None, input_len=float(in_len), output_len=float(out_len),
-            precision=common["precision"], kv_precision=common["kv_precision"], ideal=common["ideal"],
-            eplb=common["eplb"])
+        st.session_state["plan_result"] = plan(common["model"], hw or None, users=int(users),
+                                               min_user_tps=float(speed), ttft_p99_s=float(ttft) or None,
+                                               input_len=float(in_len), output_len=float(out_len),
+                                               **plan_precisions(common), ideal=common["ideal"], eplb=common["eplb"])
     res = st.session_state["plan_result"]
     from chalk.analyses.economics.energy import attach_plan_energy
     from chalk.faces.web import md_escape
@@ -112,7 +119,11 @@ def tab_plan(st, common, batch, context, r):
     b.plotly_chart(gpus, width="stretch")
     for eng, text in best["launch"].items():
         st.code(text, language="bash")
+    explored = ", ".join(res.get("precisions_explored") or [])
+    why = ("as the sidebar's weights precision gave" if common["precision"] else "the checkpoint's and each narrower "
+           "one a candidate chip runs natively (a narrower one means a quantised checkpoint, accuracy not "
+           "modelled); pick a weights precision in the sidebar to plan with that one only")
     st.caption(f"{shown(res['model'])}: {num(res['demand']['value'])} {shown(res['demand']['unit'])}, "
                f"{num(res['input_len'])} "
-               f"in / {num(res['output_len'])} out; latencies measured in a replay of the fleet. "
-               "chalk.analyses.planning.plan.plan.")
+               f"in / {num(res['output_len'])} out; latencies measured in a replay of the fleet. Precisions explored: "
+               f"{shown(explored)} ({why}). chalk.analyses.planning.plan.plan.")
