@@ -245,13 +245,9 @@ def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibrati
         return chunk, chunk / pp / t / G
 
 
-def _prefill_pool(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
-    """Best prefill layout: input tokens/s per GPU, TTFT of one prompt, and the layout."""
-    return _pick_prefill_pool(layouts, *_prefill_pool_points(costs, system, layouts, I, cal, max_ttft_s))
-
-
 def _pick_prefill_pool(layouts: list[Layout], ok, rate, ttft):
-    """The prefill layout of most input tokens/s per GPU among those that fit and meet the TTFT (`ok`), or None."""
+    """Best prefill layout among `layouts` (input tokens/s per GPU, TTFT of one prompt, and the layout): the most
+    input tokens/s per GPU among those that fit and meet the TTFT (`ok`, `_prefill_pool_points`), or None."""
     if not np.any(ok):
         return None
     i = int(np.argmax(np.where(ok, rate, -np.inf)))
@@ -474,6 +470,7 @@ class _Search:
     ttft_p99_s: float | None = None
     ttft_p99_ratio: float = 1.0  # p99 prompt / mean prompt: a p99 TTFT is the p99 prompt's
     args: dict | None = None  # what a replay of a chosen point needs (`fixed_deployment`'s arguments)
+    pool_points: tuple | None = None  # per layout, what `pool` was picked from (`_prefill_pool_points`)
 
 
 def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
@@ -519,9 +516,10 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     ev_s = None
     if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
         ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
-    pool = None
+    pool = pool_points = None
     if disaggregated:
-        pool = _prefill_pool(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
+        pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
+        pool = _pick_prefill_pool(layouts, *pool_points)
         if pool is None:
             raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
                            + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
@@ -530,7 +528,8 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
                 ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
-                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args)
+                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args,
+                   pool_points)
 
 
 def _no_fit(m, costs, sizes, system, cal) -> str:
@@ -658,8 +657,7 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
         return out
     m, system, costs, cal = found.m, found.system, found.costs, found.cal
     N = len(found.g["B"])
-    pool = _prefill_pool_points(costs, system, found.layouts, max(found.Ip, 1.0), cal, max_ttft_s) \
-        if disaggregated else None
+    pool = found.pool_points  # per layout, over every size's: each size picks its own pool from its layouts
 
     def rows(x, keep):  # an evaluation's arrays over the grid's points (in dicts, at any depth) at the points kept
         if isinstance(x, dict):
