@@ -141,8 +141,9 @@ def test_an_uploaded_portfolio_cannot_read_the_servers_files(tmp_path):
     text = SMALL.format(rate=10, mi300x=4).replace("    rate: 10\n", "    trace: /etc/hosts\n")
     saved = _saved_upload(Upload(text.encode()))
     assert saved.read_text() == text and str(tmp_path) not in str(saved)
-    with pytest.raises(InputError, match=r"models\[0\] \(small\) names a trace file"):
+    with pytest.raises(InputError, match=r"models\[0\] \(small\) names a trace file") as e:
         _no_files(saved)
+    assert scrub_paths(e.value).startswith("mine.yaml: models[0]")
     assert scrub_paths(f"{saved}: bad") == "mine.yaml: bad"  # messages name the user's file, not the server's folder
     diurnal = SMALL.format(rate=10, mi300x=4).replace("    rate: 10\n", "    rate: 10\n    diurnal: day.csv\n")
     with pytest.raises(InputError, match="diurnal CSV"):

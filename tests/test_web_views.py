@@ -302,3 +302,67 @@ def test_roofline_and_serving_curves_pass_through_the_header():
     assert parts == pytest.approx(np.asarray(rb.step_time_s), rel=1e-6)  # the legend's "all ops + comm + overhead"
     cost = web_app.cost_figure(rb, "hgx-h100", 64, float(r.cost_per_mtok_usd))
     assert cost.data[0].name == "compute-bound ops (GEMMs, attention), per token"
+
+
+SMALL_PORTFOLIO = """\
+chips: [h100-sxm, mi300x]
+settings: {sim_requests: 600, seed: 0}
+models:
+  - name: small
+    model: llama-3.1-8b
+    rate: 10
+    input_len: 1000
+    output_len: 200
+    min_user_tps: 40
+    engines: [vllm]
+    modes: [aggregated]
+fleet:
+  gpus: {mi300x: 4}
+"""
+
+
+@needs_browser
+def test_portfolio_tab_takes_an_uploaded_yaml_and_refuses_one_naming_server_files(server):  # noqa: F811
+    """Issue 28's web tab with an upload: a small portfolio is answered; one whose model names a trace file is one
+    error line naming the user's file (an upload cannot read the server's files), with no server folder shown."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page, _ = _open(browser, server)
+            _wait_idle(page)
+            _tab(page, "Portfolio")
+            page.get_by_text("upload a portfolio YAML").click()
+            page.wait_for_selector('[role="tabpanel"] input[type="file"]', state="attached", timeout=60_000)
+            _wait_idle(page)
+            page.set_input_files('[role="tabpanel"] input[type="file"]', files=[{
+                "name": "mine.yaml", "mimeType": "application/x-yaml", "buffer": SMALL_PORTFOLIO.encode()}])
+            page.locator('[role="tabpanel"] strong').filter(has_text="Portfolio mine.yaml:").first \
+                .wait_for(timeout=240_000)
+            _wait_idle(page, timeout_ms=240_000)
+            assert "1 model on 1 GPU," in _body(page)
+            rows = page.locator('[role="tabpanel"] [data-testid="stTable"]').first.locator("tbody tr")
+            rows.first.wait_for(timeout=60_000)  # the table draws after its component loads
+            assert rows.count() == 1 and "small" in rows.first.inner_text()
+
+            bad = SMALL_PORTFOLIO.replace("    rate: 10\n", "    trace: /etc/hosts\n")
+            page.set_input_files('[role="tabpanel"] input[type="file"]', files=[{
+                "name": "traced.yaml", "mimeType": "application/x-yaml", "buffer": bad.encode()}])
+            err = page.locator('[data-testid="stAlert"]').filter(has_text="cannot read files on the server")
+            err.first.wait_for(timeout=120_000)
+            _wait_idle(page)
+            assert err.count() == 1 and "models[0] (small) names a trace file" in err.first.inner_text()
+            assert err.first.inner_text().strip().startswith("traced.yaml: ")  # the user's name for the file
+            body, html = _body(page), page.content()
+            assert "chalk-web-" not in body and "chalk-web-" not in html  # the server's upload folder stays unseen
+            assert page.locator('[role="tabpanel"] [data-testid="stMetric"]').count() == 0
+            assert page.locator('[data-testid="stException"]').count() == 0
+            _shot(page, "portfolio-upload-refused")
+        except Exception:
+            if "page" in locals():
+                _shot(page, "failure")
+            raise
+        finally:
+            browser.close()

@@ -56,7 +56,7 @@ def _no_files(path: Path) -> None:
     for i, m in enumerate(data.get("models") or []):
         if isinstance(m, dict) and (m.get("trace") is not None or isinstance(m.get("diurnal"), str)):
             what = "a trace" if m.get("trace") is not None else "a diurnal CSV"
-            raise InputError(f"models[{i}] ({m.get('name') or m.get('model')}) names {what} file: an uploaded "
+            raise InputError(f"{path}: models[{i}] ({m.get('name') or m.get('model')}) names {what} file: an uploaded "
                              "portfolio cannot read files on the server; give its demand as users or rate (and a "
                              "diurnal list), or run chalk plan --portfolio FILE on your own machine")
 
@@ -129,7 +129,9 @@ def tab_portfolio(st, common, batch, context, r):
         st.code(contents.decode("utf-8", "replace"), language="yaml")
     res = cached_answer(contents, str(path))
     tot = res["total"]
-    st.markdown(f"**Portfolio {label}: {num(len(res['models']))} models on {num(tot['gpus'])} GPUs, "
+    n = len(res["models"])
+    st.markdown(f"**Portfolio {label}: {num(n)} model{'s' if n != 1 else ''} on {num(tot['gpus'])} "
+                f"GPU{'s' if tot['gpus'] != 1 else ''}, "
                 f"{usd(tot['usd_per_hour'])} per hour** · binding: "
                 f"{shown(', '.join(res['binding']) or 'nothing')} · "
                 f"{'optimal' if res['proven_optimal'] else 'best found, not proven optimal'}")
