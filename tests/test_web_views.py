@@ -243,6 +243,7 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
             assert sheet.input_value() == "deepseek-r1"
             page.get_by_text("margin on the day").first.wait_for(timeout=60_000)
             assert "Sheet deepseek-r1 for deepseek-r1" in _body(page)
+            assert "Pricing view (a day's traffic on layout" in _body(page)  # its own view, named beside the header's
             _shot(page, "pricing")
 
             # an infeasible choice: the reason, no numbers, no charts

@@ -194,7 +194,9 @@ def tab_pricing(st, common, batch, context, r):
     c[1].metric("sheet price, output", f"{usd(m['output_usd_per_mtok'])}/M")
     c[2].metric("chalk cost, input", f"{usd(m['cost_input_usd_per_mtok'])}/M")
     c[3].metric("margin on the day", pct(m["margin"]))
-    st.caption(f"Sheet {shown(sheet)} for {shown(r.model)}. A day of {si(m['input_tokens'])} input "
+    st.caption(f"Pricing view (a day's traffic on layout {shown(m['layout'])}; the header's numbers are one "
+               f"replica on {shown((r.layout or {}).get('label', '?'))}). "
+               f"Sheet {shown(sheet)} for {shown(r.model)}. A day of {si(m['input_tokens'])} input "
                f"({pct(m['cache_hit_fraction'])} cache hits) and {si(m['output_tokens'])} output tokens, decode at "
                f"batch {num(m['decode_batch'])} on layout {shown(m['layout'])}, context {num(m['context'])}; "
                f"{shown(m['efficiency'])} efficiency. chalk.analyses.economics.pricing.pricing_margin.")
