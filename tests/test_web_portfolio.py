@@ -57,6 +57,7 @@ def _app(monkeypatch, path):
     return at.run()
 
 
+@pytest.mark.slow  # two portfolio runs of 4 candidates each: ~5 s on this machine
 def test_portfolio_tab_shows_the_assignment_totals_p99s_and_what_binds(tmp_path, monkeypatch):
     from chalk.analyses.planning.portfolio import portfolio
     from chalk.faces.fmt import num, seconds, usd
