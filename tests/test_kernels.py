@@ -517,3 +517,23 @@ def test_outer_interpolation_takes_only_outer_points():
         assert np.allclose(got, ref, rtol=1e-13, atol=1e-13)
     for s0, s1 in (((6,), (6,)), ((1, 9), (6, 1)), ((3,), (1, 9)), ((6, 2), (1, 2))):
         assert KK.interpolate_outer(axes, [x(axes[0], s0), x(axes[1], s1)], grid) is None
+
+
+def test_messages_over_one_group_equal_the_two_axis_all_reduce_interpolation():
+    """A grid of messages over one GPU count takes the table cut at that count once (1-D in message size, as one
+    message does), and answers what the two-axis interpolation over (count, size) answers for the same messages, to
+    1e-12: inside the table, past its largest message and group, below its smallest, and 0 for one GPU; on every
+    system with an all-reduce table."""
+    from chalk.analyses.step import kernels as KK
+
+    msgs = np.array([[0.5, 1.0, 3e3, 1e6], [5e8, 2e10, 1e11, 7.0]])
+    systems = sorted({s for s, _ in KK.allreduce_tables()})
+    assert len(systems) >= 5
+    for system in systems:
+        kp = KernelProfile(_chip(KK.index()["systems"][system]["chips"][0]), system=system)
+        for n in (1.0, 2.0, 3.0, 4.0, 8.0, 16.0, 72.0):
+            grid = kp.allreduce_time_s(msgs, n)
+            both = kp.allreduce_time_s(msgs, np.full_like(msgs, n))
+            assert grid.shape == msgs.shape
+            assert np.all(np.abs(grid - both) <= 1e-12 * both), (system, n)
+            assert (n > 1) == bool(np.all(grid > 0))

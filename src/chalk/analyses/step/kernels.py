@@ -1012,21 +1012,20 @@ class KernelProfile:
         ns, lt, _ = tab
         M = _check("message_bytes", message_bytes)
         n = _check("n", n)
-        M, n = _broadcast(M, n)
         ring = lambda k: P.allreduce_bytes_per_link(1.0, k)  # noqa: E731  (bytes per link per message byte)
+        if isinstance(n, float) and not isinstance(M, float):  # messages over one group: its row, then 1-D in size
+            if n <= 1:
+                return np.zeros_like(M)
+            es, ys, grow = self._allreduce_row(n, ns, lt)
+            x = np.clip(np.log2(np.maximum(M, 1.0)), es[0], es[-1])
+            return np.exp(np.interp(x, es, ys)) * np.maximum(M / 2.0 ** es[-1], 1.0) * grow
+        M, n = _broadcast(M, n)
         if isinstance(M, float):  # one message over one group: the group's row (cut once per n), then 1-D in size
             if n <= 1:
                 return 0.0
             if len(self._allreduce_memo) >= MEMO_SIZE:  # remembered, as a GemmShape remembers its row counts
                 self._allreduce_memo.clear()
-            row = self._allreduce_rows.get(n)
-            if row is None:
-                e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
-                y = min(max(math.log2(max(n, 2.0)), float(np.log2(ns[0]))), float(np.log2(ns[-1])))
-                row = lt[0] if len(ns) == 1 else _cut(np.log2(ns), lt, y)
-                grow = float(ring(n) / ring(ns[-1])) if n > ns[-1] else 1.0
-                row = self._allreduce_rows[n] = (e.tolist(), row.tolist(), grow)
-            es, ys, grow = row
+            es, ys, grow = self._allreduce_row(n, ns, lt)
             x = min(max(math.log2(max(M, 1.0)), es[0]), es[-1])
             i = min(max(bisect_right(es, x) - 1, 0), len(es) - 2)
             ln_t = ys[i] + (x - es[i]) / (es[i + 1] - es[i]) * (ys[i + 1] - ys[i])
@@ -1047,6 +1046,19 @@ class KernelProfile:
             ln_t = lo + f * (hi - lo)
         t = np.exp(ln_t) * np.maximum(M / 2.0 ** e[-1], 1.0) * np.where(n > ns[-1], ring(n) / ring(ns[-1]), 1.0)
         return np.where(n > 1, t, 0.0)
+
+    def _allreduce_row(self, n: float, ns, lt) -> tuple:
+        """(message sizes' log2, ln t, growth past the largest measured group) of the all-reduce table cut at a group
+        of `n` GPUs (linear in log GPU count), kept per `n`."""
+        row = self._allreduce_rows.get(n)
+        if row is None:
+            ring = P.allreduce_bytes_per_link
+            e = np.asarray(index()["allreduce"]["message_log2"], dtype=float)
+            y = min(max(math.log2(max(n, 2.0)), float(np.log2(ns[0]))), float(np.log2(ns[-1])))
+            cut = lt[0] if len(ns) == 1 else _cut(np.log2(ns), lt, y)
+            grow = float(ring(1.0, n) / ring(1.0, ns[-1])) if n > ns[-1] else 1.0
+            row = self._allreduce_rows[n] = (e.tolist(), cut.tolist(), grow)
+        return row
 
     def allreduce_source(self) -> str:
         tab = self._allreduce_table()
