@@ -98,3 +98,16 @@ def test_a_public_session_keeps_no_grid_answer():
     assert not s.__dict__.get("_with_energy")
     one = s.estimate(8, 1024)
     assert s.estimate(8, 1024) is one and len(s.__dict__["_with_energy"]) == 1
+
+
+def test_bound_names_over_a_grid_are_numpys_string_where():
+    """`_bound_names` (what binds each point of a grid op, copied as rows of code units) is `np.where(compute,
+    'compute', 'memory')`: the same '<U7' array, for any shape."""
+    from chalk.analyses.step.step_model import _bound_names
+
+    rng = np.random.default_rng(5)
+    for shape in ((7,), (3, 1), (2, 4, 5), (0,), (1, 0)):
+        c = rng.random(shape) > 0.5
+        got, ref = _bound_names(c), np.where(c, "compute", "memory")
+        assert got.dtype == ref.dtype and got.shape == ref.shape and np.array_equal(got, ref)
+        assert all(str(x) in ("compute", "memory") for x in got.ravel())
