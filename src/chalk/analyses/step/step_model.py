@@ -343,8 +343,8 @@ _BOUND_CODES = np.array(["memory", "compute"]).view(np.uint32).reshape(2, 7)
 
 def _bound_names(compute) -> np.ndarray:
     """`np.where(compute, "compute", "memory")` of a bool array, as the same '<U7' array: each point's 28 bytes
-    copied as one row of `_BOUND_CODES` (numpy's string `where` copies them a character at a time, ~3x slower: a
-    fifth of a decode sweep's CPU time went there)."""
+    copied as one row of `_BOUND_CODES` (numpy's string `where` copies them a character at a time, ~3x slower:
+    ~10% of a decode sweep's CPU time went there)."""
     return np.take(_BOUND_CODES, compute.view(np.uint8), axis=0).view("<U7")[..., 0]
 
 
