@@ -156,7 +156,7 @@ def answer_energy(chip, gpus: int, tokens_per_s, cost_per_mtok_usd=None, *, toke
         kwh_per_day=fleet_w * DAY_S / E.J_PER_KWH, electricity_usd_per_mtok=_out(usd),
         electricity_share_of_cost=share, power_source=source, usd_per_kwh=price, usd_per_kwh_source=price_src,
         pue=p_ue, pue_source=pue_src,
-        assumption=(f"{fleet} x {p:,.0f} W ({source}) all the time, PUE {p_ue:g}, electricity at ${price:g}/kWh; "
+        assumption=(f"{fleet} x {p:,.0f} W, {source}, all the time, PUE {p_ue:g}, electricity at ${price:g}/kWh; "
                     f"{bound}"))
 
 
@@ -232,7 +232,7 @@ def energy_per_token(step_time_s: float, chips: int, tokens_per_step: float, chi
     return EnergyResult(
         joules_per_token=j, energy_cost_per_mtok_usd=usd, power_w_per_chip=p, power_source=source,
         chips=int(chips), usd_per_kwh=price, pue=p_ue,
-        assumption=(f"{int(chips)} x {p:,.0f} W ({source}) for the whole step, PUE {p_ue:g}, "
+        assumption=(f"{int(chips)} x {p:,.0f} W, {source}, for the whole step, PUE {p_ue:g}, "
                     f"electricity at ${price:g}/kWh; {bound}"))
 
 
