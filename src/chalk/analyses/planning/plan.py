@@ -62,7 +62,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     `checkpoint`: the user's own checkpoint (a repo id or folder) for the launch commands, loaded as given.
     `replay_all`: replay every option. By default an option is replayed only while it can still be the cheapest
     (`sizing.verify_finalists`): one whose sized cost already exceeds that of a replayed option meeting the targets
-    is listed as sized, `replayed` False, its `meets_targets` and simulated p99s None. The cheapest option, and
+    (or ties with it, listed after it) is listed as sized, `replayed` False, its `meets_targets` and simulated p99s
+    None. The cheapest option, and
     every option that is replayed, are the same either way.
     Raises FitError naming the best reachable latency when no candidate meets the targets.
     """
@@ -500,8 +501,8 @@ def _notes(options, systems, curve) -> list[str]:
     skipped = sum(not o["replayed"] for o in options)
     if skipped:
         n.append(f"{skipped} of {len(options)} options were not replayed: sized, each already cost more than an "
-                 "option that met the targets in its replay, and a replay only adds replicas (replay_all=True "
-                 "replays them too)")
+                 "option that met the targets in its replay (or as much, listed after it), and a replay only adds "
+                 "replicas (replay_all=True replays them too)")
     if curve is not None:
         n.append("sized for the peak hour; autoscaled hours keep the layout and concurrency cap")
     return n

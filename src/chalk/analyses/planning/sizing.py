@@ -5,8 +5,8 @@ replayed in the request simulator and bumped up until the measured p99s meet the
 One code path with `throughput`: the layout search shortlists (`serving.throughput` with the per-user speed
 floor at each deployment size, every size from one search: `serving.throughput_by_size`), and each shortlisted
 replica is sized with the fixed-deployment prediction (`serving.fixed_deployment`): the most requests in flight per
-replica whose predicted TPOT (and p99 TTFT) still meet the targets. Shortlisted layouts are sized cheapest-bound first and the search stops when the bound passes
-the best found.
+replica whose predicted TPOT (and p99 TTFT) still meet the targets. Shortlisted layouts are sized cheapest-bound
+first and the search stops when the bound passes the best found.
 """
 
 from __future__ import annotations
@@ -425,24 +425,24 @@ def verify(ask: Ask, system: System, s: dict) -> dict:
 
 def verify_finalists(jobs: list, every: bool = False) -> list:
     """`verify` the sized candidates `jobs` [(ask, system, s)] that can still be the cheapest; the others are not
-    replayed. Each is replayed in order of its sized ($/h, GPUs), and a candidate is skipped once a replayed one
-    meets the targets at a lower ($/h, GPUs): a replay only adds replicas (`verify` bumps, never trims), so the
-    skipped one's replayed cost would be higher still, and it cannot be the cheapest option that meets the targets.
-    Nothing is skipped until some candidate meets them (so a plan that meets none replays all). `every`: replay
-    them all. Returns each candidate verified, or None where it was skipped, in the order given.
+    replayed. The cheapest is the least ($/h, GPUs, place in `jobs`) among the replayed candidates that meet the
+    targets (`plan` sorts its options so). Candidates are replayed in that order of their sized figures, and one is
+    skipped once a replayed candidate that meets the targets comes before it: a replay only adds replicas (`verify`
+    bumps, never trims), so its replayed figures would come later still, and it cannot be the cheapest. Nothing is
+    skipped until some candidate meets the targets (a plan that meets none replays all). `every`: replay them all.
+    Returns each candidate verified, or None where it was skipped, in the order given.
 
     The answer is the one replaying everything gives: the replays that run are the same replays (each is
-    deterministic: its own seed, no state shared between candidates), and the cheapest option that meets the
-    targets is among them."""
+    deterministic: its own seed, no state shared between candidates), and the cheapest option is among them."""
     out: list = [None] * len(jobs)
-    bar = None  # the lowest ($/h, GPUs) of a replayed candidate that meets the targets
-    for i in sorted(range(len(jobs)), key=lambda i: (jobs[i][2]["usd_per_hour"], jobs[i][2]["gpus"])):
+    bar = None  # ($/h, GPUs, place) of the first replayed candidate that meets the targets
+    for i in sorted(range(len(jobs)), key=lambda i: (jobs[i][2]["usd_per_hour"], jobs[i][2]["gpus"], i)):
         ask, system, s = jobs[i]
-        if not every and bar is not None and (s["usd_per_hour"], s["gpus"]) > bar:
+        if not every and bar is not None and (s["usd_per_hour"], s["gpus"], i) > bar:
             break  # so is every later one: they come in order of the same key
         v = out[i] = verify(ask, system, s)
         if v["meets_targets"]:
-            bar = min(bar, (v["usd_per_hour"], v["gpus"])) if bar is not None else (v["usd_per_hour"], v["gpus"])
+            bar = min(bar, (v["usd_per_hour"], v["gpus"], i)) if bar is not None else (v["usd_per_hour"], v["gpus"], i)
     return out
 
 
