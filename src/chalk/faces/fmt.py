@@ -109,3 +109,16 @@ def header(model: str, chip: str, n_gpus, layout: str | None, precision: str | N
              f"{precision or 'checkpoint'} weights, {kv_precision or 'auto'} KV",
              f"engine {engine}" if engine else "no engine profile", f"efficiency {efficiency or 'n/a'}"]
     return " · ".join([*parts, *(m for m in more if m)])
+
+
+def component_names(r) -> dict:
+    """What each time field of `r` means, for a legend: on the layout view the step's ops by what binds each (they
+    add up to the step with communication and overhead, as `chalk estimate` lists them); on the aggregate bound the
+    lecture's roofline terms (eq. 1-3)."""
+    if getattr(r, "view", None) == "layout":
+        return {"compute": "compute-bound ops (GEMMs, attention)", "weight": "weight reads (memory-bound GEMMs)",
+                "kv": "KV reads (memory-bound attention)", "memory": "memory-bound ops (weights + KV + activations)",
+                "step": "step time = all ops + communication + overhead"}
+    return {"compute": "compute (eq. 2)", "weight": "weight fetch (eq. 3)", "kv": "KV fetch (eq. 3)",
+            "memory": "weights + KV", "step": "step time = max (eq. 1)" + ("" if r.efficiency == "ideal"
+                                                                          else " + overhead")}

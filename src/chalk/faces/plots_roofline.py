@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chalk.faces.fmt import num, seconds, si, usd
+from chalk.faces.fmt import component_names, num, seconds, si, usd
 from chalk.faces.plots_common import (COLORS, _caption, _finite, _fmt_axes, _need, _plt, _shade_no_fit, _tight,
                                       _vline, caption_of, cost_components_per_mtok, default_batch, roofline_over_batch,
                                       roofline_over_context, title_of, whole)
@@ -23,15 +23,23 @@ def latency_vs_batch(model=None, hardware=None, context=4096, chips=None, precis
     plt = _plt()
     B = np.asarray(r.batch)
     fig, ax = plt.subplots(figsize=(9, 5.6))
-    ax.loglog(B, r.compute_time_s, color=COLORS["compute"], lw=1.8, label="compute: FLOPs / peak (eq. 2)")
     moe = str(r.weights_read).startswith("refined")
-    ax.loglog(B, r.weight_time_s, color=COLORS["weights"], lw=1.6, ls="--",
-              label=f"weight fetch: {'bytes of experts touched' if moe else 'weight bytes'} / HBM bw (eq. 3, 1st term)")
-    ax.loglog(B, r.kv_time_s, color=COLORS["kv"], lw=1.6, ls="--",
-              label=f"KV fetch: B·L·KV bytes / HBM bw (eq. 3, 2nd term), L = {num(context)}")
-    ax.loglog(B, r.memory_time_s, color=COLORS["memory"], lw=1.6, label="memory = weight fetch + KV fetch")
+    if getattr(r, "view", None) == "layout":  # the step's ops by what binds each, as `chalk estimate` lists them
+        n = component_names(r)
+        labels = (n["compute"], n["weight"] + (" (experts touched)" if moe else ""), f"{n['kv']}, L = {num(context)}",
+                  n["memory"], n["step"])
+    else:  # the lecture's aggregate bound, term by term
+        labels = ("compute: FLOPs / peak (eq. 2)",
+                  f"weight fetch: {'bytes of experts touched' if moe else 'weight bytes'} / HBM bw (eq. 3, 1st term)",
+                  f"KV fetch: B·L·KV bytes / HBM bw (eq. 3, 2nd term), L = {num(context)}",
+                  "memory = weight fetch + KV fetch",
+                  "step time = max (eq. 1)" + ("" if r.efficiency == "ideal" else " + per-step overhead"))
+    ax.loglog(B, r.compute_time_s, color=COLORS["compute"], lw=1.8, label=labels[0])
+    ax.loglog(B, r.weight_time_s, color=COLORS["weights"], lw=1.6, ls="--", label=labels[1])
+    ax.loglog(B, r.kv_time_s, color=COLORS["kv"], lw=1.6, ls="--", label=labels[2])
+    ax.loglog(B, r.memory_time_s, color=COLORS["memory"], lw=1.6, label=labels[3])
     ax.loglog(B, r.step_time_s, color=COLORS["step"], lw=7, alpha=0.25, zorder=1, solid_capstyle="butt",
-              label="step time = max (eq. 1)" + ("" if r.efficiency == "ideal" else " + per-step overhead"))
+              label=labels[4])
     _shade_no_fit(ax, B, r.fits, f"does not fit in {si(r.hbm_bytes, 'B')} HBM")
     _vline(ax, r.critical_batch, f"critical batch B* ≈ {whole(r.critical_batch)}\n(eq. 5, weights only)",
            COLORS["compute"])

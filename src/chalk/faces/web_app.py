@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover
 
 from chalk.analyses.step.calibration import EPLB_MODES
 from chalk.errors import ChalkError, InputError
-from chalk.faces.fmt import num, pct, seconds, si, usd
+from chalk.faces.fmt import component_names, num, pct, seconds, si, usd
 from chalk.faces.plots import whole
 from chalk.faces.web import _UPLOAD_NAMES, MAX_UPLOAD_BYTES, md_escape, scrub_paths, shown, upload_root  # noqa: F401
 # the explorer's figure builders, in one namespace, and the energy options every view takes
@@ -69,19 +69,6 @@ def _no_fit(fig, x, fits, row=None, col=None):
         kw = {} if row is None else dict(row=row, col=col)
         fig.add_vrect(x0=float(np.asarray(x)[~fits].min()), x1=float(np.max(x)), fillcolor="#999", opacity=0.15,
                       line_width=0, **kw)
-
-
-def component_names(r) -> dict:
-    """What each time field of `r` means, for a legend: on the layout view the step's ops by what binds each (they
-    add up to the step with communication and overhead, as `chalk estimate` lists them); on the aggregate bound the
-    lecture's roofline terms (eq. 1-3)."""
-    if getattr(r, "view", None) == "layout":
-        return {"compute": "compute-bound ops (GEMMs, attention)", "weight": "weight reads (memory-bound GEMMs)",
-                "kv": "KV reads (memory-bound attention)", "memory": "memory-bound ops (weights + KV + activations)",
-                "step": "step time = all ops + communication + overhead"}
-    return {"compute": "compute (eq. 2)", "weight": "weight fetch (eq. 3)", "kv": "KV fetch (eq. 3)",
-            "memory": "weights + KV", "step": "step time = max (eq. 1)" + ("" if r.efficiency == "ideal"
-                                                                          else " + overhead")}
 
 
 def latency_figure(r, batch=None, step_s=None):
