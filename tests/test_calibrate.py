@@ -138,8 +138,16 @@ def test_tracked_calibration_records_what_is_read():
     assert v == CALIBRATION.compute * CALIBRATION.amd_compute
     assert t == CALIBRATION and CALIBRATION == t and hash(t) == hash(CALIBRATION)
     assert t != dataclasses.replace(CALIBRATION, compute=0.1)
-    fields, _ = M.answer_tracked(lambda c: dataclasses.replace(c, compute=0.5), CALIBRATION)
-    assert set(fields) >= {"memory", "overlap", "label"}  # a copy reads every field
+    # a copy (an engine profile's scheduler cap over the fitted one) reads nothing by itself: the copy is tracked
+    # too, and what is read from it counts, a replaced field as well as a copied one
+    fields, copy = M.answer_tracked(lambda c: dataclasses.replace(c, compute=0.5), CALIBRATION)
+    assert fields == () and isinstance(copy, M._Tracked) and copy == dataclasses.replace(CALIBRATION, compute=0.5)
+    fields, v = M.answer_tracked(lambda c: dataclasses.replace(c, compute=0.5).memory * c.overlap, CALIBRATION)
+    assert set(fields) == {"memory", "overlap"} and v == CALIBRATION.memory * CALIBRATION.overlap
+    fields, _ = M.answer_tracked(lambda c: dataclasses.replace(c, compute=0.5).compute, CALIBRATION)
+    assert set(fields) == {"compute"}
+    fields, _ = M.answer_tracked(lambda c: hash(c), CALIBRATION)
+    assert set(fields) >= {"memory", "overlap", "label"}  # a hash reads every field
 
 
 def _sample():

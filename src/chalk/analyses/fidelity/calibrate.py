@@ -140,12 +140,30 @@ class _Predictor:
 
         self.rows, self.answers, self.kept = rows, answers(rows, workers), {}
 
-    def many(self, cals, ttft: bool = False) -> list[np.ndarray]:
-        todo = list(dict.fromkeys(c for c in cals if (c, ttft) not in self.kept))
+    def many(self, cals, ttft: bool = False, need=None) -> list[np.ndarray]:
+        """Predictions under each of `cals`. `need`: per calibration, a mask of the rows asked for (None: all);
+        rows not asked for are NaN unless an earlier call asked for them (what is asked is answered as it would be
+        alone, so the rows a caller reads never depend on what else it asked)."""
+        n = len(self.rows)
+        want: dict = {}
+        for k, c in enumerate(cals):
+            m = np.ones(n, dtype=bool) if need is None else np.asarray(need[k], dtype=bool)
+            want[c] = m if c not in want else (want[c] | m)
+        todo, masks = [], []
+        for c, m in want.items():
+            kept = self.kept.setdefault((c, ttft), (np.full(n, math.nan), np.zeros(n, dtype=bool)))
+            missing = m & ~kept[1]  # (predictions, which rows hold theirs)
+            if missing.any():
+                todo.append(c)
+                masks.append(missing)
         if todo:
-            for c, p in zip(todo, self.answers.run(todo, ttft)):
-                self.kept[(c, ttft)] = p
-        return [self.kept[(c, ttft)] for c in cals]
+            full = all(m.all() for m in masks)
+            out = self.answers.run(todo, ttft, None if full else np.array(masks))
+            for c, m, p in zip(todo, masks, out):
+                pred, have = self.kept[(c, ttft)]
+                pred[m] = p[m]
+                have[m] = True
+        return [self.kept[(c, ttft)][0] for c in cals]
 
     def close(self):
         self.answers.close()
@@ -202,7 +220,7 @@ def _fit_latencies(cals, masks, rows, pr: _Predictor) -> list[Calibration]:
     ttft = np.array([r.metric == "ttft_s" for r in rows])
     meas = np.array([r.measured for r in rows])
     bases = [dataclasses.replace(c, request_latency_s=0.0) for c in cals]
-    preds = pr.many(bases, ttft=True)
+    preds = pr.many(bases, ttft=True, need=[ttft & m for m in masks])  # the TTFT rows each fit reads
     out = []
     for cal, mask, pred in zip(cals, masks, preds):
         sel = ttft & mask
@@ -249,7 +267,9 @@ def fit_many(masks, start: Calibration = CALIBRATION, rounds: int = 2, grid: dic
             # the fit moves among them: ask them all at once
             cands = {f: [dataclasses.replace(best[f], **{name: v}) for v in values] for f in active}
             flat = [c for f in active for c in cands[f]]
-            preds = dict(zip(flat, pr.many(flat)))
+            # each candidate answers the rows its folds' objectives read (a fold's own held-out family is not
+            # one of them; a candidate two folds share answers both folds' rows)
+            preds = dict(zip(flat, pr.many(flat, need=[sels[f] for f in active for _ in cands[f]])))
             for f in active:
                 for v, cand in zip(values, cands[f]):
                     if getattr(best[f], name) == v:
@@ -358,7 +378,8 @@ def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration
     pr = _Predictor(rows, workers)
     try:
         fits = fit_many([~folds[f] for f in fams], start, rounds, grid, rows, pr, progress)
-        held_preds = pr.many([c for c, _ in fits], ttft=True)
+        # each fit predicts its own held-out family only
+        held_preds = pr.many([c for c, _ in fits], ttft=True, need=[folds[f] for f in fams])
         in_sample = pr.many([start])[0]
     finally:
         pr.close()

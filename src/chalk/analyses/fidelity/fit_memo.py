@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
+from collections import OrderedDict
 from contextlib import contextmanager
 
 import numpy as np
@@ -36,14 +38,21 @@ _WHOLE = frozenset(("__dict__", "__getstate__", "__reduce__", "__reduce_ex__", "
 _READS: list = [None]  # the field names read while an answer is worked out, or None
 
 
+#: Code that copies every field of a calibration into a new one without using them (`dataclasses.replace`; a
+#: `_Tracked` copy is tracked in turn, so what is read from the copy counts then).
+_COPYING = frozenset(f.__code__ for f in (dataclasses.replace, getattr(dataclasses, "_replace", None)) if f)
+
+
 class _Tracked(Calibration):
-    """A calibration that records the fields read from it into `_READS[0]`."""
+    """A calibration that records the fields read from it into `_READS[0]`. The reads `dataclasses.replace` makes
+    to copy it are not counted: the copy is a `_Tracked` too, and an unchanged field read from it counts then."""
 
     def __getattribute__(self, name):
         reads = _READS[0]
         if reads is not None:
             if name in _FIELD_SET:
-                reads.add(name)
+                if sys._getframe(1).f_code not in _COPYING:
+                    reads.add(name)
             elif name in _WHOLE:
                 reads.update(_FIELDS)
         return object.__getattribute__(self, name)
@@ -100,20 +109,34 @@ _KERNEL_TIMES: dict = {}
 _KERNEL_BYTES = [0.0]
 
 
+_PLAIN = frozenset((float, int, bool, str, type(None), np.float64, np.int64))
+
+
 def _arg_key(x):
     """A hashable stand-in for an argument, equal exactly when the argument is (arrays by dtype, shape, bytes)."""
+    t = type(x)
+    if t in _PLAIN:
+        return (t, x)  # 4 and 4.0 may take different paths
+    if t is tuple or t is list:
+        return (t, tuple([_arg_key(v) for v in x]))
     if isinstance(x, np.ndarray):
         return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
     if isinstance(x, (tuple, list)):
-        return (type(x), tuple(_arg_key(v) for v in x))
+        return (t, tuple([_arg_key(v) for v in x]))
     hash(x)  # TypeError for anything else unhashable: that call is not kept
-    return (type(x), x)  # 4 and 4.0 may take different paths
+    return (t, x)
 
 
 def _size(key) -> int:
-    if isinstance(key, tuple):
-        return sum(_size(k) for k in key)
-    return len(key) if isinstance(key, bytes) else 8
+    """Bytes a key holds, roughly: its byte strings, and 8 for anything else."""
+    n, todo = 0, [key]
+    while todo:
+        k = todo.pop()
+        if type(k) is tuple:
+            todo.extend(k)
+        else:
+            n += len(k) if type(k) is bytes else 8
+    return n
 
 
 def _copy(v):
@@ -163,6 +186,77 @@ def _kernel_memo():
             setattr(KernelProfile, n, f)
 
 
+#: Closed-loop replays `_replay_memo` keeps, most recently used first out (a replay holds its run's per-request
+#: arrays: about 1 MB at 20,000 requests).
+KEPT_REPLAYS = 128
+_REPLAYS: OrderedDict = OrderedDict()
+_QUEUES: OrderedDict = OrderedDict()
+_COMPILED: list = []  # [whether the compiled loop loads here], worked out once per process
+
+
+def compiled_loop() -> bool:
+    """Whether the simulator's compiled event loop (numba, `chalk[fast]`) loads in this process."""
+    if not _COMPILED:
+        try:
+            import chalk.analyses.traffic.simulate_compiled  # noqa: F401
+            _COMPILED.append(True)
+        except (ImportError, RuntimeError, OSError):
+            _COMPILED.append(False)
+    return _COMPILED[0]
+
+
+def _lru(table: OrderedDict, key, make, size: int):
+    hit = table.get(key)
+    if hit is None:
+        hit = table[key] = make()
+        if len(table) > size:
+            table.popitem(last=False)
+    else:
+        table.move_to_end(key)
+    return hit
+
+
+@contextmanager
+def _replay_memo():
+    """While the block runs, the request simulator's closed-loop replays (`simulate.closed_loop_requests` and
+    `simulate.simulate_continuous`, as `serving.closed_loop_latencies` calls them) are kept by their exact inputs:
+    a client queue by its arguments, a run by its queue, its step cost (a frozen dataclass: every coefficient), its
+    batch and every other argument. A calibration that changes nothing a replay is given reuses it, whichever
+    fields it read on the way. A run asked without a `loop` takes the compiled loop where numba loads (the same
+    loop, statement for statement and in the same floating-point order: identical answers) whatever its length."""
+    from chalk.analyses.traffic import simulate as sim
+
+    plain_queue, plain_run = sim.closed_loop_requests, sim.simulate_continuous
+    if getattr(plain_run, "_kept", False):  # already inside one
+        yield
+        return
+    loop = {"loop": "compiled"} if compiled_loop() else {}
+
+    def queue(*args, **kw):
+        try:
+            key = (_arg_key(args), _arg_key(tuple(sorted(kw.items()))))
+        except TypeError:  # a length distribution: not kept
+            return plain_queue(*args, **kw)
+        return _lru(_QUEUES, key, lambda: plain_queue(*args, **kw), KEPT_REPLAYS)
+
+    def run(requests, step_cost, *args, **kw):
+        try:
+            key = (id(requests), step_cost, _arg_key(args), _arg_key(tuple(sorted(kw.items()))))
+            hash(key)
+        except TypeError:
+            return plain_run(requests, step_cost, *args, **kw)
+        # the queue is held beside its run, so its id stays its own while the run is kept
+        return _lru(_REPLAYS, key, lambda: (requests, plain_run(requests, step_cost, *args, **{**loop, **kw})),
+                    KEPT_REPLAYS)[1]
+
+    run._kept = True
+    sim.closed_loop_requests, sim.simulate_continuous = queue, run
+    try:
+        yield
+    finally:
+        sim.closed_loop_requests, sim.simulate_continuous = plain_queue, plain_run
+
+
 def _metric_wanted(ttft: bool):
     from chalk.analyses.fidelity.validate import FITTED_METRICS
 
@@ -185,16 +279,19 @@ class Answers:
         self.kept = {p: _Kept() for p in self.points}
         self.worked = 0  # answers worked out (not found kept)
 
-    def run(self, cals, ttft: bool = False) -> np.ndarray:
+    def run(self, cals, ttft: bool = False, need=None) -> np.ndarray:
         """(len(cals), len(rows)) predictions of the rows of a fitted metric (and TTFT rows with `ttft`) on this
-        instance's points; NaN elsewhere and where chalk cannot answer."""
+        instance's points; NaN elsewhere and where chalk cannot answer. `need`: (len(cals), len(rows)) booleans,
+        the rows each calibration is asked for (None: all); a point none of whose rows is needed under a
+        calibration is not answered there (NaN), the others exactly as without it."""
         want = _metric_wanted(ttft)
         out = np.full((len(cals), len(self.rows)), math.nan)
-        with _kernel_memo():
-            self._run(cals, want, out)
+        need = None if need is None else np.asarray(need, dtype=bool).reshape(len(cals), len(self.rows))
+        with _kernel_memo(), _replay_memo():
+            self._run(cals, want, out, need)
         return out
 
-    def _run(self, cals, want, out):
+    def _run(self, cals, want, out, need=None):
         for p in self.points:
             idx = [i for i in self.groups[p] if want(self.rows[i])]
             if not idx:
@@ -202,7 +299,10 @@ class Answers:
             rep = self.rows[idx[0]]
             metrics = sorted({self.rows[i].metric for i in idx})
             kept = self.kept[p]
+            asked = None if need is None else need[:, idx].any(axis=1)
             for k, cal in enumerate(cals):
+                if asked is not None and not asked[k]:
+                    continue
                 hit = kept.find(cal)
                 if hit is None or any(m not in hit for m in metrics):
                     fields, hit = answer_tracked(lambda c: _answer_floats(rep, c, metrics), cal)
@@ -267,9 +367,9 @@ def _serve(conn, rows, points):  # pragma: no cover - runs in a worker process
         if msg is None:
             conn.close()
             return
-        cals, ttft = msg
+        cals, ttft, need = msg
         try:
-            reply = ("ok", ans.run(cals, ttft), ans.worked)
+            reply = ("ok", ans.run(cals, ttft, need), ans.worked)
         except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
             import traceback
 
@@ -298,9 +398,9 @@ class ShardedAnswers:
             self.conns.append(parent)
         self.worked = 0
 
-    def run(self, cals, ttft: bool = False) -> np.ndarray:
+    def run(self, cals, ttft: bool = False, need=None) -> np.ndarray:
         for c in self.conns:
-            c.send((list(cals), ttft))
+            c.send((list(cals), ttft, need))
         out = np.full((len(cals), len(self.rows)), math.nan)
         errors, worked = [], 0
         for c in self.conns:
@@ -340,9 +440,9 @@ class ExecutorAnswers:
         self.group = executor.shards(Answers, [(rows, s) for s in _shards(rows, max(executor.workers, 1))])
         self.worked = 0
 
-    def run(self, cals, ttft: bool = False) -> np.ndarray:
+    def run(self, cals, ttft: bool = False, need=None) -> np.ndarray:
         out = np.full((len(cals), len(self.rows)), math.nan)
-        for part in self.group.call("run", list(cals), ttft):
+        for part in self.group.call("run", list(cals), ttft, need):
             have = ~np.isnan(part)
             out[have] = part[have]
         return out
