@@ -195,6 +195,19 @@ def test_kept_answers_equal_plain_predictions():
     assert np.array_equal(again, _plain(rows, [dataclasses.replace(CALIBRATION, amd_memory=0.55)]), equal_nan=True)
 
 
+def test_steps_kept_by_the_fields_they_read_equal_plain_predictions():
+    """Calibrations that move only what no stage step reads (the KV reserve, the request latency, the scheduler cap
+    where a fixed deployment's concurrency stays below it) reuse the kept steps; every answer is the plain one."""
+    rows = _sample()
+    cals = [dataclasses.replace(CALIBRATION, kv_reserve_output_fraction=f, request_latency_s=lat,
+                                max_seqs_per_scheduler=n)
+            for f, lat, n in ((0.0, 0.0, 512), (0.5, 0.0, 512), (1.0, 0.1, 512), (0.5, 0.2, 2048), (0.5, 0.0, 256))]
+    n0 = M.STEPS_REUSED[0]
+    got = M.Answers(rows).run(cals, ttft=True)
+    assert M.STEPS_REUSED[0] - n0 >= len(rows)  # the memo is exercised
+    assert np.array_equal(got, _plain(rows, cals), equal_nan=True)  # bit for bit
+
+
 def test_sharded_answers_equal_one_process():
     rows = _sample()
     one = M.Answers(rows).run(CALS[:3])

@@ -212,3 +212,36 @@ def test_leave_one_family_out_cross_validation():
     # the shipped range is the one the data give now (chalk calibrate --range-only --write resizes it)
     assert (lo, hi) == pytest.approx((cal.CALIBRATION.residual_low, cal.CALIBRATION.residual_high), abs=0.05)
     assert d["in_sample"]["n"] >= d["n"] - 5 and d["in_sample"]["median_abs_error"] < d["cv_p90_abs_error"]
+
+
+#: `chalk validate --cv ...` on every 12th validation row (every kind of row, most families) and three of the fitted
+#: parameters: the same command, the same code path, in seconds rather than minutes.
+_CV_CLI = """
+import sys
+from chalk.analyses.fidelity import calibrate as C, validate as V
+sub = tuple(r for i, r in enumerate(V.load_rows()) if i % 12 == 0)
+V.load_rows = lambda: sub
+C.FIT_GRID = {k: C.FIT_GRID[k] for k in ("compute", "overhead_per_layer_s", "amd_compute")}
+from chalk.faces.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _cv_cli(*args) -> dict:
+    p = subprocess.run([sys.executable, "-c", _CV_CLI, "validate", "--cv", "--json", *args], capture_output=True,
+                       text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+@pytest.mark.slow
+def test_cli_cross_validation_same_on_ray_and_in_one_process():
+    """issue 28: `validate --cv --ray` (Ray actors answering the row shards, a local Ray of the usable CPUs) gives
+    the very figures `validate --cv --workers 1` gives in one process: every family's fit, error and range, and
+    every row's held-out prediction, bit for bit."""
+    pytest.importorskip("ray")
+    one = _cv_cli("--workers", "1")
+    ray = _cv_cli("--ray")
+    assert one["n_families"] >= 5 and one["n"] >= 40 and len(one["rows"]) == len(ray["rows"])
+    assert sum(o["predicted"] is not None for o in one["rows"]) >= 40
+    assert json.dumps(one, sort_keys=True) == json.dumps(ray, sort_keys=True)

@@ -257,6 +257,106 @@ def _replay_memo():
         sim.closed_loop_requests, sim.simulate_continuous = plain_queue, plain_run
 
 
+#: Bytes of stage steps `_step_memo` keeps (their arrays; least recently asked first out): a step over a search's
+#: grid holds a few MB, one at a point a few kB.
+KEPT_STEP_BYTES = 128e6
+_STEPS: OrderedDict = OrderedDict()  # {arguments: (objects held, {fields: {their values: step}}, bytes)}
+_STEP_BYTES = [0.0]
+_COPIES: OrderedDict = OrderedDict()
+STEPS_REUSED = [0]  # stage steps answered from `_STEPS` (for tests and benchmarks)
+
+
+def _step_bytes(d: dict) -> int:
+    """Bytes of a stage step's arrays, roughly (its ops' fields and its own), and 64 for each other value."""
+    n = 0
+    for v in (*d.values(), *(x for op in (d.get("ops") or {}).values() for x in op)):
+        n += v.nbytes if isinstance(v, np.ndarray) else 64
+    return n
+
+
+def _copy_step(d: dict) -> dict:
+    """A stage step's answer as a caller may change it: its dicts and writeable arrays copied."""
+    return {k: (v.copy() if isinstance(v, np.ndarray) and v.flags.writeable else dict(v) if isinstance(v, dict)
+                else v) for k, v in d.items()}
+
+
+@contextmanager
+def _step_memo():
+    """While the block runs, `stage_step` (as `chalk.analyses.step.parallel`, `serving` and `validate` call it) is
+    kept by its exact arguments and the calibration fields it depends on, so a calibration that moves a field the
+    step never reads (the scheduler cap at a concurrency below it, the KV reserve, the request latency) reuses it.
+
+    The fields are found as `Answers` finds an answer's: the step is worked out on a tracked copy of the
+    calibration, one copy per answer and layout, and every field ever read from that copy counts (a plan the step
+    model kept by the copy's identity from an earlier step of the same layout carries that step's reads, so they
+    count here too). A hit adds its fields to the answer's reads."""
+    from chalk.analyses.fidelity import validate as VA
+    from chalk.analyses.step import parallel as PL
+    from chalk.analyses.traffic import serving as SV
+
+    plain = PL.stage_step
+    if getattr(plain, "_kept", False):  # already inside one
+        yield
+        return
+
+    def kept(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len, cal, **kw):
+        args = (costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len)
+        reads = _READS[0]
+        if reads is None or not isinstance(cal, Calibration):
+            return plain(*args, cal, **kw)
+        try:
+            lay = _arg_key((tp, attn_dp, pp, ep))
+            key = (id(costs), id(system), lay, _arg_key((decode_seqs, prefill_tokens, context, prompt_len)),
+                   tuple(sorted((k, (id(v),) if k == "kernels" and v else _arg_key(v)) for k, v in kw.items())))
+            hash(key)
+        except TypeError:
+            return plain(*args, cal, **kw)
+        entry = _STEPS.get(key)
+        if entry is None:
+            entry = _STEPS[key] = [(costs, system, kw.get("kernels")), {}, 0]  # held: their ids stay their own
+        else:
+            _STEPS.move_to_end(key)
+            for fields, table in entry[1].items():
+                hit = table.get(tuple([object.__getattribute__(cal, f) for f in fields]))
+                if hit is not None:
+                    reads.update(fields)
+                    STEPS_REUSED[0] += 1
+                    return _copy_step(hit)
+        group = (id(cal), key[0], key[1], lay, id(kw.get("kernels")))
+        held = _COPIES.get(group)
+        if held is None:
+            held = _COPIES[group] = (cal, _Tracked(**{f: object.__getattribute__(cal, f) for f in _FIELDS}), set())
+            if len(_COPIES) > 64:
+                _COPIES.popitem(last=False)
+        _, copy, seen = held
+        _READS[0] = seen
+        try:
+            out = plain(*args, copy, **kw)
+        finally:
+            _READS[0] = reads
+        reads.update(seen)
+        fields = tuple(sorted(seen))
+        step = _copy_step(out)
+        size = _step_bytes(step)
+        entry[1].setdefault(fields, {})[tuple([object.__getattribute__(cal, f) for f in fields])] = step
+        entry[2] += size
+        _STEP_BYTES[0] += size
+        while _STEP_BYTES[0] > KEPT_STEP_BYTES and len(_STEPS) > 1:
+            _, old = _STEPS.popitem(last=False)  # the least recently asked (never this one: it was just asked)
+            _STEP_BYTES[0] -= old[2]
+        return out
+
+    kept._kept = True
+    mods = [m for m in (PL, SV, VA) if getattr(m, "stage_step", None) is plain]
+    for m in mods:
+        m.stage_step = kept
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.stage_step = plain
+
+
 def _metric_wanted(ttft: bool):
     from chalk.analyses.fidelity.validate import FITTED_METRICS
 
@@ -287,7 +387,7 @@ class Answers:
         want = _metric_wanted(ttft)
         out = np.full((len(cals), len(self.rows)), math.nan)
         need = None if need is None else np.asarray(need, dtype=bool).reshape(len(cals), len(self.rows))
-        with _kernel_memo(), _replay_memo():
+        with _kernel_memo(), _replay_memo(), _step_memo():
             self._run(cals, want, out, need)
         return out
 
