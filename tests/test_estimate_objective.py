@@ -68,10 +68,13 @@ def test_bound_is_the_largest_share(model, hw, batch, context, kw):
 
 
 def test_bound_says_where_the_time_goes_not_the_roofline_side():
-    """A small model spread over 8 GPUs at batch 1 spends most of its step in launches and scheduling (20% of the
-    HBM bandwidth used): overhead-bound; its 512-token prefill on TP8 waits longest on the all-reduces."""
+    """A small model spread over 8 GPUs at batch 1 spends a third of its step in launches and scheduling and uses
+    under 30% of the HBM bandwidth: 'memory' there says the memory-bound ops take the largest share, not that the
+    step runs at the bandwidth roofline; its 512-token prefill on TP8 waits longest on the all-reduces."""
     r = estimate("llama-3.1-8b", "h100-sxm", 1, 128, layout="tp=8")
-    assert r.bound == "overhead" and r.mbu < 0.3
+    shares = dict(zip(SHARES, (r.compute_time_s, r.memory_time_s, r.comm_time_s, r.overhead_time_s)))
+    assert r.bound == max(shares, key=shares.get) == "memory" and r.mbu < 0.3
+    assert shares["overhead"] > 0.3 * r.step_time_s
     p = estimate("llama-3.1-8b", "h100-sxm", 1, 512, layout="tp=8", phase="prefill")
     assert p.bound == "communication"
 
@@ -112,8 +115,10 @@ def test_weight_read_against_the_lectures_all_weights_bound():
     lecture's all-weights bound (every weight once over the replica's GPUs); where it exceeds it (attention-DP reads
     the attention and dense weights on every rank) a note says it is a different quantity, and why."""
     tp = estimate("llama-3.1-70b", "h100-sxm", 1, 4096, layout="tp=2")
-    assert 0 < tp.weight_time_s <= tp.weight_time_lecture_s
-    assert not any("different quantity" in n for n in tp.notes)
+    # under TP the two read the same bytes; they differ only in rate (the kernel tables' GEMMs vs the calibrated
+    # bandwidth), so they stay within 15% of each other, and a note says which is which where the GEMMs are slower
+    assert 0 < tp.weight_time_s == pytest.approx(tp.weight_time_lecture_s, rel=0.15)
+    assert any("different quantity" in n for n in tp.notes) == (tp.weight_time_s > tp.weight_time_lecture_s)
     dep = estimate("deepseek-v3", "gb200-nvl72", 256, 8192, layout="tp=1,attn_dp=8")
     assert dep.weight_time_s > dep.weight_time_lecture_s
     note = [n for n in dep.notes if "different quantity" in n]

@@ -192,11 +192,28 @@ def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_preci
                             prefill_layout=prefill_layout)
 
 
-def point(row: Row, engines: bool = False) -> tuple:
+def row_engine(row: Row) -> str | None:
+    """The engine profile a row's deployment ran, as `--engine` names it: the row's engine mapped onto chalk's
+    profiles (`ENGINE_PROFILE`), at the release its `engine_version` belongs to where the catalog holds that
+    release's profile ('0.4.3.post2' -> sglang@0.4), else the engine's newest profile; None for engines chalk has
+    no profile of."""
+    from chalk.specs.engine import known_releases
+
+    eng = ENGINE_PROFILE.get(row.engine or "")
+    if eng is None or not row.engine_version:
+        return eng
+    v = row.engine_version.lstrip("v")
+    for rel in known_releases(eng):
+        if v == rel or v.startswith(rel + "."):
+            return f"{eng}@{rel}"
+    return eng
+
+
+def point(row: Row, engines: bool = True) -> tuple:
     """The chalk question a row asks, without the calibration: rows with the same point are answered by one call
-    (a fixed deployment's throughput and TPOT rows, several metrics of one search). `engines`: the row's engine
+    (a fixed deployment's throughput and TPOT rows, several metrics of one search). `engines` (default): the row's engine
     profile applies."""
-    eng = ENGINE_PROFILE.get(row.engine or "") if engines else None
+    eng = row_engine(row) if engines else None
     if row.kind == "fixed" and row.concurrency:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len,
                 row.output_len, row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
@@ -209,7 +226,7 @@ def point(row: Row, engines: bool = False) -> tuple:
     return ("row", row.id)
 
 
-def answer(row: Row, cal: Calibration, engines: bool = False, memo: bool = True):
+def answer(row: Row, cal: Calibration, engines: bool = True, memo: bool = True):
     """chalk's answer to the row's question (`point`) under `cal`: a mapping holding at least the row's metric.
     `memo`: keep fixed operating points per calibration value (`_fixed`); without it nothing outside the call is
     asked of `cal` but its fields (`chalk.analyses.fidelity.fit_memo` tracks which fields an answer read)."""
@@ -224,7 +241,7 @@ def answer(row: Row, cal: Calibration, engines: bool = False, memo: bool = True)
     return {row.metric: _pool_answer(row, cal)}
 
 
-def predict(row: Row, cal: Calibration | None = None, engines: bool = False) -> float:
+def predict(row: Row, cal: Calibration | None = None, engines: bool = True) -> float:
     """chalk's prediction of the row's metric. `engines`: apply the engine profile the row names."""
     return float(answer(row, cal or calibration(), engines)[row.metric])
 
@@ -257,6 +274,20 @@ def _pool_answer(row: Row, cal: Calibration) -> float:
     raise SpecError(f"validation row {row.id}: unknown kind {row.kind!r}")
 
 
+def _family_weighted_median(errors, families) -> float | None:
+    """The median of `errors` with each source family weighing 1 in all (a row 1 / its family's row count), as
+    the calibration's objective and `validate --cv` weigh them: the smallest error at or above half the weight."""
+    e = np.asarray(errors, dtype=float)
+    if not e.size:
+        return None
+    fam = np.asarray(families)
+    _, inv, counts = np.unique(fam, return_inverse=True, return_counts=True)
+    w = 1.0 / counts[inv]
+    o = np.argsort(e, kind="stable")
+    c = np.cumsum(w[o])
+    return float(e[o][int(np.searchsorted(c, 0.5 * c[-1] - 1e-12))])
+
+
 def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
     """Every row predicted, with its error. The headline median and p90 |error| and the residual percentiles are over
     the throughput and TPOT rows (the metrics the calibration fits); TTFT rows are their own group."""
@@ -284,12 +315,16 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
               "held_out_mlperf": lambda o: o["id"].startswith(HELD_OUT_PREFIX),
               "fixed_throughput": lambda o: o["kind"] == "fixed" and o["metric"] == "output_tokens_per_s_per_gpu",
               "fixed_tpot": lambda o: o["kind"] == "fixed" and o["metric"] == "tpot_s",
-              "ttft": lambda o: o["metric"] == "ttft_s"}
+              "ttft": lambda o: o["metric"] == "ttft_s",
+              # issue 23's figure: the latencies of the rows that state a deployment's concurrency
+              "fixed_latency": lambda o: o["kind"] == "fixed" and o["metric"] in ("ttft_s", "tpot_s")}
     by_group = {}
     for g, pick in groups.items():
-        e = np.array([o["abs_error"] for o in out if o["abs_error"] is not None and pick(o)])
+        sel = [o for o in out if o["abs_error"] is not None and pick(o)]
+        e = np.array([o["abs_error"] for o in sel])
         by_group[g] = {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else None,
-                       "p90_abs_error": float(np.percentile(e, 90)) if e.size else None}
+                       "p90_abs_error": float(np.percentile(e, 90)) if e.size else None,
+                       "family_weighted_median_abs_error": _family_weighted_median(e, [o["family"] for o in sel])}
     head = [o for o in out if headline(o)]
     errs = np.array([o["abs_error"] for o in head if o["abs_error"] is not None])
     res = np.array([np.log(o["measured"] / o["predicted"]) for o in head if o["predicted"]])

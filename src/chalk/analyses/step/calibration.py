@@ -156,9 +156,9 @@ COMPUTE = 0.475
 #: 7.35 / 8 TB/s = 92%; DeepGEMM's M = 64-128 FP8 GEMMs stream weights at 2,100-2,670 GB/s on H800 (63-80%).
 #: The literal is the first fit (2026-11-21, roofline alone): weight streaming through small-M GEMMs and paged-KV
 #: gathers ran below the streaming ceiling on decode-heavy rows (Llama 128/2048 and 1k/1k). With the kernel tables
-#: it times the ops without a table (elementwise, sampling, other chips); shipped: 0.6, the floor of its grid
-#: (catalog/calibration.yaml; the 730-row refit of 2026-11-26, whose families that measured older engine releases
-#: pull it down: the grid is not widened below 0.6 of peak).
+#: it times the ops without a table (elementwise, sampling, other chips); shipped: 0.9, the top of its grid
+#: (catalog/calibration.yaml; the 730-row refit of 2026-11-26 with each row's engine profile: the fit before it,
+#: one engine for every row, had it at the floor, 0.6, its kernel-table shortfalls put into a low memory rate).
 MEMORY = 0.82
 
 #: Achieved fraction of one-way link bandwidth in collectives: NCCL all-reduce bus bandwidth ~360 of
@@ -169,8 +169,8 @@ LINK = 0.75
 #: Per-forward-pass overhead: a fixed part (scheduling, sampling, CUDA-graph replay, host sync) and a per-layer
 #: part (kernel launches and the small non-GEMM kernels of each layer), pinned by small-batch rows (InferenceX
 #: DeepSeek-R1 TP8 at 16 concurrent on B200). The literals are the first fit (0.1 ms and 40 us: 1.4-5 ms for 32-126
-#: layers, the "1-5 ms per large MoE step" of engine profiles). Shipped: 1 ms fixed and 10 us per layer (1.3-2.3 ms
-#: for 32-126 layers), with a per-sequence host time beside them (`overhead_per_seq_s`; catalog/calibration.yaml).
+#: layers, the "1-5 ms per large MoE step" of engine profiles). Shipped: 0.5 ms fixed and 10 us per layer (0.8-1.8
+#: ms for 32-126 layers), with a per-sequence host time beside them (`overhead_per_seq_s`; catalog/calibration.yaml).
 OVERHEAD_FIXED_S = 0.1e-3
 OVERHEAD_PER_LAYER_S = 40e-6
 
@@ -205,8 +205,8 @@ MOE_SHUFFLE_PASSES = 16.0
 #: AMD: public GEMM sweeps (SemiAnalysis, "MI300X vs H100 vs H200", Dec 2024) put MI300X BF16/FP8 GEMMs at
 #: roughly half of peak against ~70% on H100 (ratio ~0.65), and stream-type tests at ~80% of HBM peak against
 #: ~90% (ratio ~0.9). Approximate kernel-level figures, the starting point; `chalk calibrate` refits them on the AMD
-#: rows as `amd_compute` and `amd_memory` (`VENDOR_FIELDS`). Shipped: 0.7 compute and 0.7 memory, the memory factor
-#: at the bottom of its grid (catalog/calibration.yaml).
+#: rows as `amd_compute` and `amd_memory` (`VENDOR_FIELDS`). Shipped: 0.6 compute and 0.9 memory, each one step in
+#: from an end of its grid (catalog/calibration.yaml).
 VENDOR = (("AMD", 0.65, 0.9),)
 
 #: The refitted fields that hold a vendor's (compute, memory) multipliers, by the `vendor` a chip's YAML names (lower
@@ -255,7 +255,7 @@ MOE_LOAD_IMBALANCE = True
 
 #: Spread of the residuals log(measured / predicted) over the validation set, so [low, high] = estimate *
 #: exp(residual). The literals are the first in-sample 10th and 90th percentiles (67 rows, after the MoE refit); the
-#: shipped values (shipped: -0.849 and 0.532; catalog/calibration.yaml, its `range` block saying how) are the
+#: shipped values (shipped: -0.71 and 0.252; catalog/calibration.yaml, its `range` block saying how) are the
 #: family-weighted percentiles of the leave-one-family-out residuals that hold 80% of held-out measured values
 #: (`calibrate.cv_range`).
 RESIDUAL_LOW = -0.49
