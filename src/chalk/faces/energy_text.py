@@ -22,7 +22,7 @@ def energy_rows(e) -> list[tuple[str, str]]:
     share = d.get("electricity_share_of_cost")
     gpus = d["gpus"]
     return [("energy", f"{num(d['joules_per_token'])} J per {d['tokens']} token; {si(d['power_w_per_gpu'], 'W')} "
-                       f"per GPU ({d['power_source']}); {si(d['power_w_per_fleet'], 'W')} for {gpus} "
+                       f"per GPU, {d['power_source']}; {si(d['power_w_per_fleet'], 'W')} for {gpus} "
                        f"GPU{'s' if gpus != 1 else ''} at the wall (PUE {d['pue']:g}), "
                        f"{num(d['kwh_per_day'])} kWh/day"),
             ("electricity", f"{usd(d['electricity_usd_per_mtok'])} per M tokens at ${d['usd_per_kwh']:g}/kWh"
