@@ -24,6 +24,7 @@ import numpy as np
 
 from chalk.analyses.step.calibration import CALIBRATION, Calibration, recorded  # noqa: F401 (recorded: the reader)
 from chalk.analyses.fidelity.validate import FITTED_METRICS  # metrics in the objective and the headline
+from chalk.analyses.fidelity.validate import weighted_quantile  # noqa: F401 (the statistic CV and validate share)
 
 #: The parameters refitted, and the grid each is searched over.
 FIT_GRID = {
@@ -87,21 +88,6 @@ def family_weights(rows, mask: np.ndarray | None = None) -> np.ndarray:
         m = sel & (fam == f)
         w[m] = 1.0 / m.sum()
     return w
-
-
-def weighted_quantile(x, w, q: float) -> float:
-    """The `q` quantile of `x` under weights `w` (midpoint rule: an item sits at the middle of its weight in the
-    cumulative distribution, interpolated linearly between items). Equal weights give np.median at 0.5.
-    None when no weight is left after dropping non-finite values."""
-    x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float)
-    ok = np.isfinite(x) & (w > 0)
-    if not np.any(ok):
-        return None
-    x, w = x[ok], w[ok]
-    order = np.argsort(x, kind="stable")
-    x, w = x[order], w[order]
-    c = (np.cumsum(w) - w / 2) / w.sum()
-    return float(np.interp(q, c, x))
 
 
 def speed_residuals(rows, pred: np.ndarray) -> np.ndarray:

@@ -274,18 +274,28 @@ def _pool_answer(row: Row, cal: Calibration) -> float:
     raise SpecError(f"validation row {row.id}: unknown kind {row.kind!r}")
 
 
+def weighted_quantile(x, w, q: float) -> float:
+    """The `q` quantile of `x` under weights `w` (midpoint rule: an item sits at the middle of its weight in the
+    cumulative distribution, interpolated linearly between items). Equal weights give np.median at 0.5.
+    None when no weight is left after dropping non-finite values."""
+    x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float)
+    ok = np.isfinite(x) & (w > 0)
+    if not np.any(ok):
+        return None
+    x, w = x[ok], w[ok]
+    order = np.argsort(x, kind="stable")
+    x, w = x[order], w[order]
+    c = (np.cumsum(w) - w / 2) / w.sum()
+    return float(np.interp(q, c, x))
+
+
 def _family_weighted_median(errors, families) -> float | None:
     """The median of `errors` with each source family weighing 1 in all (a row 1 / its family's row count), as
-    the calibration's objective and `validate --cv` weigh them: the smallest error at or above half the weight."""
-    e = np.asarray(errors, dtype=float)
-    if not e.size:
+    the calibration's objective and `validate --cv` weigh them (`weighted_quantile` at 0.5)."""
+    if not len(errors):
         return None
-    fam = np.asarray(families)
-    _, inv, counts = np.unique(fam, return_inverse=True, return_counts=True)
-    w = 1.0 / counts[inv]
-    o = np.argsort(e, kind="stable")
-    c = np.cumsum(w[o])
-    return float(e[o][int(np.searchsorted(c, 0.5 * c[-1] - 1e-12))])
+    _, inv, counts = np.unique(np.asarray(families), return_inverse=True, return_counts=True)
+    return weighted_quantile(errors, 1.0 / counts[inv], 0.5)
 
 
 def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
