@@ -502,11 +502,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     else:
         sizes = [gpus] if gpus else search_sizes(system, costs, cal)
         layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
-    if not layouts:
-        raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
-    total = costs.dense_weight_bytes + costs.expert_weight_bytes
-    if total / max(sizes) > system.chip.hbm_bytes * (1 - cal.memory_reserve):  # cheap check first: weights alone
-        raise FitError(_no_fit(m, costs, sizes, system, cal))  # overflow the most GPUs searched, before any step
+    _check_fit(m, costs, system, cal, sizes, layouts)
     g = _grid(layouts, cal.max_seqs_per_scheduler)
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
     ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
@@ -519,10 +515,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     pool = pool_points = None
     if disaggregated:
         pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
-        pool = _pick_prefill_pool(layouts, *pool_points)
-        if pool is None:
-            raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
-                           + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+        pool = _prefill_pool_or_fail(m, system, layouts, pool_points, max_ttft_s)
     p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
     args = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
                 ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
@@ -530,6 +523,25 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
                    max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args,
                    pool_points)
+
+
+def _check_fit(m, costs, system, cal, sizes, layouts) -> None:
+    """FitError where `sizes` hold no valid layout, or where the weights alone overflow the most GPUs searched (the
+    cheap check, before any step is timed)."""
+    if not layouts:
+        raise FitError(f"no valid layout of {m.id} on {sizes} x {system.chip.id}")
+    total = costs.dense_weight_bytes + costs.expert_weight_bytes
+    if total / max(sizes) > system.chip.hbm_bytes * (1 - cal.memory_reserve):
+        raise FitError(_no_fit(m, costs, sizes, system, cal))
+
+
+def _prefill_pool_or_fail(m, system, layouts, points, max_ttft_s) -> dict:
+    """The prefill pool picked from `points` (`_prefill_pool_points` over `layouts`), or FitError saying none fits."""
+    pool = _pick_prefill_pool(layouts, *points)
+    if pool is None:
+        raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
+                       + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+    return pool
 
 
 def _no_fit(m, costs, sizes, system, cal) -> str:
@@ -671,17 +683,9 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
         lays, span = found.layouts[lo:lo + k], slice(lo, lo + k)
         keep = (found.g["idx"] >= lo) & (found.g["idx"] < lo + k)
         try:
-            if not lays:
-                raise FitError(f"no valid layout of {m.id} on {[n]} x {system.chip.id}")
-            if (costs.dense_weight_bytes + costs.expert_weight_bytes) / n > \
-                    system.chip.hbm_bytes * (1 - cal.memory_reserve):
-                raise FitError(_no_fit(m, costs, [n], system, cal))
-            p = None
-            if disaggregated:
-                p = _pick_prefill_pool(lays, *(a[span] for a in pool))
-                if p is None:
-                    raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
-                                   + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+            _check_fit(m, costs, system, cal, [n], lays)
+            p = _prefill_pool_or_fail(m, system, lays, [a[span] for a in pool], max_ttft_s) if disaggregated \
+                else None
             g = {key: v[keep] for key, v in found.g.items()}
             g["idx"] = g["idx"] - lo
             one = dataclasses.replace(found, sizes=[n], layouts=lays, g=g, ev=rows(found.ev, keep),
