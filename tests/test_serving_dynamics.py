@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chalk.analyses.traffic import simulate as S
-from chalk.analyses.traffic.serving import fixed_deployment, throughput
+from chalk.analyses.traffic.serving import FixedCurve, fixed_deployment, throughput
 
 SC_8B = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=64, context=1200, prompt_len=1000,
                                    prefill_tokens=300)
@@ -32,6 +32,29 @@ def test_a_fixed_deployment_obeys_littles_law(dep, conc, inp, out):
     request = r["ttft_s"] + r["tpot_s"] * (out - 1)
     assert request == pytest.approx(conc / x, rel=0.06)
     assert r["latency_window"]["warmup_requests"] >= 2 * conc
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dep=st.sampled_from(DEPLOYMENTS), conc=st.lists(st.integers(1, 4000), min_size=1, max_size=7),
+       inp=st.integers(64, 8000), out=st.integers(8, 1000), disagg=st.booleans())
+def test_the_curve_plan_sizes_with_is_the_fixed_closed_form(dep, conc, inp, out, disagg):
+    """`plan` finds each candidate's concurrency limit on `FixedCurve` (set up once, many concurrencies): at every
+    concurrency it gives the figures `fixed_deployment(simulate=False)` gives there alone, and the closed form
+    keeps Little's law (in flight = rate x (mean TTFT on the client's clock + TPOT x output), the seats beyond the
+    cap waiting) wherever more than one request decodes."""
+    m, hw, lay = dep
+    kw = dict(layout=lay, input_len=inp, output_len=out)
+    if disagg:
+        kw.update(gpus=int(lay.split("=")[1]), decode_gpus=int(lay.split("=")[1]))
+    cv = FixedCurve(m, hw, **kw)(conc)
+    for i, n in enumerate(conc):
+        r = fixed_deployment(m, hw, concurrency=n, simulate=False, **kw)
+        for k in ("tpot_s", "ttft_s", "ttft_p99_s", "tpot_p99_s", "output_tokens_per_s_per_gpu",
+                  "decoding_per_replica"):
+            assert cv[k][i] == pytest.approx(r[k], rel=1e-9), k
+        if r["decoding_per_replica"] > 1.0:  # (one request alone decodes all the time it is not prefilling)
+            x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / out
+            assert r["ttft_s"] + r["tpot_s"] * out == pytest.approx(n / x, rel=2e-3)  # B from a 48-point grid
 
 
 @settings(max_examples=15, deadline=None)

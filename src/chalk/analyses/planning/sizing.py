@@ -19,7 +19,8 @@ from functools import lru_cache
 
 
 from chalk.analyses.planning import fleet
-from chalk.analyses.traffic.serving import (Speculation, _serving_setup, default_chunk_tokens, fixed_deployment,
+from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _serving_setup, default_chunk_tokens,
+                                            fixed_deployment,
                                             prefill_piece, prefill_step_tokens, search_sizes, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
@@ -131,13 +132,17 @@ def _fixed(ask: Ask, system: System, c: dict, n: int):
     return res
 
 
-def _fixed_deployment(ask: Ask, system: System, c: dict, n: int):
+def _fixed_args(ask: Ask, c: dict) -> dict:
+    """`fixed_deployment`'s arguments for candidate `c` (one replica; a disaggregated one decodes on all of it)."""
     G = c["replica_gpus"]
     kw = dict(gpus=G, decode_gpus=G) if c["mode"] == "disaggregated" else {}
-    return fixed_deployment(ask.model, system, layout=c["layout_text"], concurrency=int(n), input_len=ask.input_len,
-                            output_len=ask.output_len, precision=c["precision"], kv_precision=ask.kv_precision,
-                            ideal=ask.ideal, speculative=c["speculative"], engine=ask.engine, simulate=False,
-                            eplb=ask.eplb, **kw)
+    return dict(layout=c["layout_text"], input_len=ask.input_len, output_len=ask.output_len,
+                precision=c["precision"], kv_precision=ask.kv_precision, ideal=ask.ideal,
+                speculative=c["speculative"], engine=ask.engine, eplb=ask.eplb, **kw)
+
+
+def _fixed_deployment(ask: Ask, system: System, c: dict, n: int):
+    return fixed_deployment(ask.model, system, concurrency=int(n), simulate=False, **_fixed_args(ask, c))
 
 
 def _meets(ask: Ask, c: dict, res) -> bool:
@@ -149,24 +154,35 @@ def _meets(ask: Ask, c: dict, res) -> bool:
     return True
 
 
-def _max_concurrency(ask: Ask, system: System, c: dict, guess: float):
+def _curve(ask: Ask, system: System, c: dict) -> FixedCurve:
+    """Candidate `c`'s fixed-deployment closed form, set up once and asked at any concurrency."""
+    return FixedCurve(ask.model, system, **_fixed_args(ask, c))
+
+
+def _at(curve: FixedCurve, n: int) -> dict:
+    """The closed form at `n` requests in flight per replica, as numbers (what `_meets` and `_cost` read): the
+    figures `fixed_deployment(..., simulate=False)` gives at n."""
+    return {k: float(v[0]) for k, v in curve([n]).items()}
+
+
+def _max_concurrency(ask: Ask, system: System, c: dict, guess: float, curve: FixedCurve | None = None):
     """The most requests in flight per replica whose predicted TPOT (and p99 TTFT) meet the targets, within
-    the replica's batch cap (scheduler and KV memory): (n, its fixed-deployment result) or None.
+    the replica's batch cap (scheduler and KV memory): (n, the closed form at n: `_at`) or None.
 
     Starts from the layout search's batch (`guess`), which meets the speed floor: TPOT need not fall as the
     batch shrinks below it (a few sequences leave attention-DP ranks idle), so the search walks down from there
-    only when the guess misses, and bisects upward between a point that meets and one that does not.
+    only when the guess misses, and bisects upward between a point that meets and one that does not. Each point
+    is the candidate's closed form (`FixedCurve`: set up once, one step-time lookup per point).
     """
-    g = max(int(round(guess)), 1)
-    r_g = _fixed(ask, system, c, g)
-    cap = max(int(math.floor(r_g["batch_cap_per_replica"])), 1)
-    if g > cap:
-        g, r_g = cap, _fixed(ask, system, c, cap)
+    curve = curve or _curve(ask, system, c)
+    cap = max(int(math.floor(curve.batch_cap_per_replica)), 1)
+    g = min(max(int(round(guess)), 1), cap)
+    r_g = _at(curve, g)
     if _meets(ask, c, r_g):
         lo, r_lo = g, r_g
         if cap == g:
             return lo, r_lo
-        r_cap = _fixed(ask, system, c, cap)
+        r_cap = _at(curve, cap)
         if _meets(ask, c, r_cap):
             return cap, r_cap
         hi = cap
@@ -174,7 +190,7 @@ def _max_concurrency(ask: Ask, system: System, c: dict, guess: float):
         hi, x, r_lo = g, g, None
         while x > 1:
             x = max(1, int(x / 1.5))
-            r = _fixed(ask, system, c, x)
+            r = _at(curve, x)
             if _meets(ask, c, r):
                 lo, r_lo = x, r
                 break
@@ -184,7 +200,7 @@ def _max_concurrency(ask: Ask, system: System, c: dict, guess: float):
     while hi - lo > max(1, int(lo * CONCURRENCY_TOLERANCE)):
         mid = int(round(math.sqrt(lo * hi))) if hi > 4 * lo else (lo + hi) // 2
         mid = min(max(mid, lo + 1), hi - 1)
-        r = _fixed(ask, system, c, mid)
+        r = _at(curve, mid)
         if _meets(ask, c, r):
             lo, r_lo = mid, r
         else:
@@ -232,30 +248,34 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
         c["prefill"] = {"layout": _one_replica(p["layout"]), "parallelism": pp, "replica_gpus": Gp,
                         "lone_prompt_s": float(p["ttft_s"])}
         c["prefill_tokens_per_s"] = float(p["input_tokens_per_s_per_gpu"]) * Gp
-    found = _max_concurrency(ask, system, c, float(r["batch_per_replica"]))
+    curve = _curve(ask, system, c)
+    found = _max_concurrency(ask, system, c, float(r["batch_per_replica"]), curve)
     if found is None:
         return None
     cap, at_cap = found
     c["cap"] = cap
     c["e2e_at_cap_s"] = cap / _per_replica_rate(at_cap, G, ask.O)
-    c["at_cap"] = at_cap
     R, P = replicas_for(ask.demand.value, ask.demand.kind, c)
-    s = _cost(ask, system, c, R, P)
+    s = _cost(ask, system, c, R, P, lambda n: _at(curve, n))
     if mode == "disaggregated":  # size the prefill pool for the rate the decode replicas actually serve
         P2 = prefill_replicas(s["requests_per_s"], c)
         if P2 != P:
-            s = _cost(ask, system, c, R, P2)
+            s = _cost(ask, system, c, R, P2, lambda n: _at(curve, n))
     return s
 
 
-def _cost(ask: Ask, system: System, c: dict, R: int, P: int) -> dict:
-    """The candidate at R replicas (and P prefill replicas): its operating point, GPUs and dollars."""
+def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict:
+    """The candidate at R replicas (and P prefill replicas): its operating point, GPUs and dollars.
+    `op_at(n)`: the operating point at n requests in flight per replica (default: the whole fixed-deployment
+    answer, `_fixed`); `size` ranks candidates on the closed form's numbers alone (`_at`, the same figures), and
+    `best` asks the whole answer for the one it keeps (`lite` marks a candidate costed so)."""
     d = ask.demand
     G = c["replica_gpus"]
     n_mean = d.users / R if d.kind == "users" else None
     if n_mean is None:  # rate: requests in flight per replica by Little's law at the cap's latency, then refined
         n_mean = float(F.requests_in_flight(d.rate / R, c["e2e_at_cap_s"]))
-    op = _fixed(ask, system, c, max(int(round(n_mean)), 1))
+    n_op = max(int(round(n_mean)), 1)
+    op = op_at(n_op) if op_at is not None else _fixed(ask, system, c, n_op)
     x = _per_replica_rate(op, G, ask.O)
     served = R * x if d.kind == "users" else d.rate
     gpus = R * G + (P * c["prefill"]["replica_gpus"] if c["prefill"] else 0)
@@ -263,7 +283,8 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int) -> dict:
     usd_h = float(F.fleet_usd_per_hour(gpus, price))
     cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
     ttft = float(op["ttft_p99_s"]) if c["mode"] == "aggregated" else c["prefill"]["lone_prompt_s"] + float(op["tpot_s"])
-    return {**c, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op, "requests_per_s": served,
+    return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
+            "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
             "headroom": float(F.headroom(R, cap_units, d.value)), "usd_per_gpu_hour": price,
             "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
@@ -290,6 +311,8 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
         s = size(ask, system, mode, prec, r)
         if s is not None and (top is None or (s["usd_per_hour"], s["gpus"]) < (top["usd_per_hour"], top["gpus"])):
             top = s
+    if top is not None and top["lite"]:
+        top = _cost(ask, system, top, top["replicas"], top["prefill_replicas"])
     if top is None:
         why = why or (f"no {mode} layout on {system.chip.id} meets the targets at even one request per replica"
                       if cands else f"no {mode} layout of the model fits {system.chip.id}")

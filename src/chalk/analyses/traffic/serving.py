@@ -749,41 +749,55 @@ def _prefill_pool_requests_per_s(costs, system: System, lay: Layout, pool_gpus: 
     return pool_gpus * float(rate) / Ip
 
 
-def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
-                     precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
-                     calibration_override: Calibration | None = None, speculative: Speculation | None = None,
-                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
-                     simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
-                     max_tokens: int | None = None, replay: dict | None = None,
-                     requests: int | None = None, prefill_layout=None) -> dict:
-    """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
-    benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
+#: Points of the decoding-batch grid (1 to the batch cap, geometric) on which a fixed deployment solves Little's law
+FIXED_GRID_POINTS = 48
 
-    Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
-    them, one token each per step; their prompts prefilled as whole chunks in some of the steps, `mixed_step_s`) or
-    waiting for their prompt to be prefilled; B is capped by the scheduler and by KV memory; by Little's law
-    N = B + X * (TTFT + latency), with X = B / (O * TPOT) requests per second: `request_latency_s`, the calibrated
-    time a request spends outside the GPU steps (added to TTFT), holds its client's seat without decoding (the
-    replayed closed loop hands each freed seat on that much later). Mean TTFT adds the wait of requests beyond
-    the cap.
-    `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
-    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
-    it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
-    carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
-    `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
-    of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
-    (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
-    layout plus that wait; output per GPU counts all `gpus`.
-    `prefill_layout`: the layout of the disaggregated prefill pool's workers (default: `layout`): the pool's rate
-    and the one prompt's prefill in TTFT are timed on it (disaggregated deployments size their prefill workers on
-    their own, e.g. TP4 with attention-DP for prefill beside DEP16 decode).
-    `eplb`: as `throughput`'s.
-    `requests`: a benchmark's whole run rather than its steady state: this many requests in all, `concurrency` of
-    them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
-    N`). Throughput (output over the run's span), mean TTFT and mean TPOT are then the run's own, its cold start
-    (the first wave's prompts queue behind each other's prefill) and ramp-down included, as the benchmark reports
-    them; the closed forms (disaggregated, speculation) add the first wave's queue to the mean TTFT.
-    """
+
+@dataclass(frozen=True)
+class _Fixed:
+    """A fixed deployment's setup, the same at every concurrency: model, system, lengths, calibration, layouts, the
+    batch cap per replica, and `times(B)`, the (TPOT, TTFT of a lone prompt, TPOT of a chunk-carrying step) at B
+    decoding sequences per replica (numbers or arrays). Built by `_fixed_setup`; read by `_closed_form`."""
+
+    m: object
+    system: System
+    I: float
+    O: float
+    L: float
+    F: float
+    cal: Calibration
+    eng: object
+    costs: object
+    kern: object
+    di: object
+    do: object
+    input_len: object
+    lay: Layout
+    pre: Layout
+    G: int
+    gpus: int
+    disagg: bool
+    decode_gpus: int | None
+    R: int
+    cap: float
+    q: float
+    e: float
+    Ip: float
+    ovh: object
+    chunk: object
+    piece: float
+    lat: float
+    x_pool: float
+    times: object
+    grid: np.ndarray
+    held: np.ndarray
+    x_grid: np.ndarray
+
+
+def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, precision=None, kv_precision="auto",
+                 ideal=False, calibration_override=None, speculative=None, engine=None, cache_hit=None,
+                 decode_gpus=None, eplb=None, max_seqs=None, max_tokens=None, prefill_layout=None) -> _Fixed:
+    """What `fixed_deployment` needs before it is told the concurrency (its arguments, checked the same way)."""
     from chalk.analyses.step.estimate import make_layout
 
     # a length given as a distribution or a file is read once: the closed-loop replay samples the same object
@@ -792,9 +806,6 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                                                   precision, kv_precision, ideal,
                                                                   calibration_override, engine, cache_hit, eplb,
                                                                   max_seqs)
-    if isinstance(concurrency, bool):
-        raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-    N = count("concurrency", concurrency)  # one line for a float, NaN, < 1 or beyond int64 (1e20)
     lay = make_layout(m, layout)
     G = lay.replica_gpus
     gpus = G if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
@@ -813,9 +824,6 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     if prefill_layout is not None and (gpus - decode_gpus) % pre.replica_gpus:
         raise InputError(f"{gpus - decode_gpus} prefill GPUs do not divide into prefill workers of "
                          f"{pre.replica_gpus} ({pre.label()})")
-    if N < R:
-        raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
-    Nr = N / R
     tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
     kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L + cal.kv_reserve_output_fraction * O / 2)[1])
@@ -856,24 +864,135 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
             return tpot, float(P.pipeline_token_latency_s(one, pre.pp)) + tpot * e, tpot
         return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
 
-    # Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT): solve for the decoding count B on a grid.
-    # lat: the calibrated time a request spends outside the GPU steps (in TTFT): its client seat is held, nothing
-    # of it decodes
-    lat = cal.request_latency_s
-    grid = np.unique(np.concatenate([np.geomspace(1.0, max(min(cap, Nr), 1.0), 48), [min(cap, Nr)]]))
-    tp_g, tt_g, _ = times(grid)
-    held = grid * (1 + (np.asarray(tt_g) + lat) / (O * np.asarray(tp_g)))  # requests in flight B decoding implies
-    held = np.maximum.accumulate(held)
-    B = float(np.interp(Nr, held, grid)) if Nr < held[-1] else float(grid[-1])
     x_pool = _prefill_pool_requests_per_s(costs, system, pre, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
         if disagg and gpus > decode_gpus else float("inf")
-    if np.isfinite(x_pool):  # the prefill pool admits at most x_pool requests/s per decode replica: the rest queue
-        x_g = np.maximum.accumulate(grid / (O * np.asarray(tp_g)))
-        if x_pool < x_g[-1]:
-            B = min(B, float(np.interp(x_pool, x_g, grid)))
-    tpot, ttft0, tpot_chunk = (float(np.asarray(v)) for v in times(B))
-    X = B / (O * tpot)                               # requests completed per second per replica
-    waiting = max(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
+    # Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT): the requests in flight that B decoding imply,
+    # on a grid of B from 1 to the cap, the same for every concurrency (`_closed_form` solves it for B)
+    lat = cal.request_latency_s
+    grid = np.geomspace(1.0, cap, FIXED_GRID_POINTS)
+    tp_g, tt_g, _ = (np.broadcast_to(np.asarray(v, dtype=float), grid.shape) for v in times(grid))
+    held = np.maximum.accumulate(grid * (1 + (tt_g + lat) / (O * tp_g)))
+    x_grid = np.maximum.accumulate(grid / (O * tp_g))  # requests/s per replica at B decoding
+    return _Fixed(m=m, system=system, I=I, O=O, L=L, F=F, cal=cal, eng=eng, costs=costs, kern=kern, di=di, do=do,
+                  input_len=input_len, lay=lay, pre=pre, G=G, gpus=gpus, disagg=disagg, decode_gpus=decode_gpus,
+                  R=R, cap=cap, q=q, e=e, Ip=Ip, ovh=ovh, chunk=chunk, piece=piece, lat=lat, x_pool=x_pool,
+                  times=times, grid=grid, held=held, x_grid=x_grid)
+
+
+def _fixed_concurrency(concurrency, R: int) -> int:
+    """Requests in flight, checked: a whole number >= 1 and at least one per replica."""
+    if isinstance(concurrency, bool):
+        raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
+    N = count("concurrency", concurrency)  # one line for a float, NaN, < 1 or beyond int64 (1e20)
+    if N < R:
+        raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
+    return N
+
+
+def _closed_form(fx: _Fixed, Nr):
+    """The fixed deployment's steady state at `Nr` requests in flight per replica (1-D array), arrays of
+    (B decoding, TPOT, TTFT of a lone prompt, TPOT of a chunk-carrying step, requests/s X, requests waiting).
+
+    Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT), solved for the decoding count B by
+    interpolating the grid `_fixed_setup` made (`fx.held`); lat: the calibrated time a request spends outside the
+    GPU steps (in TTFT): its client seat is held, nothing of it decodes. Past the cap's in-flight count, B is the
+    cap and the rest wait. A disaggregated prefill pool admits at most x_pool requests/s per decode replica: the
+    rest queue. A few concurrencies are timed one by one (one number is looked up faster than a short array),
+    more as one array."""
+    Nr = np.asarray(Nr, dtype=float)
+    O, lat, x_pool, grid, held = fx.O, fx.lat, fx.x_pool, fx.grid, fx.held
+    B = np.where(Nr < held[-1], np.interp(Nr, held, grid), grid[-1])
+    if np.isfinite(x_pool) and x_pool < fx.x_grid[-1]:
+        B = np.minimum(B, float(np.interp(x_pool, fx.x_grid, grid)))
+    if B.size <= 4:
+        tpot, ttft0, tpot_chunk = (np.array(v, dtype=float) for v in zip(*(
+            tuple(float(np.asarray(t)) for t in fx.times(float(b))) for b in B)))
+    else:
+        tpot, ttft0, tpot_chunk = (np.broadcast_to(np.asarray(v, dtype=float), B.shape) for v in fx.times(B))
+    X = B / (O * tpot)                                      # requests completed per second per replica
+    waiting = np.maximum(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
+    return B, tpot, ttft0, tpot_chunk, X, waiting
+
+
+def _ttft_p99_closed(fx: _Fixed, ttft0, waiting, X):
+    """The closed form's p99 TTFT on the engine's clock: the p99 prompt's prefill plus the mean wait."""
+    I = fx.I
+    p99_I = float(getattr(fx.input_len, "quantile", lambda q_: I)(0.99)) \
+        if not isinstance(fx.input_len, (int, float)) else I
+    return ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
+
+
+class FixedCurve:
+    """`fixed_deployment`'s closed form (`simulate=False`) of one deployment, asked at many concurrencies at once:
+    `curve(ns)` gives arrays of TPOT, mean and p99 TTFT (on the client's clock), decoding sequences and output
+    tokens/s per GPU, each equal to what `fixed_deployment(..., concurrency=n, simulate=False)` gives for that n.
+    Built with `fixed_deployment`'s arguments (not `concurrency`, `simulate`, `requests`, `replay`); the setup is
+    done once."""
+
+    def __init__(self, model, hardware, *, layout, input_len, output_len, **kw):
+        self._fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, **kw)
+        self.batch_cap_per_replica = self._fx.cap
+
+    def __call__(self, concurrencies) -> dict:
+        fx = self._fx
+        N = np.array([_fixed_concurrency(n, fx.R) for n in np.atleast_1d(concurrencies).tolist()], dtype=float)
+        B, tpot, ttft0, tpot_chunk, X, waiting = _closed_form(fx, N / fx.R)
+        return {"concurrency": N, "decoding_per_replica": B, "tpot_s": tpot,
+                "ttft_s": ttft0 + waiting / X + fx.lat,
+                "ttft_p99_s": _ttft_p99_closed(fx, ttft0, waiting, X) + fx.lat,
+                "tpot_p99_s": np.maximum(tpot_chunk, tpot), "user_tokens_per_s": 1 / tpot,
+                "output_tokens_per_s_per_gpu": X * fx.O * fx.R / fx.gpus}
+
+
+def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_len, gpus: int | None = None,
+                     precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,
+                     calibration_override: Calibration | None = None, speculative: Speculation | None = None,
+                     engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
+                     simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
+                     max_tokens: int | None = None, replay: dict | None = None,
+                     requests: int | None = None, prefill_layout=None) -> dict:
+    """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
+    benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
+
+    Steady state of aggregated serving with chunked prefill: each replica's N requests are either decoding (B of
+    them, one token each per step; their prompts prefilled as whole chunks in some of the steps, `mixed_step_s`) or
+    waiting for their prompt to be prefilled; B is capped by the scheduler and by KV memory; by Little's law
+    N = B + X * (TTFT + latency), with X = B / (O * TPOT) requests per second: `request_latency_s`, the calibrated
+    time a request spends outside the GPU steps (added to TTFT), holds its client's seat without decoding (the
+    replayed closed loop hands each freed seat on that much later). Mean TTFT adds the wait of requests beyond
+    the cap.
+    `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
+    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
+    it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
+    carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
+    `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
+    of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
+    (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
+    layout plus that wait; output per GPU counts all `gpus`.
+    `prefill_layout`: the layout of the disaggregated prefill pool's workers (default: `layout`): the pool's rate
+    and the one prompt's prefill in TTFT are timed on it (disaggregated deployments size their prefill workers on
+    their own, e.g. TP4 with attention-DP for prefill beside DEP16 decode).
+    `eplb`: as `throughput`'s.
+    `requests`: a benchmark's whole run rather than its steady state: this many requests in all, `concurrency` of
+    them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
+    N`). Throughput (output over the run's span), mean TTFT and mean TPOT are then the run's own, its cold start
+    (the first wave's prompts queue behind each other's prefill) and ramp-down included, as the benchmark reports
+    them; the closed forms (disaggregated, speculation) add the first wave's queue to the mean TTFT.
+    """
+    fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, gpus=gpus,
+                      precision=precision, kv_precision=kv_precision, ideal=ideal,
+                      calibration_override=calibration_override, speculative=speculative, engine=engine,
+                      cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb, max_seqs=max_seqs,
+                      max_tokens=max_tokens, prefill_layout=prefill_layout)
+    m, system, I, O, L, F, cal, eng, costs, kern = (fx.m, fx.system, fx.I, fx.O, fx.L, fx.F, fx.cal, fx.eng,
+                                                    fx.costs, fx.kern)
+    di, do, lay, pre, G, gpus, disagg, decode_gpus, R = (fx.di, fx.do, fx.lay, fx.pre, fx.G, fx.gpus, fx.disagg,
+                                                         fx.decode_gpus, fx.R)
+    cap, q, e, Ip, ovh, chunk, piece, lat, x_pool = (fx.cap, fx.q, fx.e, fx.Ip, fx.ovh, fx.chunk, fx.piece, fx.lat,
+                                                     fx.x_pool)
+    N = _fixed_concurrency(concurrency, R)
+    Nr = N / R
+    B, tpot, ttft0, tpot_chunk, X, waiting = (float(v[0]) for v in _closed_form(fx, np.array([Nr])))
     ttft = ttft0 + waiting / X
     n_run = None
     if requests is not None:
@@ -887,9 +1006,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         each = 1.0 / x_pool if np.isfinite(x_pool) else ttft0
         ttft += (Nr / n_run) * max(Nr - 1.0, 0.0) / 2.0 * each
     out_gpu = X * O * R / gpus
-    p99_I = float(getattr(input_len, "quantile", lambda q_: I)(0.99)) if not isinstance(input_len, (int, float)) \
-        else I
-    ttft_p99 = ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
+    ttft_p99 = float(_ttft_p99_closed(fx, np.array([ttft0]), np.array([waiting]), np.array([X]))[0])
     tpot_p99 = max(tpot_chunk, tpot)
     window = sim = None
     if simulate and not disagg and speculative is None:
