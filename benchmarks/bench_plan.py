@@ -7,7 +7,7 @@ disaggregated option) < 10 s; 1e6 requests replayed across the replicas of the c
 issue 28: the README's 1,000-user llama-3.1-70b question and 5,000 users of llama-3.3-70b over four chips each
 < 1 s of CPU. CPU time is the child process's (user + system, `resource.getrusage`), start-up included, and the
 plan alone in-process (`time.process_time`, imports warm), asked as the CLI asks it (precision 'explore', no
-curves): the first plan in the process (it loads the catalog entries and the compiled replay loop's machine code),
+curves): the first plan in the process (it loads the catalog entries and builds the kernel tables it reads),
 the same plan again, and the plan replaying every option (`replay_all=True`, what a plan did before it replayed only
 the options that can still be the cheapest). On a shared machine wall time mostly measures the others.
 n_requests 0: the plans only.
@@ -50,14 +50,12 @@ def cli_wall(args) -> tuple[float, float]:
 
 
 def plan_times(args, **extra) -> tuple[float, float]:
-    """(CPU, wall) seconds of the plan alone, in this process (its imports and the compiled replay loop loaded), asked
+    """(CPU, wall) seconds of the plan alone, in this process (its imports loaded; the replay loop the plan picks,
+    `sizing.replay_loop`: the compiled one only if this process has loaded it already), asked
     as the CLI asks it (every precision explored); `extra`: more arguments (replay_all=True: every option replayed,
     as plans did before issue 28 item 3)."""
-    from chalk.analyses.planning import sizing
     from chalk.analyses.planning.plan import plan
 
-    if hasattr(sizing, "replay_loop"):  # (absent before issue 28)
-        sizing.replay_loop()
     kw, i = {}, 0
     while i < len(args):
         kw[args[i].lstrip("-").replace("-", "_")] = args[i + 1]

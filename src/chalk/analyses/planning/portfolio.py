@@ -257,7 +257,9 @@ def evaluate(c: dict) -> dict:
     """One candidate: the single-model plan on its chip, mode, precision and engine; its cheapest option that meets
     the targets (GPUs, layout, $/hour at the catalog price, the replay's p99s), or why there is none."""
     from chalk.analyses.planning.plan import plan
+    from chalk.analyses.planning.sizing import warm_replay_loop
 
+    warm_replay_loop()  # a portfolio replays many candidates: the compiled loop pays for its loading
     d = dict(c["demand"])
     rec = {"key": c["key"], "name": c["name"], "model": c["model"], "chip": c["chip"], "precision": c["precision"],
            "engine": c["engine"], "mode": c["mode"]}

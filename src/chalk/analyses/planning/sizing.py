@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -393,19 +394,31 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
                         loop=replay_loop())
 
 
-@lru_cache(maxsize=1)
 def replay_loop() -> str:
-    """The simulator loop a plan's replays run: 'compiled' where numba loads (`chalk[fast]`), else 'python'.
+    """The simulator loop a plan's replays run: 'compiled' once the compiled loop is loaded in this process
+    (`warm_replay_loop`: a portfolio, which replays hundreds of candidates, loads it first), else 'auto' (the
+    compiled loop for long replays only, `simulate.COMPILED_MIN_REQUESTS`).
 
-    One replay's replicas take a few thousand requests each, below what makes `simulate_continuous`'s 'auto' pick
-    the compiled loop, but a plan replays every candidate (tens of replays): loading it once (~0.2 CPU-s) is repaid
-    several times over (issue 28: the llama-3.1-70b 4-chip plan's replays fell from 3.3 to ~0.3 CPU-s). Both loops
-    give identical answers (tests/test_simulate_compiled.py), so the plan does too."""
+    A plan replays only its finalists (`verify_finalists`): one to a few replays of a few thousand requests each,
+    which the Python loop runs in less CPU than importing numba and loading the compiled loop takes (~0.6 CPU-s:
+    the README's 4-chip plans as one CLI command fell from 2.9 to 2.2 CPU-s). Both loops give identical answers
+    (tests/test_simulate_compiled.py), so the plan does too."""
+    return "compiled" if _COMPILED_MODULE in sys.modules else "auto"
+
+
+_COMPILED_MODULE = "chalk.analyses.traffic.simulate_compiled"
+
+
+@lru_cache(maxsize=1)
+def warm_replay_loop() -> str:
+    """Load the compiled simulator loop where numba loads (`chalk[fast]`), for a process about to replay many
+    candidates (~0.2 CPU-s to import, ~0.5 s to load the cached machine code on first use, repaid several times
+    over by tens of replays); the loop `replay_loop` now picks ('compiled', or 'auto' without numba)."""
     try:
         import chalk.analyses.traffic.simulate_compiled  # noqa: F401  (imports numba; loads the cached loop)
     except (ImportError, RuntimeError, OSError):
-        return "python"
-    return "compiled"
+        return "auto"
+    return replay_loop()
 
 
 def sim_meets(ask: Ask, sim: fleet.FleetReplay) -> bool:
