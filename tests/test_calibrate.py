@@ -209,6 +209,42 @@ def test_steps_kept_by_the_fields_they_read_equal_plain_predictions():
     assert np.array_equal(got, _plain(rows, cals), equal_nan=True)  # bit for bit
 
 
+def test_fields_an_answer_sets_itself_are_not_its_reads():
+    """An answer on an engine profile runs the engine's scheduler cap and per-step overhead: its serving code
+    replaces the fitted cap (`fit_memo.own_replaced_fields` marks the field the copy's own), and the step model reads
+    the fitted fixed overhead only where no engine gives one. So a fit moving the fitted cap or fixed overhead
+    re-answers only the rows without an engine profile, and every answer is still the plain one, bit for bit."""
+    from chalk.analyses.fidelity.validate import point, row_engine
+
+    extra, kinds = [], set()
+    for r in load_rows():  # a fixed deployment and a search without an engine profile, beside _sample's
+        if r.kind in ("fixed", "search") and r.metric in C.FITTED_METRICS and row_engine(r) is None \
+                and r.kind not in kinds:
+            kinds.add(r.kind)
+            extra.append(r)
+    rows = _sample() + tuple(extra)
+    a = M.Answers(rows)
+    a.run([CALIBRATION])
+    cals = [dataclasses.replace(CALIBRATION, max_seqs_per_scheduler=2048),
+            dataclasses.replace(CALIBRATION, overhead_fixed_s=4e-3)]
+    assert np.array_equal(a.run(cals), _plain(rows, cals), equal_nan=True)
+    engine, plain = 0, 0
+    for p in a.points:
+        rep = rows[a.groups[p][0]]
+        if point(rep)[0] not in ("fixed", "search"):
+            continue
+        read = set().union(*a.kept[p].tables)
+        if row_engine(rep) is None:  # the fitted cap and overhead are this answer's: read, and re-answered
+            assert {"max_seqs_per_scheduler", "overhead_fixed_s"} <= read and len(a.kept[p].tables[
+                next(iter(a.kept[p].tables))]) == 3
+            plain += 1
+        else:
+            assert not {"max_seqs_per_scheduler", "overhead_fixed_s"} & read
+            assert sum(len(t) for t in a.kept[p].tables.values()) == 1  # one answer for all three calibrations
+            engine += 1
+    assert engine >= 3 and plain == 2
+
+
 def test_sharded_answers_equal_one_process():
     rows = _sample()
     one = M.Answers(rows).run(CALS[:3])

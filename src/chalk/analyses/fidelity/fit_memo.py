@@ -11,6 +11,10 @@ Below the answers, the work inside them is kept by exactly what it is given (`ch
 kernel-table times, stage steps by the fields they read, closed-loop replays), so a fitting step that moves a field an
 answer reads but that leaves a step or a replay unchanged (a scheduler cap above the concurrency) reuses them.
 
+A value the answer's own code puts in place of a field (an engine profile's scheduler cap, by `dataclasses.replace`)
+is not a read of that field: the copy marks it its own (`own_replaced_fields`), so a fitting step over the fitted cap
+leaves the answers that run their engine's as they are.
+
 Every answer is worked out under its own copy, so no cache keyed on the calibration's identity (the step model's
 plans) hands one point's work to another unseen; a cache keyed on its value hashes every field, which reads them
 all (kept, merely never reused). `ShardedAnswers` splits the points over worker processes (fork), each keeping
@@ -23,6 +27,7 @@ import dataclasses
 import math
 import os
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -43,13 +48,19 @@ _COPYING = frozenset(f.__code__ for f in (dataclasses.replace, getattr(dataclass
 
 class _Tracked(Calibration):
     """A calibration that records the fields read from it into `_READS[0]`. The reads `dataclasses.replace` makes
-    to copy it are not counted: the copy is a `_Tracked` too, and an unchanged field read from it counts then."""
+    to copy it are not counted: the copy is a `_Tracked` too, and an unchanged field read from it counts then.
+    `_own`: fields whose value the code being tracked set itself (`dataclasses.replace(cal, field=...)` while
+    `own_replaced_fields` runs: an engine profile's scheduler cap over the fitted one); reading them reads
+    nothing of the calibration the copy came from (what the new value was computed from was read, and counted,
+    where it was computed), so they are not counted."""
+
+    _own = frozenset()
 
     def __getattribute__(self, name):
         reads = _READS[0]
         if reads is not None:
             if name in _FIELD_SET:
-                if sys._getframe(1).f_code not in _COPYING:
+                if name not in object.__getattribute__(self, "_own") and sys._getframe(1).f_code not in _COPYING:
                     reads.add(name)
             elif name in _WHOLE:
                 reads.update(_FIELDS)
@@ -72,6 +83,36 @@ def _untracked_copy(cal: Calibration) -> _Tracked:
     """`tracked(cal)`, reading `cal`'s fields without recording them (a copy for one piece of an answer's work,
     whose reads are counted apart: `work_memo.step_memo`)."""
     return _Tracked(**{f: object.__getattribute__(cal, f) for f in _FIELDS})
+
+
+def own_fields(cal) -> frozenset:
+    """The fields of `cal` the tracked code set itself (`_Tracked._own`; none for a plain calibration)."""
+    return object.__getattribute__(cal, "_own") if isinstance(cal, _Tracked) else frozenset()
+
+
+@contextmanager
+def own_replaced_fields():
+    """While the block runs, `dataclasses.replace` on a tracked calibration marks the fields it is given as the
+    copy's own (`_Tracked._own`, kept by later copies of the copy): an answer that replaces the fitted scheduler
+    cap by its engine's reads the engine's, and a fit moving the fitted cap leaves that answer as it is."""
+    plain = dataclasses.replace
+    if getattr(plain, "_own", False):  # already inside one
+        yield
+        return
+
+    def replace(obj, /, **changes):
+        new = plain(obj, **changes)
+        if isinstance(new, _Tracked):
+            own = own_fields(obj) | frozenset(k for k in changes if k in _FIELD_SET)
+            object.__setattr__(new, "_own", own)
+        return new
+
+    replace._own = True
+    dataclasses.replace = replace
+    try:
+        yield
+    finally:
+        dataclasses.replace = plain
 
 
 def answer_tracked(fn, cal: Calibration):
@@ -136,7 +177,7 @@ class Answers:
         need = None if need is None else np.asarray(need, dtype=bool).reshape(len(cals), len(self.rows))
         from chalk.analyses.fidelity.work_memo import kernel_memo, replay_memo, step_memo
 
-        with kernel_memo(), replay_memo(), step_memo(_READS, _untracked_copy):
+        with kernel_memo(), replay_memo(), step_memo(_READS, _untracked_copy, own_fields), own_replaced_fields():
             self._run(cals, want, out, need)
         return out
 

@@ -44,8 +44,8 @@ def _arg_key(x):
     t = type(x)
     if t in _PLAIN:
         return (t, x)  # 4 and 4.0 may take different paths
-    if t is tuple or t is list:
-        return (t, tuple([_arg_key(v) for v in x]))
+    if t is tuple or t is list:  # plain items keyed in line (the same key, one call fewer each)
+        return (t, tuple([(type(v), v) if type(v) in _PLAIN else _arg_key(v) for v in x]))
     if isinstance(x, np.ndarray):
         return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
     if isinstance(x, (tuple, list)):
@@ -208,7 +208,7 @@ def _copy_step(d: dict) -> dict:
 
 
 @contextmanager
-def step_memo(reads_now: list, tracked):
+def step_memo(reads_now: list, tracked, own=None):
     """While the block runs, `stage_step` (as `chalk.analyses.step.parallel`, `serving` and `validate` call it) is
     kept by its exact arguments and the calibration fields it depends on, so a calibration that moves a field the
     step never reads (the scheduler cap at a concurrency below it, the KV reserve, the request latency) reuses it.
@@ -216,8 +216,10 @@ def step_memo(reads_now: list, tracked):
     The fields are found as `Answers` finds an answer's: the step is worked out on a tracked copy of the
     calibration, one copy per answer and layout, and every field ever read from that copy counts (a plan the step
     model kept by the copy's identity from an earlier step of the same layout carries that step's reads, so they
-    count here too). A hit adds its fields to the answer's reads. `reads_now`: the one-item list holding the set an
-    answer's reads go to (None when none is tracked); `tracked(cal)`: a tracked copy of `cal` (`fit_memo`'s)."""
+    count here too). A hit adds its fields to the answer's reads, less those the answer set itself (`own(cal)`:
+    fields of the calibration the step is given that the answer's code replaced, `fit_memo.own_fields`; the step
+    is kept by their values all the same). `reads_now`: the one-item list holding the set an answer's reads go to
+    (None when none is tracked); `tracked(cal)`: a tracked copy of `cal` (`fit_memo`'s)."""
     from chalk.analyses.fidelity import validate as VA
     from chalk.analyses.step import parallel as PL
     from chalk.analyses.traffic import serving as SV
@@ -247,7 +249,7 @@ def step_memo(reads_now: list, tracked):
             for fields, table in entry[1].items():
                 hit = table.get(tuple([object.__getattribute__(cal, f) for f in fields]))
                 if hit is not None:
-                    reads.update(fields)
+                    reads.update(fields if own is None else set(fields) - own(cal))
                     STEPS_REUSED[0] += 1
                     return _copy_step(hit)
         group = (id(cal), key[0], key[1], lay, id(kw.get("kernels")))
@@ -262,7 +264,7 @@ def step_memo(reads_now: list, tracked):
             out = plain(*args, copy, **kw)
         finally:
             reads_now[0] = reads
-        reads.update(seen)
+        reads.update(seen if own is None else seen - own(cal))
         fields = tuple(sorted(seen))
         step = _copy_step(out)
         size = _step_bytes(step)

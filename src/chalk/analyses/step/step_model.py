@@ -283,7 +283,6 @@ class _Stage:
             " (over the scale-out NIC between scale-up domains)" if some(cross) else "")
         self.pp_link = where(cross, out if out > 0 else up_eff, up_eff)
         self.pp_latency = where(cross, a_out, a_up)
-        self.overhead = cal.overhead_s(n_layers)
         self.sync_detail = (f"hand-fitted once: {cal.pipeline_bubble:.2f} of the step per extra stage (micro-batch "
                             "imbalance, stage syncs)")
         self.kept = False  # `_stage_on` keeps it: its ops per token count are kept too (`_token_ops_kept`)
@@ -470,7 +469,9 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         st.pp_detail, bound="link", source="roofline (link)")
 
     # ---- overhead
-    ovh = st.overhead if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
+    # the calibrated overhead only where no engine profile gives one (read here, not in the plan: an answer with
+    # an engine's overhead does not depend on the fitted fixed part)
+    ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
     per_seq = 0.0 if ideal else cal.overhead_per_seq_s
     if per_seq:  # host work per sequence the rank's scheduler carries: decoding ones and prompts
         ovh = ovh + per_seq * (B_rank + c_rank / I)
