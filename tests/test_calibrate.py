@@ -255,6 +255,28 @@ def test_sharded_answers_equal_one_process():
         pool.close()
 
 
+def _answers_in_a_pool_worker(n):
+    rows = _sample()[:n]
+    a = M.answers(rows)  # the default: the usable CPUs, where the process may start workers
+    try:
+        return type(a).__name__, a.run([CALIBRATION]).tolist()
+    finally:
+        a.close()
+
+
+def test_answers_nested_in_a_daemonic_worker_stay_in_it():
+    """Inside a multiprocessing pool's worker (daemonic: it may not start processes) the rows are answered in that
+    process, with the same predictions, rather than failing to fork workers of their own."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        kind, got = pool.map(_answers_in_a_pool_worker, [3])[0]
+    assert kind == "Answers"
+    assert np.array_equal(np.array(got), M.Answers(_sample()[:3]).run([CALIBRATION]), equal_nan=True)
+
+
 GRID = {"compute": (0.55, 0.65), "amd_compute": (0.7, 0.9), "overhead_fixed_s": (0.5e-3, 1e-3)}
 
 

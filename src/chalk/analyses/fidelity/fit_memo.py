@@ -344,7 +344,8 @@ class ExecutorAnswers:
 def answers(rows, workers=None):
     """An `Answers` for `rows`, split over `workers` processes where more than one is asked for and fork exists
     (default: the usable CPUs, at most 8), or over an executor's shards where `workers` is one
-    (`chalk.executor.executor(...)`: in-process, a process pool of its size, Ray actors)."""
+    (`chalk.executor.executor(...)`: in-process, a process pool of its size, Ray actors). In a daemonic process
+    (a multiprocessing pool's worker, which may start none of its own) every row is answered in the process."""
     import multiprocessing
 
     if hasattr(workers, "shards"):
@@ -352,6 +353,6 @@ def answers(rows, workers=None):
             return ExecutorAnswers(rows, workers)
         workers = workers.workers
     w = min(usable_cpus(), 8) if workers is None else int(workers)
-    if w > 1 and "fork" in multiprocessing.get_all_start_methods():
+    if w > 1 and "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon:
         return ShardedAnswers(rows, w)
     return Answers(rows)
