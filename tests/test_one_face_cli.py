@@ -270,6 +270,12 @@ def test_simulate_period_with_units_and_its_old_spelling():
     rc, out2, err = run(*base, "--period-ms", "50")
     assert rc == 0 and "--period-ms is deprecated" in err
     assert json.loads(out2)["period_s"] == pytest.approx(0.05)
+    rc, out3, err = run(*base)  # the train scheduler's default period
+    assert rc == 0 and json.loads(out3)["period_s"] == pytest.approx(0.02)
+    # the continuous scheduler has no period: giving one is a mistake, said in one line
+    cont = tuple(a for a in base if a not in ("--scheduler", "train"))
+    rc, out4, err = run(*cont, "--period", "50ms")
+    assert rc == 2 and "--scheduler train" in err and len(err.strip().splitlines()) == 1
 
 
 def test_plan_explores_the_precisions_the_chips_run_and_says_which():

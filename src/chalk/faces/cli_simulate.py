@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from chalk.errors import InputError
 from chalk.faces.cli_common import (HW_OPT, LENGTH_FORMS, MODEL_OPT, PLOT_FORMATS, busy, console, deprecated, duration,
                                     emit_json, length, num, out_file, pct, seconds, table, wrote)
 from chalk.faces.fmt import header, rate as per
@@ -45,8 +46,9 @@ def register(app: typer.Typer) -> None:
         prefix_cache: bool = typer.Option(True, "--prefix-cache/--no-prefix-cache",
                                           help="Replay a trace's prefix-block ids (Mooncake) through an LRU cache "
                                           "of the replica's KV memory, and skip prefill of the hits."),
-        period: str = typer.Option("20ms", "--period", callback=duration("--period"),
-                                   help="Train scheduler: time between departures, seconds or with a unit (20ms)."),
+        period: Optional[str] = typer.Option(None, "--period", callback=duration("--period"),
+                                             help="Train scheduler: time between departures, seconds or with a "
+                                             "unit (default 20ms)."),
         period_ms: Optional[float] = typer.Option(None, "--period-ms", hidden=True,
                                                   help="Deprecated spelling of --period, in ms."),
         max_batch: int = typer.Option(256, "--max-batch", help="Seats per step."),
@@ -72,7 +74,10 @@ def register(app: typer.Typer) -> None:
         from chalk.analyses.traffic.simulate_run import simulate_requests
         from chalk.specs.workload import positive
 
-        period_s = period if period_ms is None else deprecated(  # checked as --period is: a NaN is one line
+        if (period is not None or period_ms is not None) and scheduler is not Scheduler.train:
+            raise InputError("--period is the train scheduler's time between departures: give it with --scheduler "
+                             "train (the continuous scheduler takes a step as soon as the last one ends)")
+        period_s = period if period_ms is None else deprecated(
             "--period-ms", "--period (e.g. 20ms)", positive("--period-ms", period_ms, scalar=True) / 1e3, None)
 
         with busy(as_json, "simulating the requests"):
@@ -81,8 +86,8 @@ def register(app: typer.Typer) -> None:
                                     concurrency=concurrency, max_batch=max_batch,
                                     kv_capacity_tokens=kv_capacity_tokens, prefill_chunk=prefill_chunk,
                                     precision=precision, kv_precision=kv_precision, ideal=ideal, seed=seed,
-                                    client_latency=client_latency, scheduler=scheduler.value, period_s=period_s,
-                                    prefix_cache=prefix_cache)
+                                    client_latency=client_latency, scheduler=scheduler.value,
+                                    prefix_cache=prefix_cache, **({} if period_s is None else {"period_s": period_s}))
         r, st = run.result, run.setup
         over = sim.overload(r)
         if plot:
