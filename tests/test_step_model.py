@@ -465,3 +465,41 @@ def test_eplb_can_be_set_and_every_command_says_which_loads_it_timed():
     rc, _, err = run("throughput", "-m", "deepseek-v3", "-H", "h200", "--input-len", "100", "--output-len", "10",
                      "--eplb", "2")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--eplb must be one of" in err
+
+
+@pytest.mark.parametrize("chip", ["mi300x", "mi355x"])
+def test_a_vendor_factor_slows_what_binds_each_gemm(chip):
+    """A vendor's fitted compute factor stretches compute-bound kernel times and its memory factor memory-bound
+    ones (`equations.roofline.rate_scaled_time_factor`): on an AMD chip one decode step at batch 1, where every
+    dense GEMM reads its weights, takes the same GEMM time whatever `amd_compute` is (it once took 1 / amd_compute
+    longer: a 70B decode step on MI300X at 11 ms against vLLM's measured 8.4 ms); 16k prompt tokens (compute-bound
+    GEMMs) take 1 / amd_compute longer."""
+    import dataclasses
+
+    from chalk.analyses.step.parallel import stage_step
+    from chalk.analyses.traffic.serving import _serving_setup
+
+    _, system, _, _, _, _, cal, _, costs, kern = _serving_setup("llama-3.1-70b", chip, 1000, 100, "fp8", "auto",
+                                                                False, None, None, None, None)
+
+    def gemm_s(amd_compute, decode, prefill):  # the weight GEMMs' time (attention projections and MLP)
+        c = dataclasses.replace(cal, amd_compute=amd_compute)
+        ops = stage_step(costs, system, 8, 1, 1, 1, decode, prefill, 1000.0, 1000.0, c, kernels=kern)["ops"]
+        return float(ops["attn_proj"].time_s + ops["mlp"].time_s)
+
+    assert gemm_s(0.5, 1.0, 0.0) == pytest.approx(gemm_s(1.0, 1.0, 0.0), rel=1e-9)
+    assert gemm_s(0.5, 0.0, 16384.0) == pytest.approx(2 * gemm_s(1.0, 0.0, 16384.0), rel=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(c=st.floats(0, 1.0), m=st.floats(0, 1.0), sc=st.floats(1.0, 3.0), sm=st.floats(1.0, 3.0))
+def test_the_rate_scaled_factor_lies_between_the_two_scales(c, m, sc, sm):
+    from chalk.equations.roofline import rate_scaled_time_factor
+
+    f = float(rate_scaled_time_factor(c, m, sc, sm))
+    if c == 0 and m == 0:
+        assert f == 0.0
+    else:
+        assert min(sc, sm) - 1e-12 <= f <= max(sc, sm) + 1e-12
+        if c > m and c / sc > m / sm:  # compute-bound at both rates
+            assert f == pytest.approx(sc)

@@ -43,6 +43,24 @@ def step_time_s(compute_s, memory_s, overhead_s=0.0):
     return t + overhead_s
 
 
+def rate_scaled_time_factor(compute_s, memory_s, compute_scale, memory_scale):
+    """Factor by which an op's time stretches when its compute and memory rates are scaled: the ratio of its
+    roofline time at the scaled rates to that at the unscaled ones. The compute scale where the op is
+    compute-bound, the memory scale where it is memory-bound, and between the two across the knee.
+
+    Formula: f = max(T_c, T_m) / max(T_c / s_c, T_m / s_m), with T_c, T_m the op's compute and memory times at the
+    scaled rates and s_c, s_m the time scales (1 / rate multiplier) of compute and memory.
+    Ref: lecture eq. 1 (the roofline's max rule), applied to a measured kernel time: a software stack that reaches
+    a fraction of another's compute rate but most of its memory bandwidth slows compute-bound kernels, not
+    memory-bound ones.
+    Assumes: the kernel's efficiency relative to the roofline (what the measured table holds) carries over; only
+    the rates it is measured against change. 0 where both times are 0.
+    """
+    t_scaled = maximum(compute_s, memory_s)
+    t_base = maximum(flt(compute_s) / compute_scale, flt(memory_s) / memory_scale)
+    return where(t_base > 0, t_scaled / np.where(t_base > 0, t_base, 1.0), 0.0)
+
+
 def cost_per_token_usd(step_s, usd_per_chip_s, chips, tokens_per_step):
     """Rental cost of one token produced by a step.
 

@@ -133,13 +133,21 @@ class _Timer:
             src += f"; x{self.k_c:.2f} compute / x{self.k_m:.2f} memory time for {self.vendor}'s software (fitted)"
         return src
 
+    def vendor_factor(self, compute_s, memory_s):
+        """The vendor software factor on a kernel-table time (1 for the tables' own, NVIDIA, stacks): its fitted
+        compute factor where the op's roofline is compute-bound, its memory factor where it is memory-bound
+        (`R.rate_scaled_time_factor`). `compute_s`, `memory_s`: the op's roofline times at the vendor's rates."""
+        if self.k_c == 1.0 and self.k_m == 1.0:
+            return 1.0
+        return R.rate_scaled_time_factor(compute_s, memory_s, self.k_c, self.k_m)
+
     def gemm(self, m, shape, flops, bytes_, rate, count=1.0, source=None):
         """`count` identical GEMMs of `m` rows per GPU (e.g. one per layer); `shape`: the weight's kernel shape
         (`KernelProfile.gemm_shape`), None without kernel tables; `rate`: achieved FLOP/s of the roofline (peak x
         efficiency); `source`: `ksrc('gemm')`. `m`, `flops`, `bytes_`: numpy float64 numbers or arrays."""
         c, mm = flops / rate, bytes_ / self.hbm
         if shape is not None:
-            tk = flt(shape(maximum(m, 1.0))) * count * self.k_c
+            tk = flt(shape(maximum(m, 1.0))) * count * self.vendor_factor(c, mm)
             return where(m > 0, tk, 0.0), c, mm, source
         return R.step_time_s(c, mm), c, mm, self.roofline_source
 
@@ -403,9 +411,11 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / tm.hbm
         if kp is not None:
-            tk = st.moe_time(kp, maximum(T_stage, 1.0))
-            tk = tk * n_moe * imbalance * tm.k_c  # each chip's experts at 1/etp of their width (`moe_time`)
             t_c = f_exp / tm.expert_rate
+            tk = st.moe_time(kp, maximum(T_stage, 1.0))
+            # each chip's experts at 1/etp of their width (`moe_time`); the vendor's compute factor: grouped
+            # expert GEMMs at few tokens per expert are tile-bound (wasted tiles, not bytes), a compute-side cost
+            tk = tk * n_moe * imbalance * tm.k_c
             t, src, how = where(T_stage > 0, tk, 0.0), st.moe_source, st.moe_kind
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / tm.expert_rate
