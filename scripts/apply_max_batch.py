@@ -10,6 +10,8 @@ leaves it at the engine default or the source does not say. Engine semantics use
     TpModelWorker.__init__), so it is divided by the DP size.
   - vLLM `--max-num-seqs` is per engine (per DP rank), recorded as written.
 Each entry appends one clause to the row's `notes` saying where its number came from (or why it is empty).
+`fixed` rows feed the number to the deployment they replay; `search` rows (a benchmark's own best steady state)
+carry it as the launch's recorded cap, where the source fixes one.
 Rows are matched by id stem (the id without its metric suffix). Idempotent: re-running rewrites the column and
 does not repeat a clause already present. Measured values, ids and other columns are not touched.
 """
@@ -161,6 +163,33 @@ put(["vllmrec-kimik2-h800-tp8pp2-1k512-c1"], 1,
 put(["gtpu-l33-70b-v6e8-vllm-1k1k-c64", "gtpu-l33-70b-v6e8-vllm-1k1k-c128"], 256,
     "max_batch 256 per engine: vllm serve --max-num-seqs 256 (tpu-recipes README @00c8229), one TP8 engine")
 
+# ---- TensorRT-LLM perf-overview (trtllm-bench throughput, no --max_batch_size on the command line) ----
+# docs/source/developer-guide/perf-overview.md @03e27c7 ('Reproducing Benchmarked Results') runs
+# `trtllm-bench ... throughput --dataset ... --backend pytorch --extra_llm_api_options $llm_options` and its GPT-OSS
+# llm_options.yml sets cuda_graph_config, enable_attention_dp, kv_cache_config and moe_config but no max_batch_size.
+# trtllm-bench then derives the cap itself (tensorrt_llm/bench/benchmark/utils/general.py get_settings, stored copy
+# @0171265) through tensorrt_llm/bench/build/build.py get_benchmark_engine_settings (@000a01d): a checkpoint whose
+# quant_algo is outside TUNED_QUANTS = {NVFP4, FP8, FP8_BLOCK_SCALES, NO_QUANT, None} gets
+# DEFAULT_MAX_BATCH_SIZE = BuildConfig.max_batch_size = 2048 (tensorrt_llm/builder.py @008b2b8). The gpt-oss MXFP4
+# checkpoints load as W4A8_MXFP4_MXFP8 on Blackwell (CUTLASS MoE) or W4A16_MXFP4 on Hopper
+# (tensorrt_llm/_torch/model_config.py ModelConfig.get_mxfp4_quant_algo), both outside TUNED_QUANTS. Under
+# enable_attention_dp TRT-LLM's max_batch_size is per rank. The other perf-overview models (NVFP4/FP8 ModelOpt
+# checkpoints) take calc_engine_setting's memory heuristic instead (bench/build/tuning.py): it needs the checkpoint's
+# safetensors parameter count, the GPU's NVML memory and the run's kv_cache_free_gpu_mem_fraction (0.90 default, 0.95
+# 'in many cases' per the doc), which no source pins per row, so those rows stay empty.
+_GOSS_RUNS = {
+    "trt2-goss120": "b200-1k-1k gb200-1k-1k h200-1k-1k h100-1k-1k gb200-1k-8k h200-1k-8k b200-1k-32k gb200-1k-32k "
+                    "h100-1k-32k b200-8k-1k gb200-8k-1k h100-8k-1k b200-32k-1k gb200-32k-1k h100-32k-1k",
+    "trt2-goss20": "b200-1k-1k gb200-1k-1k h200-1k-1k h100-1k-1k b200-1k-8k gb200-1k-8k h200-1k-8k h100-1k-8k "
+                   "b200-1k-32k gb200-1k-32k b200-8k-1k gb200-8k-1k h200-8k-1k h100-8k-1k b200-32k-1k gb200-32k-1k "
+                   "h200-32k-1k",
+}
+put([f"{p}-{r}" for p, runs in _GOSS_RUNS.items() for r in runs.split()], 2048,
+    "max_batch 2048 per scheduler (per attention-DP rank under DEP): the perf-overview command passes no "
+    "--max_batch_size and trtllm-bench's get_benchmark_engine_settings (bench/build/build.py @000a01d) gives an MXFP4 "
+    "checkpoint (quant_algo W4A8_MXFP4_MXFP8 / W4A16_MXFP4, outside TUNED_QUANTS) BuildConfig.max_batch_size = 2048 "
+    "(tensorrt_llm/builder.py @008b2b8), max_num_tokens 8192; code read at those stored commits, not pinned to the run")
+
 
 def stem(row_id: str) -> str:
     return SUFFIX.sub("", row_id)
@@ -180,8 +209,8 @@ def apply(text: str) -> tuple[str, int, int, set[str]]:
         s = stem(r[i_id])
         if s not in TABLE:
             continue
-        if r[i_kind] != "fixed":
-            raise SystemExit(f"{r[i_id]}: not a fixed row")
+        if r[i_kind] not in ("fixed", "search"):
+            raise SystemExit(f"{r[i_id]}: not a fixed or search row")
         used.add(s)
         value, clause = TABLE[s]
         r[i_cap] = "" if value is None else str(value)
