@@ -75,7 +75,8 @@ def table(doc: dict) -> str:
     fit, rng = doc["fit"], doc["range"]
     obj = fit["objective"]["value"]
     fams = fit.get("families") or {}
-    lines = [f"Fit of {fit['date']}: objective {obj:.4f} over {fit['rows_in_objective']} throughput and TPOT rows "
+    obj = f"{obj:.4f}" if isinstance(obj, (int, float)) else f"{obj}"  # a --range-only record without a fit says so
+    lines = [f"Fit of {fit['date']}: objective {obj} over {fit['rows_in_objective']} throughput and TPOT rows "
              f"of {fit['rows']} ({len(fams)} source families), validation.csv sha256 "
              f"`{fit['validation_sha256'][:12]}`. Range of {rng['date']}: x{_exp(rng['low'])} to "
              f"x{_exp(rng['high'])} of each estimate, holding {rng['cv_range_coverage']:.1%} of held-out measured "

@@ -228,3 +228,14 @@ def test_readme_quotes_the_recorded_values():
     assert found, "the README quotes at least eplb_min_ep's current value"
     for name, n, unit in found:
         assert math.isclose(float(n) * {"ms": 1e-3, "us": 1e-6}.get(unit, 1.0), float(VALUES[name])), (name, n)
+
+
+def test_a_range_only_record_renders_its_table():
+    """`chalk calibrate --range-only --write NEW.yaml` (no record there to keep) writes a fit block whose objective
+    is a sentence, not a number; the README table generator says it instead of failing on it."""
+    import copy
+
+    doc = copy.deepcopy(DOC)
+    doc["fit"]["objective"]["value"] = "unchanged (--range-only: the shipped fit, its range resized)"
+    text = _script().table(doc)
+    assert "objective unchanged (--range-only" in text and "| `compute` |" in text
