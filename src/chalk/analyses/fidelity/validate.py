@@ -222,7 +222,8 @@ def point(row: Row, engines: bool = True) -> tuple:
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
-                row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng)
+                row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng,
+                row.max_batch)
     return ("row", row.id)
 
 
@@ -234,10 +235,11 @@ def answer(row: Row, cal: Calibration, engines: bool = True, memo: bool = True):
     if p[0] == "fixed":
         return (_fixed if memo else _fixed.__wrapped__)(*p[1:10], cal, *p[10:])
     if p[0] == "search":
-        _, model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng = p
+        _, model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng, max_batch = p
+        # the benchmark's own cap on sequences per scheduler where the row records it (`max_batch`), as fixed rows
         return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
                           kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
-                          layout=lay, speculative=spec, engine=eng)
+                          layout=lay, speculative=spec, engine=eng, max_seqs=max_batch)
     return {row.metric: _pool_answer(row, cal)}
 
 
