@@ -74,11 +74,12 @@ def register(app: typer.Typer) -> None:
         from chalk.analyses.traffic.simulate_run import simulate_requests
         from chalk.specs.workload import positive
 
-        if (period is not None or period_ms is not None) and scheduler is not Scheduler.train:
+        # checked as --period is (a NaN is one line), then against the scheduler, before any deprecation note
+        ms = None if period_ms is None else positive("--period-ms", period_ms, scalar=True) / 1e3
+        if (period is not None or ms is not None) and scheduler is not Scheduler.train:
             raise InputError("--period is the train scheduler's time between departures: give it with --scheduler "
                              "train (the continuous scheduler takes a step as soon as the last one ends)")
-        period_s = period if period_ms is None else deprecated(
-            "--period-ms", "--period (e.g. 20ms)", positive("--period-ms", period_ms, scalar=True) / 1e3, None)
+        period_s = period if ms is None else deprecated("--period-ms", "--period (e.g. 20ms)", ms, None)
 
         with busy(as_json, "simulating the requests"):
             run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
