@@ -4,8 +4,8 @@ out: a fit asks the step model and the request simulator again only what a new p
 - Kernel-table lookups (`kernel_memo`) depend on the chip and the op's shape, never on the calibration: the kernel
   profile's timing methods are kept by their exact arguments, so a new calibration re-times the same grid of shapes
   (a layout search's arrays) from memory.
-- Stage steps (`step_memo`) are kept by their arguments and the calibration fields they read, found as
-  `fit_memo` finds an answer's: each step is worked out on a tracked copy of the calibration, one copy per answer
+- Stage steps' work (`step_memo`: all but their host overhead) is kept by its arguments and the calibration
+  fields it reads, found as `fit_memo` finds an answer's: each step is worked out on a tracked copy of the calibration, one copy per answer
   and layout, and every field ever read from that copy counts (a plan the step model keeps by the copy's identity,
   from an earlier step of the same layout, carries that step's reads). A hit adds its fields to the answer's.
 - Closed-loop replays in the request simulator (`replay_memo`) are kept by their client queue, step cost, batch
@@ -199,7 +199,7 @@ def _step_bytes(d: dict) -> int:
     name). Within about 1.1x above a count of every array's bytes (up to 1.8x for a step of scalars), at no cost
     per array."""
     ops = d.get("ops") or {}
-    n = np.size(d.get("stage_time_s", 0.0))
+    n = np.size(d.get("stage_time_s", d.get("base", 0.0)))
     return 64 * (len(d) + 8 * len(ops)) + n * (8 * len(d) + 52 * len(ops))
 
 
@@ -211,9 +211,11 @@ def _copy_step(d: dict) -> dict:
 
 @contextmanager
 def step_memo(reads_now: list, tracked, own=None):
-    """While the block runs, `stage_step` (as `chalk.analyses.step.parallel`, `serving` and `validate` call it) is
-    kept by its exact arguments and the calibration fields it depends on, so a calibration that moves a field the
-    step never reads (the scheduler cap at a concurrency below it, the KV reserve, the request latency) reuses it.
+    """While the block runs, the work of a stage step (`step_model._stage_core`: every op but the host overhead,
+    which `stage_ops` adds after it) is kept by its exact arguments and the calibration fields it depends on, so a
+    calibration that moves a field that work never reads (the scheduler cap at a concurrency below it, the KV
+    reserve, the request latency, and the overhead fields, read by `_stage_finish` on the answer's own calibration)
+    reuses it.
 
     The fields are found as `Answers` finds an answer's: the step is worked out on a tracked copy of the
     calibration, one copy per answer and layout, and every field ever read from that copy counts (a plan the step
@@ -222,11 +224,9 @@ def step_memo(reads_now: list, tracked, own=None):
     fields of the calibration the step is given that the answer's code replaced, `fit_memo.own_fields`; the step
     is kept by their values all the same). `reads_now`: the one-item list holding the set an answer's reads go to
     (None when none is tracked); `tracked(cal)`: a tracked copy of `cal` (`fit_memo`'s)."""
-    from chalk.analyses.fidelity import validate as VA
-    from chalk.analyses.step import parallel as PL
-    from chalk.analyses.traffic import serving as SV
+    from chalk.analyses.step import step_model as SM
 
-    plain = PL.stage_step
+    plain = SM._stage_core
     if getattr(plain, "_kept", False):  # already inside one
         yield
         return
@@ -279,11 +279,8 @@ def step_memo(reads_now: list, tracked, own=None):
         return out
 
     kept._kept = True
-    mods = [m for m in (PL, SV, VA) if getattr(m, "stage_step", None) is plain]
-    for m in mods:
-        m.stage_step = kept
+    SM._stage_core = kept
     try:
         yield
     finally:
-        for m in mods:
-            m.stage_step = plain
+        SM._stage_core = plain

@@ -478,19 +478,26 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, 
     add("pp_send", "comm", zeros_like(t_pp), where(pp > 1, pp_bytes, 0.0), t_pp, 0.0, t_pp,
         st.pp_detail, bound="link", source="roofline (link)")
 
-    # ---- overhead
-    # the calibrated overhead only where no engine profile gives one (read here, not in the plan: an answer with
-    # an engine's overhead does not depend on the fitted fixed part)
+    return ops, _add_up(ops.items()), f_ap, kv_write
+
+
+def _overhead_op(st: _Stage, cal: Calibration, B_rank, c_rank, I, overhead_s, like) -> Op:
+    """The step's host overhead, the last of its token ops (`_token_ops`): the calibrated one, or the engine
+    profile's (`overhead_s`) plus the fitted per-layer part, plus the fitted host work per sequence; over the shape
+    of `like` (the pipeline send's time). Read here, after the kept work (`_stage_core`), so a fit that moves only
+    the overhead re-times nothing else."""
+    ideal = st.ideal
+    n_layers = st.n_layers
     ovh = cal.overhead_s(n_layers) if overhead_s is None else overhead_s + cal.overhead_per_layer_s * n_layers
     per_seq = 0.0 if ideal else cal.overhead_per_seq_s
     if per_seq:  # host work per sequence the rank's scheduler carries: decoding ones and prompts
         ovh = ovh + per_seq * (B_rank + c_rank / I)
-    t_ovh = flt(0.0 if ideal else ovh) + zeros_like(t_pp)
-    add("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
-        ("fitted: launches, scheduling, sampling sync" if overhead_s is None else "engine profile + fitted per layer")
-        + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq else ""),
-        bound="latency", source="fitted")
-    return ops, _add_up(ops.items()), f_ap, kv_write
+    t_ovh = flt(0.0 if ideal else ovh) + zeros_like(like)
+    return _op("overhead", "overhead", zeros_like(t_ovh), zeros_like(t_ovh), t_ovh, 0.0, 0.0,
+               ("fitted: launches, scheduling, sampling sync" if overhead_s is None else
+                "engine profile + fitted per layer")
+               + (f" + {per_seq * 1e6:.1f} us per sequence (fitted host work)" if per_seq else ""),
+               bound="latency", source="fitted")
 
 
 def _add_up(ops, acc: tuple | None = None) -> tuple:
@@ -556,6 +563,19 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
     (name -> Op), `stage_time_s` (the ops' sum) and the legacy parts (gemm/attention/comm/overhead times).
     What the configuration and layout fix comes from their plan (`_Stage`, kept per layout).
     """
+    return _stage_finish(_stage_core(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context,
+                                     prompt_len, cal, overlap=overlap, kernels=kernels, overhead_s=overhead_s,
+                                     query_tokens=query_tokens, prefill_rank_tokens=prefill_rank_tokens),
+                         cal, overhead_s)
+
+
+def _stage_core_work(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, context, prompt_len,
+                     cal: Calibration, *, overlap: str = "auto", kernels=None, overhead_s=None, query_tokens=1.0,
+                     prefill_rank_tokens=None) -> dict:
+    """The work of `stage_ops` but its host overhead: every op timed, the ideal roofline or the two-micro-batch
+    overlap applied, and the token ops' sums (`_add_up`) where neither changed them. What `_stage_finish` needs
+    to add the overhead and sum the step. Kept by `work_memo.step_memo` during a fit, by the calibration
+    fields it reads (the overhead's are not among them)."""
     st = _stage(costs, system, cal, kernels, tp, attn_dp, pp, ep)
     m = costs.model
     tp, a, pp, ep = st.tp, st.a, st.pp, st.ep
@@ -638,10 +658,10 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
         # two micro-batches: each runs half the tokens (GEMMs less efficient), communication of one hides behind
         # compute of the other, `cal.overlap` of the shorter hidden; only under attention-DP (`use` below), so one
         # layout without it (a number attn_dp = 1) does not time the half step
-        half = stage_ops(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none", kernels=kernels,
-                         overhead_s=overhead_s, query_tokens=q,
-                         prefill_rank_tokens=None if prefill_rank_tokens is None else flt(prefill_rank_tokens) / 2
-                         )["ops"]
+        half = _stage_core_work(costs, system, tp, a, pp, ep, B / 2, c / 2, L, I, cal, overlap="none",
+                                kernels=kernels, overhead_s=overhead_s, query_tokens=q,
+                                prefill_rank_tokens=None if prefill_rank_tokens is None else
+                                flt(prefill_rank_tokens) / 2)["ops"]
         comp2 = sum(2 * flt(half[n].time_s) for n in compute_names)
         comm = sum(flt(ops[n].time_s) for n in comm_names)
         comp1 = sum(flt(ops[n].time_s) for n in compute_names)
@@ -659,12 +679,38 @@ def stage_ops(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_tokens, c
                         o.source, o.detail + ("; exposed part under two-micro-batch overlap" if some(use) else ""))
         mode = where(use, "two-microbatch", mode)
 
+    return {"st": st, "ops": ops, "acc": None if (ideal or two) else acc, "mode": mode, "two": two, "pp": pp,
+            "B_rank": B_rank, "c_rank": c_rank, "I": I, "f_ad": f_ad, "f_ap": f_ap, "kv_read": kv_read,
+            "kv_write": kv_write, "base": acc[0]}
+
+
+#: The entry `stage_ops` calls for its kept work: `work_memo.step_memo` replaces it while a fit runs.
+_stage_core = _stage_core_work
+
+
+def _stage_finish(core: dict, cal: Calibration, overhead_s) -> dict:
+    """`stage_ops`' answer from its kept work (`_stage_core`): the overhead op joins the token ops (the last of
+    them, before decode attention, as the step was always added up) and the step, its pipeline sync and its legacy
+    parts are summed in the order the ops were made."""
+    st, pp = core["st"], core["pp"]
+    tm = st.tm
+    ideal = st.ideal
+    two, mode = core["two"], core["mode"]
+    f_ad, f_ap, kv_read, kv_write = core["f_ad"], core["f_ap"], core["kv_read"], core["kv_write"]
+    kept = core["ops"]
+    ovh = _overhead_op(st, cal, core["B_rank"], core["c_rank"], core["I"], overhead_s, kept["pp_send"].time_s)
+    ops: dict[str, Op] = {}
+    for n, o in kept.items():  # the token ops, the overhead, then decode attention: the order they were made in
+        if n == "attention_decode":
+            ops["overhead"] = ovh
+        ops[n] = o
+    att = ops["attention_decode"]
     # the step and its legacy parts, each adding its ops in the order they were made: the token ops' sums plus
     # decode attention, or, where the ideal roofline or the overlap changed the ops, all of them again
     if ideal or two:
         acc = _add_up(ops.items())
     else:
-        acc = _add_up((("attention_decode", att),), acc)
+        acc = _add_up((("attention_decode", att),), _add_up((("overhead", ovh),), core["acc"]))
     base, parts, comm, w_bytes, f_gemm = acc
     bubble = 0.0 if ideal else cal.pipeline_bubble
     if isinstance(base, np.ndarray) and isinstance(pp, float) and bubble * (pp - 1) == 0.0 \
