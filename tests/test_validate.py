@@ -191,8 +191,8 @@ def test_held_out_mlperf_rows_sourced_and_reported(report):
 
 @pytest.mark.slow
 def test_leave_one_family_out_cross_validation():
-    """issue 24: each source family predicted by a fit that never saw it (about 370 CPU-s split over the usable
-    cores, 4 min wall on 2 at load 3.4: benchmarks/bench_cv.py), families weighed equally; the range sized on the
+    """issue 24: each source family predicted by a fit that never saw it (about 260 CPU-s split over the usable
+    cores, 2 min 17 s wall on 2 at load ~1: benchmarks/bench_cv.py), families weighed equally; the range sized on the
     held-out residuals holds about 80% of held-out measured values. Measured with each row answered on its own
     engine's profile and the refit that goes with it (730 rows, 14 families, 2026-11-26): held-out median 0.167, p90
     0.96, dense 0.137, MoE 0.306, coverage 0.831; with the AMD factors applied by what binds each kernel (b1026fa):
