@@ -16,13 +16,13 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 
 from chalk.analyses.planning import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _serving_setup, default_chunk_tokens,
-                                            fixed_deployment,
-                                            prefill_piece, prefill_step_tokens, search_sizes, throughput_by_size)
+                                            fixed_deployment, prefill_piece, prefill_step_tokens, search_sizes,
+                                            throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -257,11 +257,12 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     c["cap"] = cap
     c["e2e_at_cap_s"] = cap / _per_replica_rate(at_cap, G, ask.O)
     R, P = replicas_for(ask.demand.value, ask.demand.kind, c)
-    s = _cost(ask, system, c, R, P, lambda n: _at(curve, n))
+    op_at = partial(_at, curve)
+    s = _cost(ask, system, c, R, P, op_at)
     if mode == "disaggregated":  # size the prefill pool for the rate the decode replicas actually serve
         P2 = prefill_replicas(s["requests_per_s"], c)
         if P2 != P:
-            s = _cost(ask, system, c, R, P2, lambda n: _at(curve, n))
+            s = _cost(ask, system, c, R, P2, op_at)
     return s
 
 
@@ -394,6 +395,10 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
                         loop=replay_loop())
 
 
+#: The module whose import loads the compiled simulator loop (`warm_replay_loop`).
+_COMPILED_MODULE = "chalk.analyses.traffic.simulate_compiled"
+
+
 def replay_loop() -> str:
     """The simulator loop a plan's replays run: 'compiled' once the compiled loop is loaded in this process
     (`warm_replay_loop`: a portfolio, which replays hundreds of candidates, loads it first), else 'auto' (the
@@ -401,12 +406,9 @@ def replay_loop() -> str:
 
     A plan replays only its finalists (`verify_finalists`): one to a few replays of a few thousand requests each,
     which the Python loop runs in less CPU than importing numba and loading the compiled loop takes (~0.6 CPU-s:
-    the README's 4-chip plans as one CLI command fell from 2.9 to 2.2 CPU-s). Both loops give identical answers
+    the README's 4-chip plans as one CLI command fell from 2.3 to 1.2 CPU-s). Both loops give identical answers
     (tests/test_simulate_compiled.py), so the plan does too."""
     return "compiled" if _COMPILED_MODULE in sys.modules else "auto"
-
-
-_COMPILED_MODULE = "chalk.analyses.traffic.simulate_compiled"
 
 
 @lru_cache(maxsize=1)

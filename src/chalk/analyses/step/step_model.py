@@ -355,9 +355,10 @@ def _bound_names(compute) -> np.ndarray:
     return np.take(_BOUND_CODES, compute.view(np.uint8), axis=0).view("<U7")[..., 0]
 
 
-def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, overhead_s) -> tuple:
-    """The ops of a stage step that depend on the tokens it carries and not on the decode context: (weight GEMMs,
-    prompt attention, experts, elementwise, sampling, communication and overhead as a name -> Op dict, their sums
+def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) -> tuple:
+    """The ops of a stage step that depend on the tokens it carries and not on the decode context, but its host
+    overhead (`_overhead_op`): (weight GEMMs, prompt attention, experts, elementwise, sampling and communication
+    as a name -> Op dict, their sums
     (`_add_up`), prompt-attention FLOPs, KV bytes written). See `stage_ops`."""
     m = costs.model
     tp, a, pp, ep = st.tp, st.a, st.pp, st.ep
@@ -528,15 +529,14 @@ TOKEN_OPS_MEMO = 1024
 _TOKEN_OPS: OrderedDict = OrderedDict()
 
 
-def _token_ops_kept(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, overhead_s,
-                    prefill_rank_tokens) -> tuple:
+def _token_ops_kept(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank, prefill_rank_tokens) -> tuple:
     """`_token_ops` of one question (numbers) on a kept plan, remembered per plan and token counts: the same plan
     (`_stage_on`: one configuration and layout) and the same tokens always give the same ops (immutable named
     tuples of numbers), whatever the context."""
-    key = (st, B, c, I, q, overhead_s, prefill_rank_tokens)
+    key = (st, B, c, I, q, prefill_rank_tokens)
     hit = _TOKEN_OPS.get(key)
     if hit is None:
-        hit = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s)
+        hit = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank)
         while len(_TOKEN_OPS) >= TOKEN_OPS_MEMO:  # the oldest go
             try:
                 _TOKEN_OPS.popitem(last=False)
@@ -603,12 +603,11 @@ def _stage_core_work(costs, system, tp, attn_dp, pp, ep, decode_seqs, prefill_to
     # question's are kept per plan and token counts (`_token_ops_kept`), so a sweep over context (or a Session
     # asked new contexts at batches it has seen) works them out once
     if st.kept and type(B) is _F64 and type(c) is _F64 and type(I) is _F64 and type(q) is _F64 \
-            and (overhead_s is None or type(overhead_s) is float) \
             and (prefill_rank_tokens is None or type(prefill_rank_tokens) is float):
-        token_ops, acc, f_ap, kv_write = _token_ops_kept(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s,
+        token_ops, acc, f_ap, kv_write = _token_ops_kept(st, costs, cal, B, c, I, q, B_rank, c_rank,
                                                          prefill_rank_tokens)
     else:
-        token_ops, acc, f_ap, kv_write = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank, overhead_s)
+        token_ops, acc, f_ap, kv_write = _token_ops(st, costs, cal, B, c, I, q, B_rank, c_rank)
     ops: dict[str, Op] = dict(token_ops)  # decode attention joins them last: the step adds it to their sums
 
     # ---- attention (per rank; KV heads shard over TP unless MLA)

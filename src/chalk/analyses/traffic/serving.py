@@ -443,9 +443,10 @@ def _better_mode(model, hardware, kw) -> dict:
 
 
 @dataclass(frozen=True)
-class _Search:
-    """Every (layout, batch) point of one serving search, evaluated once: `_select` picks from it under a per-user
-    speed constraint, so several constraints cost one evaluation of the step model."""
+class _Setup:
+    """What every serving question starts from (`_serving_setup`'s first nine answers): the model, the system,
+    the mean input, output and decode-context lengths, the prefix-cache hit share, the calibration, the engine
+    profile and the model's costs."""
 
     m: object
     system: System
@@ -456,6 +457,13 @@ class _Search:
     cal: Calibration
     eng: object
     costs: object
+
+
+@dataclass(frozen=True)
+class _Search(_Setup):
+    """Every (layout, batch) point of one serving search, evaluated once: `_select` picks from it under a per-user
+    speed constraint, so several constraints cost one evaluation of the step model."""
+
     sizes: list
     layouts: list
     g: dict
@@ -754,20 +762,11 @@ FIXED_GRID_POINTS = 48
 
 
 @dataclass(frozen=True)
-class _Fixed:
+class _Fixed(_Setup):
     """A fixed deployment's setup, the same at every concurrency: model, system, lengths, calibration, layouts, the
     batch cap per replica, and `times(B)`, the (TPOT, TTFT of a lone prompt, TPOT of a chunk-carrying step) at B
     decoding sequences per replica (numbers or arrays). Built by `_fixed_setup`; read by `_closed_form`."""
 
-    m: object
-    system: System
-    I: float
-    O: float
-    L: float
-    F: float
-    cal: Calibration
-    eng: object
-    costs: object
     kern: object
     di: object
     do: object
@@ -986,8 +985,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                       max_tokens=max_tokens, prefill_layout=prefill_layout)
     m, system, I, O, L, F, cal, eng, costs, kern = (fx.m, fx.system, fx.I, fx.O, fx.L, fx.F, fx.cal, fx.eng,
                                                     fx.costs, fx.kern)
-    di, do, lay, pre, G, gpus, disagg, decode_gpus, R = (fx.di, fx.do, fx.lay, fx.pre, fx.G, fx.gpus, fx.disagg,
-                                                         fx.decode_gpus, fx.R)
+    di, do, lay, pre, gpus, disagg, decode_gpus, R = (fx.di, fx.do, fx.lay, fx.pre, fx.gpus, fx.disagg,
+                                                      fx.decode_gpus, fx.R)
     cap, q, e, Ip, ovh, chunk, piece, lat, x_pool = (fx.cap, fx.q, fx.e, fx.Ip, fx.ovh, fx.chunk, fx.piece, fx.lat,
                                                      fx.x_pool)
     N = _fixed_concurrency(concurrency, R)
