@@ -13,7 +13,8 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
    routing (family `moe`, MOE_DISTRIBUTION) and balanced routing (family `moe_balanced`, what an expert-load
    balancer approaches), and
    MXFP4 weights with 16-bit activations (w4a16) as their own key), takes
-   the fastest kernel where a shape was measured with several, and holds out a random 20% of the rows
+   the fastest kernel where a shape was measured with several (of those a default deployment runs: kernels only an
+   opt-in switch selects, OPT_IN_KERNELS, are dropped), and holds out a random 20% of the rows
    (numpy default_rng(0) per table, rows in the table's sorted key order);
 2. fits ln(time) on a coarse grid over the family's shape features (`chalk.analyses.step.kernels.FEATURES`, log2 axes
    `AXES` below) by robust (Huber) least squares with multilinear interpolation and a small second-difference
@@ -71,6 +72,17 @@ MOE_DISTRIBUTION = "power_law_1.01"
 #: the same kernels with every expert given the same tokens: what an expert-load balancer (EPLB: redundant experts
 #: placed by measured load) approaches; distilled as its own family, `moe_balanced`
 MOE_BALANCED = "balanced"
+#: kernel sources an engine runs only when a non-default switch is set: never taken as "the fastest kernel" for a
+#: shape, since a deployment with default settings does not run them (each with the switch and where it is read)
+OPT_IN_KERNELS = {
+    "moe_torch_flow_min_latency": "TensorRT-LLM's TRTLLM-gen NVFP4 MoE, timed without its finalize (unpermute and "
+                                  "reduce) step: aiconfigurator's collector builds it with moe_backend 'trtllm' and "
+                                  "forward(do_finalize=False) (ai-dynamo/aiconfigurator collector/trtllm/collect_moe.py, "
+                                  "trtllm>=1.3.0rc20). TensorRT-LLM runs NVFP4 experts on TRTLLM-gen only with "
+                                  "moe_config.backend TRTLLM: the default was CUTLASS, and AUTO (1.3.0rc20) resolves "
+                                  "NVFP4 to CUTLASS except for GPT-OSS and DeepSeek-V4 (tensorrt_llm/_torch/"
+                                  "model_config.py ModelConfig.resolve_moe_backend; llmapi/llm_args.py MoeConfig.backend)",
+}
 HUBER, IRLS_STEPS = 0.1, 4  # Huber threshold in ln t (10%) and reweighting rounds
 PASSES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 AXES = {  # log2 node positions per feature (FEATURES order); spacing chosen by held-out error vs size
@@ -95,7 +107,8 @@ KV_DT = {"bfloat16": "bf16", "fp8": "fp8"}
 PREFER = {"gemm": ["fp8", "fp8_block"], "moe": ["fp8_block", "fp8"]}  # which table dtype stands for chalk's fp8
 #: which rows of each table were used (recorded in index.yaml)
 FILTERS = {
-    "all": "latency (ms) -> seconds; where a shape was measured with several kernels (kernel_source), the fastest",
+    "all": "latency (ms) -> seconds; where a shape was measured with several kernels (kernel_source), the fastest "
+           "of those a default deployment runs (opt-in kernels dropped: opt_in_kernels)",
     "gemm": "gemm_dtype bfloat16 -> bf16, fp8 (per-tensor; fp8_block only where no fp8) -> fp8, nvfp4 -> fp4",
     "mha_decode": "generation_attention: window_size 0, head_dim <= 256, attn_dtype bfloat16 where present; "
                   "q = 1, L = isl + step; kv_cache_dtype bfloat16 / fp8",
@@ -132,6 +145,8 @@ def _one_dtype_per_key(d, column: str, names: dict, prefer_fp8: list):
 
 def standardise(family: str, d: pd.DataFrame) -> pd.DataFrame:
     """Rows of one table as chalk call arguments + `dtype` (table key) + `t` (seconds)."""
+    if "kernel_source" in d:  # a kernel only a non-default switch selects is not what deployments run
+        d = d[~d.kernel_source.isin(list(OPT_IN_KERNELS))]
     d = d.copy()
     d["t"] = d["latency"].astype(float) * 1e-3  # tables hold milliseconds
     if family == "gemm":
@@ -505,12 +520,16 @@ def main(argv=None) -> int:
            "holdout": {"fraction": HOLDOUT, "seed": SEED,
                        "rule": "numpy default_rng(seed).random(n) < fraction per table, rows in sorted key order"},
            "filters": FILTERS,
+           "opt_in_kernels": OPT_IN_KERNELS,
            "fit": {"lambda": LAMBDA, "huber_ln": HUBER, "irls_steps": IRLS_STEPS,
                    "routing_passes_candidates": list(PASSES)},
            "families": {f: {"features": list(KS.FEATURES[f]), "axes_log2": [[float(x) for x in ax] for ax in AXES[f]]}
                         for f in AXES},
            "curve_systems": [s for s in CURVE_SYSTEMS if s in a.systems],
            "systems": {s: {"chips": SYSTEMS[s], "reference": refs[s]} for s in a.systems}}
+    prev = yaml.safe_load((OUT / "index.yaml").read_text()) if (OUT / "index.yaml").exists() else None
+    if isinstance(prev, dict) and prev.get("extra_versions"):  # versions.csv stays: so does its record
+        idx["extra_versions"] = prev["extra_versions"]
     (OUT / "index.yaml").write_text(yaml.safe_dump(idx, sort_keys=False, width=120, default_flow_style=None))
     KS.clear_cache()
     H = pd.concat(held, ignore_index=True)
