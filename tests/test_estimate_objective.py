@@ -68,13 +68,14 @@ def test_bound_is_the_largest_share(model, hw, batch, context, kw):
 
 
 def test_bound_says_where_the_time_goes_not_the_roofline_side():
-    """A small model spread over 8 GPUs at batch 1 spends a third of its step in launches and scheduling and uses
-    under 30% of the HBM bandwidth: 'memory' there says the memory-bound ops take the largest share, not that the
-    step runs at the bandwidth roofline; its 512-token prefill on TP8 waits longest on the all-reduces."""
+    """A small model spread over 8 GPUs at batch 1 spends about half its step in launches and scheduling and uses
+    under 30% of the HBM bandwidth, though every GEMM in it is memory-bound: its bound is 'overhead', the largest
+    share of the step, not the side of the roofline its ops sit on; its 512-token prefill on TP8 waits longest on
+    the all-reduces."""
     r = estimate("llama-3.1-8b", "h100-sxm", 1, 128, layout="tp=8")
     shares = dict(zip(SHARES, (r.compute_time_s, r.memory_time_s, r.comm_time_s, r.overhead_time_s)))
-    assert r.bound == max(shares, key=shares.get) == "memory" and r.mbu < 0.3
-    assert shares["overhead"] > 0.3 * r.step_time_s
+    assert r.bound == max(shares, key=shares.get) == "overhead" and r.mbu < 0.3
+    assert shares["overhead"] > 0.3 * r.step_time_s and shares["compute"] == 0.0
     p = estimate("llama-3.1-8b", "h100-sxm", 1, 512, layout="tp=8", phase="prefill")
     assert p.bound == "communication"
 

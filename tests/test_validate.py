@@ -196,8 +196,10 @@ def test_leave_one_family_out_cross_validation():
     held-out residuals holds about 80% of held-out measured values. Measured with each row answered on its own
     engine's profile and the refit that goes with it (730 rows, 14 families, 2026-11-26): held-out median 0.167, p90
     0.96, dense 0.137, MoE 0.306, coverage 0.831; with the AMD factors applied by what binds each kernel (b1026fa):
-    0.171, 0.867, 0.114, 0.296, 0.812 (one engine for every row, at 4cc5d59: 0.207, 1.04, 0.178, 0.295, 0.816; at 40fd3ed, 410 rows and 13
-    families: 0.188, 0.86, 0.135, 0.188, 0.817); the bounds guard that, short of the issue's 0.10 / 0.30."""
+    0.171, 0.867, 0.114, 0.296, 0.812; with the opt-in TensorRT-LLM NVFP4 MoE kernel out of the tables and the refit
+    that goes with it: 0.178, 0.657, 0.125, 0.259, 0.800, 1 min 58 s wall (one engine for every row, at 4cc5d59:
+    0.207, 1.04, 0.178, 0.295, 0.816; at 40fd3ed, 410 rows and 13 families: 0.188, 0.86, 0.135, 0.188, 0.817); the
+    bounds guard that, short of the issue's 0.10 / 0.30."""
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "validate", "--cv", "--json"], capture_output=True,
                        text=True, timeout=3000)
     assert p.returncode == 0, p.stderr
@@ -206,8 +208,8 @@ def test_leave_one_family_out_cross_validation():
     fams = d["families"]
     assert sum(v["n"] for v in fams.values()) == d["n"]
     assert all("fit" in v and v["median_signed_error"] is not None for v in fams.values() if v["n"])
-    assert d["cv_median_abs_error"] <= 0.19 and d["cv_p90_abs_error"] <= 1.02
-    assert d["groups"]["dense"]["median_abs_error"] <= 0.16 and d["groups"]["moe"]["median_abs_error"] <= 0.33
+    assert d["cv_median_abs_error"] <= 0.19 and d["cv_p90_abs_error"] <= 0.75
+    assert d["groups"]["dense"]["median_abs_error"] <= 0.16 and d["groups"]["moe"]["median_abs_error"] <= 0.30
     assert 0.75 <= d["cv_range_coverage"] <= 0.85
     lo, hi = d["cv_range"]
     assert lo < 0 < hi
