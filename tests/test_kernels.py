@@ -537,3 +537,32 @@ def test_messages_over_one_group_equal_the_two_axis_all_reduce_interpolation():
             assert grid.shape == msgs.shape
             assert np.all(np.abs(grid - both) <= 1e-12 * both), (system, n)
             assert (n > 1) == bool(np.all(grid > 0))
+
+
+def _distill_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distill_kernels", Path(__file__).parents[1] / "scripts" /
+                                                  "distill_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_an_opt_in_kernel_is_never_the_fastest_kept():
+    """Where one MoE shape was measured with several kernels the distillation keeps the fastest a default deployment
+    runs: TensorRT-LLM's TRTLLM-gen NVFP4 rows (`moe_torch_flow_min_latency`, run only with moe_config.backend
+    TRTLLM and timed without their finalize step) are dropped however fast they are, and index.yaml records which
+    kernels were dropped and why."""
+    pd = pytest.importorskip("pandas")
+    D = _distill_script()
+    shape = dict(moe_dtype="nvfp4", num_tokens=1024, hidden_size=2048, inter_size=768, topk=8, num_experts=128,
+                 moe_tp_size=1, moe_ep_size=1, distribution=D.MOE_DISTRIBUTION)
+    raw = pd.DataFrame([dict(shape, kernel_source="moe_torch_flow_cutlass", latency=0.253),
+                        dict(shape, kernel_source="moe_torch_flow_min_latency", latency=0.106)])
+    kept = D.standardise("moe", raw)
+    assert len(kept) == 1 and kept.t.iloc[0] == pytest.approx(0.253e-3, rel=1e-12)
+    # without the opt-in row's label, the faster row is kept: the rule drops a label, not a time
+    other = raw.assign(kernel_source=["moe_torch_flow_cutlass", "moe_torch_flow"])
+    assert D.standardise("moe", other).t.iloc[0] == pytest.approx(0.106e-3, rel=1e-12)
+    assert index()["opt_in_kernels"] == D.OPT_IN_KERNELS and "TRTLLM" in D.OPT_IN_KERNELS["moe_torch_flow_min_latency"]
