@@ -77,6 +77,7 @@ class Row:
     engine_version: str | None = None
     num_prompts: int | None = None   # a benchmark's whole run: requests sent in all (fixed rows; None: steady state)
     max_batch: int | None = None     # the deployment's own cap on sequences per scheduler (None: the engine's default)
+    lengths: str | None = None       # the benchmark dataset whose length distribution the run drew (lengths.yaml)
 
 
 def family_of_group(group: str) -> str:
@@ -114,10 +115,55 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 acceptance=_num(d.get("acceptance")),
                 family=(d.get("family") or "").strip() or family_of_group(d.get("group") or d["source"][:40]),
                 engine_version=(d.get("engine_version") or "").strip() or None,
-                num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int)))
+                num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
+                lengths=(d.get("lengths") or "").strip() or None))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
+
+
+#: Points of the quantile function a dataset's length distribution is replayed from (`dataset_lengths`).
+DATASET_POINTS = 1000
+
+
+@lru_cache(maxsize=1)
+def _datasets() -> dict:
+    from chalk.specs.catalog import read_yaml
+
+    return read_yaml(package_path("validation", "lengths.yaml"))
+
+
+def _quantile_lengths(quantiles: dict, n: int) -> np.ndarray:
+    """`n` lengths at the mid-points of n equal probability slices, from quantiles {percentile: tokens} interpolated
+    linearly in log(length)."""
+    q = np.array(sorted(float(k) for k in quantiles)) / 100.0
+    v = np.log(np.array([float(quantiles[k]) for k in sorted(quantiles, key=float)]))
+    return np.exp(np.interp((np.arange(n) + 0.5) / n, q, v))
+
+
+@lru_cache(maxsize=64)
+def dataset_lengths(name: str, input_mean: float, output_mean: float):
+    """(input, output) length distributions of benchmark dataset `name` (validation/lengths.yaml: its quantiles, the
+    shape) scaled to a row's own mean lengths (the level): empirical distributions of `DATASET_POINTS` lengths each,
+    which the closed-loop replay samples per request."""
+    from chalk.specs.lengths import empirical
+
+    d = _datasets().get(name)
+    if not isinstance(d, dict):
+        raise SpecError(f"validation.csv names length distribution {name!r}, which validation/lengths.yaml lacks")
+    out = []
+    for side, mean in (("input", input_mean), ("output", output_mean)):
+        x = _quantile_lengths(d[f"{side}_quantiles"], DATASET_POINTS)
+        out.append(empirical(np.maximum(x * (float(mean) / x.mean()), 1.0),
+                             label=f"{name} {side} lengths scaled to mean {float(mean):g}"))
+    return tuple(out)
+
+
+def _row_lengths(row: Row):
+    """A row's (input, output) lengths: its means, or its dataset's distributions scaled to them."""
+    if row.lengths and row.input_len and row.output_len:
+        return dataset_lengths(row.lengths, row.input_len, row.output_len)
+    return row.input_len, row.output_len
 
 
 def _pool(row: Row, cal: Calibration):
@@ -215,8 +261,8 @@ def point(row: Row, engines: bool = True) -> tuple:
     profile applies."""
     eng = row_engine(row) if engines else None
     if row.kind == "fixed" and row.concurrency:
-        return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, row.input_len,
-                row.output_len, row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
+        return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, *_row_lengths(row),
+                row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s" and not row.num_prompts,
                 row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None)
     if row.kind == "search":
