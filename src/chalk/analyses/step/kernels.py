@@ -53,6 +53,14 @@ FEATURES = {
     "mla_prefill": ("batch", "prompt", "heads"),
     "moe": ("tokens*top_k/experts", "experts/ep", "hidden", "moe_inter"),
 }
+#: Largest fraction of a chip's catalog HBM bandwidth a kernel streams at: the measured decode-attention kernels of
+#: aiconfigurator-core 0.12.0's TensorRT-LLM tables reach at most 0.92-0.96 of it, their 99th percentile 0.88-0.92
+#: (H100 0.90, H200 0.88, B200 0.89, GB200 0.92, B300 0.88), their small-m GEMMs (weight streams) at most 0.86-0.91;
+#: FlashMLA 3000 / 3350 GB/s = 0.90 on H800 and Azure's GB200 7.35 / 8 TB/s = 0.92 (calibration.MEMORY). A fitted
+#: grid carried past its measured shapes (decode attention at large batch x context: 0.97-1.00 of peak before) is
+#: held to it: no kernel time is shorter than its bytes at this fraction of the chip's bandwidth.
+STREAM_CEILING = 0.92
+
 #: the MoE kernels timed twice: under served traffic's power-law expert loads (`moe`) and with every expert given
 #: the same tokens (`moe_balanced`: what an expert-load balancer approaches); one grid layout for both
 FEATURES["moe_balanced"] = FEATURES["moe"]
@@ -1070,9 +1078,10 @@ class KernelProfile:
                 f"{r['system']} {r['framework']} {r['version']} custom all-reduce table")
 
     def _floor(self, t, flops, bytes_, precision):
-        """Never faster than the chip's own roofline; finite, >= 0."""
+        """Never faster than the chip's own roofline, its bytes streamed at no more than `STREAM_CEILING` of its
+        bandwidth; finite, >= 0."""
         peak, bw = self._rates(precision, own=True)
-        t = _at_least(t, K.roofline_time_s(flops, bytes_, peak, bw))
+        t = _at_least(t, K.roofline_time_s(flops, bytes_, peak, bw * STREAM_CEILING))
         if isinstance(t, float):
             return t if math.isfinite(t) else 0.0
         finite = np.isfinite(t)
