@@ -53,6 +53,9 @@ FEATURES = {
     "mla_prefill": ("batch", "prompt", "heads"),
     "moe": ("tokens*top_k/experts", "experts/ep", "hidden", "moe_inter"),
 }
+#: the MoE kernels timed twice: under served traffic's power-law expert loads (`moe`) and with every expert given
+#: the same tokens (`moe_balanced`: what an expert-load balancer approaches); one grid layout for both
+FEATURES["moe_balanced"] = FEATURES["moe"]
 #: Largest fraction of a chip's catalog HBM bandwidth a kernel streams at: the measured decode-attention kernels of
 #: aiconfigurator-core 0.12.0's TensorRT-LLM tables reach at most 0.92-0.96 of it, their 99th percentile 0.88-0.92
 #: (H100 0.90, H200 0.88, B200 0.89, GB200 0.92, B300 0.88), their small-m GEMMs (weight streams) at most 0.86-0.91;
@@ -60,10 +63,6 @@ FEATURES = {
 #: grid carried past its measured shapes (decode attention at large batch x context: 0.97-1.00 of peak before) is
 #: held to it: no kernel time is shorter than its bytes at this fraction of the chip's bandwidth.
 STREAM_CEILING = 0.92
-
-#: the MoE kernels timed twice: under served traffic's power-law expert loads (`moe`) and with every expert given
-#: the same tokens (`moe_balanced`: what an expert-load balancer approaches); one grid layout for both
-FEATURES["moe_balanced"] = FEATURES["moe"]
 #: axes along which the time must not fall (more rows, sequences, context or tokens)
 MONOTONE = {"gemm": (0,), "mha_decode": (0, 1), "mha_prefill": (0, 1), "mla_decode": (0, 1), "mla_prefill": (0, 1),
             "moe": (0,)}
