@@ -75,13 +75,13 @@ MOE_BALANCED = "balanced"
 #: kernel sources an engine runs only when a non-default switch is set: never taken as "the fastest kernel" for a
 #: shape, since a deployment with default settings does not run them (each with the switch and where it is read)
 OPT_IN_KERNELS = {
-    "moe_torch_flow_min_latency": "TensorRT-LLM's TRTLLM-gen NVFP4 MoE, timed without its finalize (unpermute and "
-                                  "reduce) step: aiconfigurator's collector builds it with moe_backend 'trtllm' and "
-                                  "forward(do_finalize=False) (ai-dynamo/aiconfigurator collector/trtllm/collect_moe.py, "
-                                  "trtllm>=1.3.0rc20). TensorRT-LLM runs NVFP4 experts on TRTLLM-gen only with "
-                                  "moe_config.backend TRTLLM: the default was CUTLASS, and AUTO (1.3.0rc20) resolves "
-                                  "NVFP4 to CUTLASS except for GPT-OSS and DeepSeek-V4 (tensorrt_llm/_torch/"
-                                  "model_config.py ModelConfig.resolve_moe_backend; llmapi/llm_args.py MoeConfig.backend)",
+    "moe_torch_flow_min_latency": (
+        "TensorRT-LLM's TRTLLM-gen NVFP4 MoE, timed without its finalize (unpermute and reduce) step: aiconfigurator's "
+        "collector builds it with moe_backend 'trtllm' and forward(do_finalize=False) (ai-dynamo/aiconfigurator "
+        "collector/trtllm/collect_moe.py, trtllm>=1.3.0rc20). TensorRT-LLM runs NVFP4 experts on TRTLLM-gen only with "
+        "moe_config.backend TRTLLM: the default was CUTLASS, and AUTO (1.3.0rc20) resolves NVFP4 to CUTLASS except "
+        "for GPT-OSS and DeepSeek-V4 (tensorrt_llm/_torch/model_config.py ModelConfig.resolve_moe_backend; "
+        "llmapi/llm_args.py MoeConfig.backend)"),
 }
 HUBER, IRLS_STEPS = 0.1, 4  # Huber threshold in ln t (10%) and reweighting rounds
 PASSES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)

@@ -258,9 +258,9 @@ def test_cli_cross_validation_same_on_ray_and_in_one_process():
 
 def test_dataset_lengths_keep_the_recorded_shape_at_the_rows_level():
     """validation/lengths.yaml's ShareGPT quantiles (vLLM's sampling rule, Qwen BPE) rebuilt as 1000 lengths: the
-    unscaled mean is the recorded one (202.9 output to 1%; 219.6 input to 2%, from coarser quantiles); scaled to a row's means they keep the
-    shape: the median about two thirds of the mean (135 / 203) and a longest output 6-9x the mean (the recorded
-    maximum is 1856 = 9.1x); an unknown name is one typed error."""
+    unscaled mean is the recorded one (202.9 output to 1%; 219.6 input to 2%, from coarser quantiles); scaled to a
+    row's means they keep the shape: the median about two thirds of the mean (135 / 203) and a longest output
+    6-9x the mean (the recorded maximum is 1856 = 9.1x); an unknown name is one typed error."""
     from chalk.analyses.fidelity.validate import DATASET_POINTS, _datasets, _quantile_lengths, dataset_lengths
 
     d = _datasets()["sharegpt-vllm"]

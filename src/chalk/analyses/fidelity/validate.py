@@ -28,7 +28,7 @@ from chalk.analyses.step.calibration import Calibration, calibration
 from chalk.analyses.step.parallel import memory_per_chip, stage_step, step_costs
 from chalk.analyses.traffic.serving import fixed_deployment, throughput
 from chalk.errors import ChalkError, SpecError
-from chalk.specs.catalog import load_model, package_path, resolve_hardware
+from chalk.specs.catalog import load_model, package_path, read_yaml, resolve_hardware
 
 #: Recorded bound on the median |error| of the calibrated model over the validation set; a test fails if
 #: `chalk validate` regresses past it.
@@ -128,8 +128,6 @@ DATASET_POINTS = 1000
 
 @lru_cache(maxsize=1)
 def _datasets() -> dict:
-    from chalk.specs.catalog import read_yaml
-
     return read_yaml(package_path("validation", "lengths.yaml"))
 
 

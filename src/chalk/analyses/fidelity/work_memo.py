@@ -5,9 +5,10 @@ out: a fit asks the step model and the request simulator again only what a new p
   profile's timing methods are kept by their exact arguments, so a new calibration re-times the same grid of shapes
   (a layout search's arrays) from memory.
 - Stage steps' work (`step_memo`: all but their host overhead) is kept by its arguments and the calibration
-  fields it reads, found as `fit_memo` finds an answer's: each step is worked out on a tracked copy of the calibration, one copy per answer
-  and layout, and every field ever read from that copy counts (a plan the step model keeps by the copy's identity,
-  from an earlier step of the same layout, carries that step's reads). A hit adds its fields to the answer's.
+  fields it reads, found as `fit_memo` finds an answer's: each step is worked out on a tracked copy of the
+  calibration, one copy per answer and layout, and every field ever read from that copy counts (a plan the step
+  model keeps by the copy's identity, from an earlier step of the same layout, carries that step's reads). A hit
+  adds its fields to the answer's.
 - Closed-loop replays in the request simulator (`replay_memo`) are kept by their client queue, step cost, batch
   and options, and run on the compiled loop where numba loads (the same loop, statement for statement and in the
   same floating-point order: identical answers).

@@ -117,8 +117,8 @@ _FIXED_KEPT: dict = {}
 
 
 def _fixed(ask: Ask, system: System, c: dict, n: int):
-    """`fixed_deployment` of candidate `c` at `n` requests in flight per replica. The same question comes back
-    within a plan (the concurrency bisection, the cost at the operating point, the replay's bumps and step cost):
+    """`fixed_deployment` of candidate `c` at `n` requests in flight per replica (closed form). The same question
+    comes back within a plan (the kept candidate's cost at its operating point, the replay's bumps and step cost):
     its answer is kept, keyed by the very ask and system objects (held with the answer, so their ids stay theirs)
     and the candidate's layout; a kept answer is the one a fresh call gives (the prediction is deterministic)."""
     spec = c["speculative"]
@@ -143,6 +143,7 @@ def _fixed_args(ask: Ask, c: dict) -> dict:
 
 
 def _fixed_deployment(ask: Ask, system: System, c: dict, n: int):
+    """`_fixed`'s answer worked out afresh (not kept)."""
     return fixed_deployment(ask.model, system, concurrency=int(n), simulate=False, **_fixed_args(ask, c))
 
 

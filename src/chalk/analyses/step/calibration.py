@@ -208,8 +208,9 @@ MOE_SHUFFLE_PASSES = 16.0
 #: roughly half of peak against ~70% on H100 (ratio ~0.65), and stream-type tests at ~80% of HBM peak against
 #: ~90% (ratio ~0.9). Approximate kernel-level figures, the starting point; `chalk calibrate` refits them on the AMD
 #: rows as `amd_compute` and `amd_memory` (`VENDOR_FIELDS`). Shipped: 0.5 compute and 1.0 memory, each on an end of
-#: its grid (catalog/calibration.yaml; widening the AMD grids was tried at the fit before and cross-validated worse). The step model stretches a measured (NVIDIA) kernel time by
-#: the compute multiplier where the op's roofline is compute-bound and by the memory one where it is memory-bound
+#: its grid (catalog/calibration.yaml; widening the AMD grids was tried at the fit before and cross-validated worse).
+#: The step model stretches a measured (NVIDIA) kernel time by the compute multiplier where the op's roofline is
+#: compute-bound and by the memory one where it is memory-bound
 #: (`step_model._Timer.vendor_factor`): a decode GEMM that reads its weights is a stream, not a GEMM sweep. Grouped
 #: expert GEMMs and prefill attention take the compute one (tile- and math-bound).
 VENDOR = (("AMD", 0.65, 0.9),)

@@ -1059,7 +1059,6 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     return ServingResult(res)
 
 
-#: Requests replayed per replica in a closed-loop latency check: this many times the concurrency (the first wave
 #: Requests replayed per replica in a closed-loop latency check: this many times the concurrency, within the bounds
 #: below. A closed loop started at t = 0 moves in waves that fade slowly; with 8 rounds the window's rate aliased
 #: against them (Little's law off by up to 25% on gpt-oss-20b / MI300X at 256 in flight), with 32 within ~2%.
