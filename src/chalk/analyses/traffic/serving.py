@@ -914,10 +914,10 @@ def _closed_form(fx: _Fixed, Nr):
 
 
 def _ttft_p99_closed(fx: _Fixed, ttft0, waiting, X):
-    """The closed form's p99 TTFT on the engine's clock: the p99 prompt's prefill plus the mean wait."""
+    """The closed form's p99 TTFT on the engine's clock: the p99 prompt's prefill plus the mean wait. The prompt
+    lengths are the parsed distribution (`fx.di`), so a spec string and its parsed object give the same p99."""
     I = fx.I
-    p99_I = float(getattr(fx.input_len, "quantile", lambda q_: I)(0.99)) \
-        if not isinstance(fx.input_len, (int, float)) else I
+    p99_I = float(fx.di.quantile(0.99)) if fx.di is not None else I
     return ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
 
 
