@@ -13,6 +13,14 @@ chip's catalog HBM bandwidth and peak (chalk's byte and FLOP counts, `chalk.equa
 spread of a repeated run, and the measured steps of `chalk measure` next to chalk's fitted whole-step roofline and
 `chalk.estimate` (op by op, at tp=1, bf16 weights and KV) of the same model and shape.
 
+`kernels_fp8q.csv` (where the folder has it): the FP8 linear with its activation's quantisation timed beside bf16
+and bare FP8 in one run (`gemm_fp8_dynq`: dynamic per-tensor scale; `gemm_fp8_staticq`: a fixed scale;
+scripts/device_kernels.py's docstring). Printed per framework, op and m bucket (m <= 256, m > 256): the medians in
+us of the measured time, chalk's time (the FP8 table capped at the bf16 table, `KernelProfile.wider_math`), the FP8
+table before that cap and the bf16 table; measured / chalk, measured / uncapped FP8 table (median, p10, p90); and,
+shape by shape in the same run, what the quantisation adds to the bare FP8 GEMM next to what the uncapped FP8 table
+carries over it.
+
 The measured kernels are torch's: cuBLAS for bf16 (`torch.mm`), cuBLASLt FP8 with per-tensor scales
 (`torch._scaled_mm`), FlashAttention-2 through `scaled_dot_product_attention`; the tables are TensorRT-LLM's,
 vLLM's and SGLang's own kernels as aiconfigurator-core measured them. A ratio far from 1 says the engines' kernels
@@ -32,6 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h200_device"
 OPS = ("gemm_bf16", "gemm_fp8", "attention_decode", "attention_prefill")
+#: the quantised-FP8-linear run's ops (kernels_fp8q.csv), and its m buckets: decode-sized steps, and larger
+FP8Q_OPS = ("gemm_bf16", "gemm_fp8", "gemm_fp8_dynq", "gemm_fp8_staticq")
+M_BUCKETS = (("m<=256", 1, 256), ("m>256", 257, float("inf")))
 
 
 def load_rows(path) -> list[dict]:
@@ -88,6 +99,71 @@ def ratios(rows, chip, framework: str) -> dict:
     out: dict = {}
     for r in rows:
         out.setdefault(r["op"], []).append(_f(r, "measured_s") / table_time_s(prof, r))
+    return out
+
+
+def fp8_table_uncapped_s(profile, m: float, n: float, k: float) -> float:
+    """chalk's FP8 GEMM table time before the cap at the same GEMM's bf16 time (`KernelProfile.wider_math`, which
+    `gemm_time_s` applies): the table as distilled, floor included."""
+    from chalk.analyses.step.kernels import GemmShape
+
+    shape = GemmShape(profile, float(n), float(k), "fp8")
+    shape._wider = None  # the cap's one input: without it, time() is the table's own (private, read only here)
+    return float(shape.time(float(m)))
+
+
+def fp8q_rows(rows, chip, framework: str) -> list[dict]:
+    """Each timed row of a kernels_fp8q.csv with chalk's times for its shape under `framework`: `chalk_s` (what
+    chalk uses: bf16 rows the bf16 table, FP8 rows the FP8 table capped at bf16), `fp8_raw_s` (the FP8 table
+    uncapped), `bf16_s` (the bf16 table), and `bare_fp8_s` (the same shape's bare FP8 GEMM measured in the run)."""
+    from chalk.analyses.step.kernels import kernel_profile
+
+    prof = kernel_profile(chip, framework)
+    bare = {key(r)[1:]: _f(r, "measured_s") for r in rows if r["op"] == "gemm_fp8"}
+    out = []
+    for r in rows:
+        m, n, k = _f(r, "m"), _f(r, "n"), _f(r, "k")
+        out.append({"op": r["op"], "m": m, "n": n, "k": k, "measured_s": _f(r, "measured_s"),
+                    "chalk_s": table_time_s(prof, r), "fp8_raw_s": fp8_table_uncapped_s(prof, m, n, k),
+                    "bf16_s": float(prof.gemm_time_s(m, n, k, "bf16")), "bare_fp8_s": bare.get(key(r)[1:])})
+    return out
+
+
+def fp8q_summary(rows, chip, framework: str) -> dict:
+    """{op: {bucket: figures}} of `fp8q_rows`: medians in us (measured, chalk, uncapped FP8 table, bf16 table),
+    `summary`s of measured / chalk and measured / uncapped FP8 table, and the us added over the same shape's bare
+    FP8 GEMM, measured (`added_us`) and in the uncapped table (`table_added_us`: table - bare measured)."""
+    rs = fp8q_rows(rows, chip, framework)
+    out: dict = {}
+    for op in FP8Q_OPS:
+        for name, lo, hi in M_BUCKETS:
+            sel = [x for x in rs if x["op"] == op and lo <= x["m"] <= hi]
+            if not sel:
+                continue
+            col = {c: np.array([x[c] for x in sel]) for c in ("measured_s", "chalk_s", "fp8_raw_s", "bf16_s")}
+            bare = np.array([x["bare_fp8_s"] for x in sel], dtype=float)
+            out.setdefault(op, {})[name] = {
+                **{f"{c[:-2]}_us": float(np.median(v)) * 1e6 for c, v in col.items()},
+                "over_chalk": summary(col["measured_s"] / col["chalk_s"]),
+                "over_fp8_raw": summary(col["measured_s"] / col["fp8_raw_s"]),
+                "added_us": summary((col["measured_s"] - bare) * 1e6),
+                "table_added_us": summary((col["fp8_raw_s"] - bare) * 1e6)}
+    return out
+
+
+def cast_stream_tb_per_s(rows, m_min: float = 257.0) -> list[float]:
+    """The scaled bf16 -> e4m3 cast's streaming rate (TB/s) at each shape of m >= `m_min` of a kernels_fp8q.csv,
+    by difference: 3 m k bytes (bf16 read, e4m3 written) over (static-quant FP8 linear - bare FP8 GEMM)."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault(key(r)[1:], {})[r["op"]] = r
+    out = []
+    for ops in by.values():
+        if "gemm_fp8_staticq" in ops and "gemm_fp8" in ops and _f(ops["gemm_fp8"], "m") >= m_min:
+            q, b = ops["gemm_fp8_staticq"], ops["gemm_fp8"]
+            dt = _f(q, "measured_s") - _f(b, "measured_s")
+            if dt > 0:
+                out.append(3.0 * _f(q, "m") * _f(q, "k") / dt / 1e12)
     return out
 
 
@@ -162,6 +238,44 @@ def main(argv=None) -> int:
         out["repeat"] = s
         print(f"\nrun-to-run (run 1 / run 2, {s['rows']} rows): median {s['median']:.3f}, p10 {s['p10']:.3f}, "
               f"p90 {s['p90']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}")
+    if (data / "kernels_fp8q.csv").exists():
+        qrows = load_rows(data / "kernels_fp8q.csv")
+        print(f"\nthe FP8 linear with its activation's quantisation, {len(qrows)} rows of {data / 'kernels_fp8q.csv'} "
+              f"({qrows[0]['source'] if qrows else ''}); us are medians over the bucket's shapes; chalk = FP8 table "
+              f"capped at bf16, fp8 table = uncapped; added = over the same shape's bare FP8 GEMM in the run")
+        print(f"{'framework':10}{'op':18}{'m':8}{'measured':>9}{'chalk':>8}{'fp8 tab':>8}{'bf16 tab':>9}"
+              f"{'meas/chalk':>11}{'meas/fp8tab (p10-p90)':>23}{'added us (p10-p90)':>21}{'table added':>12}")
+        out["fp8q"] = {}
+        for fw in FRAMEWORKS:
+            sm = out["fp8q"][fw] = fp8q_summary(qrows, chip, fw)
+            for op, buckets in sm.items():
+                for b, x in buckets.items():
+                    oc, orw, ad = x["over_chalk"], x["over_fp8_raw"], x["added_us"]
+                    print(f"{fw:10}{op:18}{b:8}{x['measured_us']:9.1f}{x['chalk_us']:8.1f}{x['fp8_raw_us']:8.1f}"
+                          f"{x['bf16_us']:9.1f}{oc['median']:11.2f}{orw['median']:9.2f} ({orw['p10']:.2f}-"
+                          f"{orw['p90']:.2f}){ad['median']:9.1f} ({ad['p10']:5.1f}-{ad['p90']:5.1f})"
+                          f"{x['table_added_us']['median']:12.1f}")
+        s = summary(cast_stream_tb_per_s(qrows))
+        out["fp8q_cast_stream_tb_per_s"] = s
+        frac = s["median"] * 1e12 / chip.hbm_bandwidth_bytes_per_s
+        print(f"torch's scaled cast alone (static-quant linear - bare FP8 GEMM, m > 256) streams 3mk bytes at median "
+              f"{s['median']:.2f} TB/s (p10 {s['p10']:.2f}, p90 {s['p90']:.2f}): {frac:.0%} of the catalog HBM "
+              f"bandwidth, "
+              f"so at large m the added times are torch's, an upper bound for a fused engine kernel; bf16 rows' "
+              f"'added' is bf16 over bare FP8")
+        if (data / "kernels_fp8q_repeat.csv").exists():
+            s = summary(repeat_ratios(qrows, load_rows(data / "kernels_fp8q_repeat.csv")))
+            out["fp8q_repeat"] = s
+            print(f"run-to-run of that run ({s['rows']} rows): median {s['median']:.3f}, p10 {s['p10']:.3f}, "
+                  f"p90 {s['p90']:.3f}")
+        old = {key(r): _f(r, "measured_s") for r in rows}
+        for op in ("gemm_bf16", "gemm_fp8"):
+            rr = [_f(r, "measured_s") / old[key(r)] for r in qrows if r["op"] == op and key(r) in old]
+            if rr:
+                s = summary(rr)
+                out.setdefault("fp8q_vs_kernels", {})[op] = s
+                print(f"{op} in this run / in kernels.csv ({s['rows']} rows): median {s['median']:.3f}, p10 "
+                      f"{s['p10']:.3f}, p90 {s['p90']:.3f}")
     if (data / "measure.json").exists():
         m = json.loads((data / "measure.json").read_text())
         print(f"\nchalk measure on {m['device_name']}: model {m['model']} ({m['dtype']}, {m['attention']} attention); "

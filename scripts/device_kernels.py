@@ -14,6 +14,16 @@ What is timed, and how:
   in bf16 (`torch.mm`, cuBLAS) and in FP8 e4m3 with per-tensor scales (`torch._scaled_mm`, scale tensors of one
   fp32 value each, bf16 output). Shapes: Llama-3.1-8B and -70B layers (qkv, o, gate_up, down) on one GPU of TP
   1/4/8, m (tokens in the step) from 1 to 8192.
+- FP8 linear with the activation's quantisation (`--gemm-dtypes`, ops `gemm_fp8_dynq` and `gemm_fp8_staticq`,
+  dtype fp8): the bf16 activation [m x k] is cast to e4m3 before the same `_scaled_mm`, as an engine's FP8 linear
+  layer does. Dynamic per-tensor scale (`gemm_fp8_dynq`): amax = `torch.linalg.vector_norm(x, inf)` (one
+  reduction over the bf16 activation, fp32 result), scale = amax / 448 (a one-value kernel), x / scale written
+  straight to float8_e4m3fn (one elementwise kernel, the cast fused in: `torch.div(..., out=)`); three kernels
+  before the GEMM, as vLLM's dynamic per-tensor quantisation runs (zeroed scale, amax reduction, scaled cast).
+  Static scale (`gemm_fp8_staticq`): a fixed scale, x / scale cast to e4m3 (the one elementwise kernel). Where the
+  fused cast fails on the device (probed in a child process first: a device-side assert would end this one) the
+  division and the cast run as two kernels, and the row's `backend` says so. No saturation clamp: the scales keep
+  |x / scale| <= 448 (a fused engine kernel clamps in registers, at no extra memory traffic).
 - Attention: `torch.nn.functional.scaled_dot_product_attention` in bf16 with grouped-query heads (`enable_gqa`),
   the FlashAttention backend asked for first (then memory-efficient, cuDNN, math: the backend that ran is in the
   row). Decode: one query token per sequence over a K/V cache of batch x context; prefill: causal, batch x prompt.
@@ -57,6 +67,8 @@ ROTATE_BYTES = 256 * 2 ** 20
 MAX_COPIES = 64
 MIN_CALLS = 4
 
+GEMM_DTYPES = ("bf16", "fp8", "fp8_dynq", "fp8_staticq")
+E4M3_MAX = 448.0
 FIELDS = ("op", "family", "dtype", "model", "tp", "layer", "m", "n", "k", "batch", "q", "L", "heads", "kv_heads",
           "head_dim", "measured_s", "min_s", "reps", "calls", "copies", "flops", "bytes", "tflops_per_s", "tb_per_s",
           "backend", "method", "error", "source")
@@ -176,13 +188,57 @@ def sequence(sets, op):
     return run, len(order)
 
 
-def time_gemm(torch, timer, device, dtype, m, n, k):
-    """(row fields) of one [m x k] @ [n x k]^T product at `dtype` ('bf16' or 'fp8')."""
-    elem = 2 if dtype == "bf16" else 1
-    set_bytes = (m * k + n * k) * elem + m * n * 2
+FUSED_CAST_PROBE = """
+import torch
+x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16) * 3
+amax = torch.empty((), device="cuda", dtype=torch.float32)
+torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32, out=amax)
+s = torch.empty((), device="cuda", dtype=torch.float32)
+torch.mul(amax, 1.0 / 448.0, out=s)
+q = torch.empty(64, 256, device="cuda", dtype=torch.float8_e4m3fn)
+torch.div(x, s, out=q)
+torch.cuda.synchronize()
+ref = (x.float() / s).to(torch.float8_e4m3fn).float()
+assert abs(float(amax) - float(x.abs().max())) == 0.0
+assert torch.isfinite(q.float()).all() and (q.float() - ref).abs().max().item() <= 32.0
+print("fused cast ok")
+"""
+
+
+def fused_cast_ok(device: str) -> tuple[bool, str]:
+    """(whether `torch.div(bf16, fp32 scale, out=<float8_e4m3fn>)` runs as one kernel on this device, why):
+    probed in a child process, since an unsupported cast would raise a device-side assert that ends the process."""
+    if device != "cuda":
+        return True, "not probed (cpu)"
+    try:
+        p = subprocess.run([sys.executable, "-c", FUSED_CAST_PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"probe failed: {type(e).__name__}"
+    tail = (p.stdout + p.stderr).strip().splitlines()
+    return p.returncode == 0 and "fused cast ok" in p.stdout, (tail[-1][:160] if tail else f"rc {p.returncode}")
+
+
+def gemm_set_bytes(dtype: str, m: int, n: int, k: int) -> int:
+    """Bytes one call moves, operands read once and results written once: bf16 A, B, C; fp8 A, B and bf16 C; the
+    quantised FP8 linear adds the bf16 activation's reads (twice with a dynamic scale: amax, then the cast) and the
+    e4m3 activation's write."""
+    if dtype == "bf16":
+        return (m * k + n * k) * 2 + m * n * 2
+    base = m * k + n * k + m * n * 2
+    if dtype == "fp8":
+        return base
+    return base + m * k + m * k * 2 * (2 if dtype == "fp8_dynq" else 1)
+
+
+def time_gemm(torch, timer, device, dtype, m, n, k, fused_cast: bool = True):
+    """(row fields) of one [m x k] @ [n x k]^T product at `dtype`: 'bf16', 'fp8' (e4m3 operands ready), or the FP8
+    linear with its activation quantised from bf16 first, 'fp8_dynq' (dynamic per-tensor scale) or 'fp8_staticq'
+    (a fixed scale). `fused_cast`: the scaled cast to e4m3 runs as one kernel (`fused_cast_ok`)."""
+    set_bytes = gemm_set_bytes(dtype, m, n, k)
     copies = copies_for(set_bytes)
     g = torch.Generator(device=device).manual_seed(m * 7919 + n * 31 + k)
     sets = []
+    f8 = torch.float8_e4m3fn
     if dtype == "bf16":
         for _ in range(copies):
             a = torch.randn(m, k, device=device, generator=g, dtype=torch.bfloat16)
@@ -192,8 +248,7 @@ def time_gemm(torch, timer, device, dtype, m, n, k):
         def op(a, w, c):
             torch.mm(a, w.t(), out=c)
         backend = "torch.mm (cuBLAS)" if device == "cuda" else "torch.mm"
-    else:
-        f8 = torch.float8_e4m3fn
+    elif dtype == "fp8":
         sa = torch.tensor(0.5, device=device, dtype=torch.float32)
         sb = torch.tensor(0.25, device=device, dtype=torch.float32)
         for _ in range(copies):
@@ -204,6 +259,32 @@ def time_gemm(torch, timer, device, dtype, m, n, k):
         def op(a, w):
             torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         backend = "torch._scaled_mm e4m3 per-tensor scales, bf16 out"
+    elif dtype in ("fp8_dynq", "fp8_staticq"):
+        sb = torch.tensor(0.25, device=device, dtype=torch.float32)
+        # the activation's scale: recomputed each call (dynamic) or fixed so |x| < 8 sigma fits e4m3 (static)
+        sa = torch.tensor(8.0 / E4M3_MAX, device=device, dtype=torch.float32)
+        amax = torch.empty((), device=device, dtype=torch.float32)
+        for _ in range(copies):
+            x = torch.randn(m, k, device=device, generator=g, dtype=torch.bfloat16)
+            w = (torch.randn(n, k, device=device, generator=g) * 2).to(f8)
+            sets.append((x, w, torch.empty(m, k, device=device, dtype=f8)))
+        dynamic = dtype == "fp8_dynq"
+        inf = float("inf")
+
+        def op(x, w, xq):
+            if dynamic:
+                torch.linalg.vector_norm(x, inf, dtype=torch.float32, out=amax)
+                torch.mul(amax, 1.0 / E4M3_MAX, out=sa)
+            if fused_cast:
+                torch.div(x, sa, out=xq)
+            else:
+                xq.copy_(torch.div(x, sa))
+            torch._scaled_mm(xq, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        cast = "div->e4m3 (one kernel)" if fused_cast else "div, then copy to e4m3 (two kernels)"
+        backend = (("dynamic per-tensor quant: vector_norm(inf) amax, mul 1/448, " if dynamic else
+                    "static per-tensor quant: ") + cast + " + torch._scaled_mm e4m3, bf16 out")
+    else:
+        raise ValueError(f"gemm dtype {dtype!r}: one of {GEMM_DTYPES}")
     run, calls = sequence(sets, op)
     med, mn, reps, method = timer(run, calls)
     del sets
@@ -265,6 +346,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=170.0, help="stop starting new rows after this long")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU smoke test of every path)")
     ap.add_argument("--only", default="gemm,decode,prefill")
+    ap.add_argument("--gemm-dtypes", default="bf16,fp8",
+                    help=f"GEMM variants to time, of {','.join(GEMM_DTYPES)} (fp8_dynq, fp8_staticq: the FP8 linear "
+                         "with its activation's quantisation)")
     args = ap.parse_args(argv)
     import torch
 
@@ -289,9 +373,19 @@ def main(argv=None) -> int:
         ms, dec_b, dec_L, pre_b, pre_L = (1, 16), (1, 2), (64,), (1,), (32,)
         heads = heads[:2]
     only = set(args.only.split(","))
+    gemm_dtypes = tuple(d for d in args.gemm_dtypes.split(",") if d)
+    if not set(gemm_dtypes) <= set(GEMM_DTYPES):
+        ap.error(f"--gemm-dtypes: of {','.join(GEMM_DTYPES)}")
+    fused_cast = True
+    if "gemm" in only and {"fp8_dynq", "fp8_staticq"} & set(gemm_dtypes):
+        fused_cast, why = fused_cast_ok(device)
+        env["fused_cast_probe"] = {"fused": fused_cast, "said": why}
+        print(f"fused bf16 -> e4m3 scaled cast: {fused_cast} ({why})", flush=True)
+        with open(os.path.join(args.out, "env.json"), "w") as fh:
+            json.dump(env, fh, indent=1)
     jobs = []
     if "gemm" in only:
-        jobs += [("gemm", dtype, (mo, tp, la, m, n, k)) for dtype in ("bf16", "fp8")
+        jobs += [("gemm", dtype, (mo, tp, la, m, n, k)) for dtype in gemm_dtypes
                  for mo, tp, la, n, k in shapes for m in ms]
     if "decode" in only:
         jobs += [("decode", "bf16", (mo, tp, b, L, h, kvh, d)) for mo, tp, h, kvh, d in heads
@@ -323,17 +417,18 @@ def main(argv=None) -> int:
             try:
                 if kind == "gemm":
                     mo, tp, la, m, n, k = spec
-                    row.update(op=f"gemm_{dtype}", family="gemm", dtype=dtype, model=mo, tp=tp, layer=la, m=m, n=n,
-                               k=k)
+                    # dtype: the math's precision (the quantised FP8 linears are fp8 GEMMs); op names the variant
+                    row.update(op=f"gemm_{dtype}", family="gemm", dtype=dtype.split("_")[0], model=mo, tp=tp,
+                               layer=la, m=m, n=n, k=k)
                     try:
-                        row.update(time_gemm(torch, timer, device, dtype, m, n, k))
+                        row.update(time_gemm(torch, timer, device, dtype, m, n, k, fused_cast))
                     except RuntimeError as e:
-                        if dtype != "fp8" or m % 16 == 0:
+                        if not dtype.startswith("fp8") or m % 16 == 0:
                             raise
                         # a FP8 kernel that refuses m rows: time it padded to 16 rows and say so
                         if device == "cuda":
                             torch.cuda.synchronize()
-                        row.update(time_gemm(torch, timer, device, dtype, 16, n, k))
+                        row.update(time_gemm(torch, timer, device, dtype, 16, n, k, fused_cast))
                         row["flops"] = 2.0 * m * n * k
                         row["backend"] += f" (m padded to 16: {type(e).__name__})"
 
