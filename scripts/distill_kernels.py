@@ -14,7 +14,8 @@ SGLang, vLLM; for each table the installed version with the most rows) and kerne
    balancer approaches), and
    MXFP4 weights with 16-bit activations (w4a16) as their own key), takes
    the fastest kernel where a shape was measured with several (of those a default deployment runs: kernels only an
-   opt-in switch selects, OPT_IN_KERNELS, are dropped), and holds out a random 20% of the rows
+   opt-in switch selects, OPT_IN_KERNELS, are dropped; where an engine's default kernel was timed only by another
+   framework's collector, that framework's grid stands in, SHARED_KERNELS), and holds out a random 20% of the rows
    (numpy default_rng(0) per table, rows in the table's sorted key order);
 2. fits ln(time) on a coarse grid over the family's shape features (`chalk.analyses.step.kernels.FEATURES`, log2 axes
    `AXES` below) by robust (Huber) least squares with multilinear interpolation and a small second-difference
@@ -82,6 +83,21 @@ OPT_IN_KERNELS = {
         "moe_config.backend TRTLLM: the default was CUTLASS, and AUTO (1.3.0rc20) resolves NVFP4 to CUTLASS except "
         "for GPT-OSS and DeepSeek-V4 (tensorrt_llm/_torch/model_config.py ModelConfig.resolve_moe_backend; "
         "llmapi/llm_args.py MoeConfig.backend)"),
+}
+#: where an engine's default kernel for a table dtype was measured only by another framework's collector, that
+#: framework's distilled grid of the dtype stands for the engine's own: (framework, MoE dtype) -> (framework read,
+#: kernel source its table must hold for the dtype, why). Applied on the systems whose other table holds the kernel;
+#: index.yaml records the rule, and the engine's line names the table read
+SHARED_KERNELS = {
+    ("sglang", "w4a16_mxfp4"): (
+        "vllm", "oaitritonmxfp4", (
+            "SGLang serves MXFP4 experts on Hopper with OpenAI's triton_kernels (matmul_ogs): server_args "
+            "_handle_model_specific_adjustments sets moe_runner_backend 'triton_kernel' for GptOssForCausalLM "
+            "when it is 'auto', the chip is not SM100 and ep_size is 1 (sgl-project/sglang python/sglang/srt/"
+            "server_args.py, 0.5 series). aiconfigurator's SGLang collector times MXFP4 with the generic "
+            "fused_moe_triton kernel instead (sglang_fused_moe_triton, 2.1x the triton_kernels time at 64 tokens "
+            "on h200_sxm); its vLLM collector times the triton_kernels one (vllm_gptossmxfp4moe_triton_"
+            "oaitritonmxfp4experts...), so SGLang's MXFP4 grid is vLLM's")),
 }
 HUBER, IRLS_STEPS = 0.1, 4  # Huber threshold in ln t (10%) and reweighting rounds
 PASSES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -178,6 +194,39 @@ def standardise(family: str, d: pd.DataFrame) -> pd.DataFrame:
     d = d.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "moe_inter",
                           "topk": "top_k", "moe_ep_size": "ep"})
     return d.groupby(["dtype", "tokens", "hidden", "moe_inter", "num_experts", "top_k", "ep"], as_index=False).t.min()
+
+
+def shared_kernel_present(system: str, family: str, fw: str, moe_dtype: str, kernel: str) -> bool:
+    """Whether `fw`'s table of `system` (any version) timed `moe_dtype` with a kernel source containing `kernel`."""
+    sub, name = SOURCE_DIRS[family]
+    for path in glob.glob(str(data_root() / system / sub / fw / "*" / f"{name}.parquet")):
+        d = pd.read_parquet(path, columns=["moe_dtype", "kernel_source"])
+        if d[d.moe_dtype == moe_dtype].kernel_source.str.contains(kernel).any():
+            return True
+    return False
+
+
+def _held_tag(h) -> tuple:
+    """(system, family, framework, dtype) of one table's held-out rows (all rows share them); () when empty."""
+    return (h.system.iloc[0], h.family.iloc[0], h.framework.iloc[0], h.dtype.iloc[0]) if len(h) else ()
+
+
+def share_kernels(system: str, family: str, lines: list, held: list) -> None:
+    """Apply SHARED_KERNELS to one system's family in place: the engine's line of the dtype becomes a copy of the
+    other framework's (its own framework and version kept, the table column naming the table read), and its
+    held-out rows become the other's, relabelled, so the held-out report checks the grid it now reads."""
+    if not family.startswith("moe"):
+        return
+    for (fw, moe_dtype), (other, kernel, _why) in SHARED_KERNELS.items():
+        dt = MOE_DT[moe_dtype]
+        mine = [i for i, ln in enumerate(lines) if ln[1] == fw and ln[3] == family and ln[4] == dt]
+        theirs = [ln for ln in lines if ln[1] == other and ln[3] == family and ln[4] == dt]
+        if not (mine and theirs and shared_kernel_present(system, family, other, moe_dtype, kernel)):
+            continue
+        lines[mine[0]] = lines[mine[0]][:3] + theirs[0][3:]
+        keep = [h for h in held if _held_tag(h) != (system, family, fw, dt)]
+        copied = [h.assign(framework=fw) for h in held if _held_tag(h) == (system, family, other, dt)]
+        held[:] = keep + copied
 
 
 def pick_table(system: str, family: str, fw: str):
@@ -505,6 +554,8 @@ def main(argv=None) -> int:
                     held.append(rows[test].assign(family=family, system=system, framework=fw, source=src))
                     print(f"  {system:9s} {fw:6s} {fver:10s} {family:11s} {dt:4s} {len(rows):6d} rows"
                           + (f"  routing passes {passes:g}" if family.startswith("moe") else ""), flush=True)
+        for family in AXES:
+            share_kernels(system, family, lines, held)
         df = pd.DataFrame(lines, columns=["system", "framework", "version", "family", "dtype", "table", "device",
                                           "rows_fit", "rows_holdout", "routing_passes", "ln_eta_x100"])
         with open(OUT / f"{system}.csv", "w") as fh:
@@ -521,6 +572,8 @@ def main(argv=None) -> int:
                        "rule": "numpy default_rng(seed).random(n) < fraction per table, rows in sorted key order"},
            "filters": FILTERS,
            "opt_in_kernels": OPT_IN_KERNELS,
+           "shared_kernels": {f"{fw} {dt}": {"grid_of": other, "kernel_source": k, "why": why}
+                              for (fw, dt), (other, k, why) in SHARED_KERNELS.items()},
            "fit": {"lambda": LAMBDA, "huber_ln": HUBER, "irls_steps": IRLS_STEPS,
                    "routing_passes_candidates": list(PASSES)},
            "families": {f: {"features": list(KS.FEATURES[f]), "axes_log2": [[float(x) for x in ax] for ax in AXES[f]]}

@@ -53,9 +53,10 @@ def test_holdout_sample_names_its_source():
     rows = _rows()
     assert 200 <= len(rows) <= 400
     ver = index()["package_version"]
+    shared = {k.split()[0]: v["grid_of"] for k, v in index()["shared_kernels"].items()}  # a grid read from another's
     for r in rows:
         assert r["source"].startswith(f"aiconfigurator-core {ver} ") and r["source"].endswith(".parquet")
-        assert f"/{r['framework']}/" in r["source"]
+        assert f"/{r['framework']}/" in r["source"] or f"/{shared.get(r['framework'])}/" in r["source"]
 
 
 def test_holdout_median_error_per_family():
@@ -566,6 +567,40 @@ def test_an_opt_in_kernel_is_never_the_fastest_kept():
     other = raw.assign(kernel_source=["moe_torch_flow_cutlass", "moe_torch_flow"])
     assert D.standardise("moe", other).t.iloc[0] == pytest.approx(0.106e-3, rel=1e-12)
     assert index()["opt_in_kernels"] == D.OPT_IN_KERNELS and "TRTLLM" in D.OPT_IN_KERNELS["moe_torch_flow_min_latency"]
+
+
+def test_an_engine_reads_the_grid_of_the_kernel_it_runs():
+    """SGLang serves MXFP4 experts on Hopper with OpenAI's triton_kernels (its server_args picks the 'triton_kernel'
+    MoE runner for GPT-OSS off SM100); aiconfigurator's SGLang collector timed the generic fused-MoE Triton kernel
+    (2.1x slower at 64 tokens on H200), its vLLM collector the triton_kernels one. So SGLang's w4a16 expert grid on
+    H100 and H200 is vLLM's (the same numbers, the line naming vLLM's table), a gpt-oss-120b layer times alike for
+    both engines there, and index.yaml records the rule. Elsewhere each engine keeps its own grid."""
+    pd = pytest.importorskip("pandas")
+    D = _distill_script()
+    assert set(index()["shared_kernels"]) == {f"{fw} {dt}" for fw, dt in D.SHARED_KERNELS}
+    root = Path(__file__).parents[1] / "src" / "chalk" / "catalog" / "kernels"
+    for system, chip in (("h100_sxm", "h100-sxm"), ("h200_sxm", "h200")):
+        t = pd.read_csv(root / f"{system}.csv", comment="#")
+        for fam in ("moe", "moe_balanced"):
+            sg, vl = (t[(t.framework == fw) & (t.family == fam) & (t.dtype == "w4a16")].iloc[0]
+                      for fw in ("sglang", "vllm"))
+            assert sg.ln_eta_x100 == vl.ln_eta_x100 and sg.table == vl.table and "/vllm/" in sg.table
+        shape = (64, 2880, 2880, 128, 4, 2, "bf16")
+        sg, vl = (KernelProfile(load_chip(chip), fw, system).moe_time_s(*shape, weight_precision="mxfp4")
+                  for fw in ("sglang", "vllm"))
+        assert float(sg) == pytest.approx(float(vl), rel=1e-12)
+    t = pd.read_csv(root / "b200_sxm.csv", comment="#")  # no triton_kernels rows there: SGLang's own grid stays
+    sg = t[(t.framework == "sglang") & (t.family == "moe") & (t.dtype == "w4a16")]
+    assert len(sg) == 1 and "/sglang/" in sg.table.iloc[0]
+    # the rule on a synthetic system: the engine's line and held-out rows become the other's, relabelled
+    lines = [["sys", fw, "v", "moe", "w4a16", f"sys/moe/{fw}/v/moe_perf.parquet", "dev", 1, 1, 1.0, grid]
+             for fw, grid in (("sglang", "1 2"), ("vllm", "3 4"))]
+    held = [pd.DataFrame({"system": ["sys"], "family": ["moe"], "framework": [fw], "dtype": ["w4a16"], "t": [t_]})
+            for fw, t_ in (("sglang", 9.0), ("vllm", 5.0))]
+    D.shared_kernel_present = lambda *a: True
+    D.share_kernels("sys", "moe", lines, held)
+    assert lines[0][:3] == ["sys", "sglang", "v"] and lines[0][3:] == lines[1][3:]
+    assert sorted((h.framework.iloc[0], h.t.iloc[0]) for h in held) == [("sglang", 5.0), ("vllm", 5.0)]
 
 
 @settings(max_examples=60, deadline=None)
