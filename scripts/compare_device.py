@@ -13,6 +13,12 @@ chip's catalog HBM bandwidth and peak (chalk's byte and FLOP counts, `chalk.equa
 spread of a repeated run, and the measured steps of `chalk measure` next to chalk's fitted whole-step roofline and
 `chalk.estimate` (op by op, at tp=1, bf16 weights and KV) of the same model and shape.
 
+`steps.csv` (where the folder has it): whole decode steps of a Llama-3.1-8B-shaped model in plain torch, one CUDA
+graph per step (scripts/device_steps.py), against `chalk.estimate` of llama-3.1-8b at tp=1, bf16 weights and bf16
+KV: measured / estimate as is and without the estimate's fitted `overhead` op (median, p10, p90), over all cells and
+by regime ('weights': the step reads fewer KV bytes than weight bytes; 'kv': the rest), and the step split by the
+same kernels timed alone in kernels.csv (`steps_decomposition`).
+
 `kernels_fp8q.csv` (where the folder has it): the FP8 linear with its activation's quantisation timed beside bf16
 and bare FP8 in one run (`gemm_fp8_dynq`: dynamic per-tensor scale; `gemm_fp8_staticq`: a fixed scale;
 scripts/device_kernels.py's docstring). Printed per framework, op and m bucket (m <= 256, m > 256): the medians in
@@ -194,6 +200,130 @@ def measure_vs_estimate(measure: dict, hardware: str = "h200") -> list[dict]:
     return out
 
 
+#: the layers of the timed step model (scripts/device_steps.py: Llama-3.1-8B, 32 layers) and its linear layers
+STEP_LAYERS = 32
+STEP_GEMMS = ("qkv", "o", "gate_up", "down")
+
+
+def load_steps(path, variant: str = "gqa", pass_: int = 1) -> list[dict]:
+    """The timed rows of a steps.csv (scripts/device_steps.py) of one attention variant and pass, errors left out."""
+    with open(path, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if not r.get("error") and r["variant"] == variant
+                and int(r["pass"]) == pass_]
+
+
+def step_regime(r: dict) -> str:
+    """'weights' where the step reads fewer KV bytes than weight bytes (small batch x context), else 'kv'."""
+    return "kv" if _f(r, "kv_bytes") >= _f(r, "weight_bytes") else "weights"
+
+
+def steps_vs_estimate(rows, hardware: str = "h200", model: str = "llama-3.1-8b") -> list[dict]:
+    """Each measured decode step next to `chalk.estimate` of the same model, chip, batch and context at tp=1, bf16
+    weights and bf16 KV: the estimate, its fitted `overhead` op, its attention op, and chalk's weight-GEMM ops."""
+    import chalk
+
+    out = []
+    for r in rows:
+        b, L = int(r["batch"]), int(r["context"])
+        e = chalk.estimate(model, hardware, b, L, phase="decode", layout="tp=1", precision="bf16",
+                           kv_precision="bf16")
+        ops = {o["name"]: float(o["time_s"]) for o in e.ops}
+        out.append({"batch": b, "context": L, "regime": step_regime(r), "measured_s": _f(r, "measured_s"),
+                    "p10_s": _f(r, "p10_s"), "p90_s": _f(r, "p90_s"), "estimate_s": float(e.step_time_s),
+                    "overhead_s": ops.get("overhead", 0.0), "attention_s": ops.get("attention_decode", 0.0),
+                    "gemms_s": ops.get("attn_proj", 0.0) + ops.get("mlp", 0.0), "lm_head_s": ops.get("lm_head", 0.0),
+                    "bound": str(e.bound)})
+    return out
+
+
+def steps_summary(cases) -> dict:
+    """{regime ('all', 'weights', 'kv'): {'as_is': summary of measured / estimate, 'no_overhead': summary of
+    measured / (estimate - its overhead op)}}."""
+    out = {}
+    for reg in ("all", "weights", "kv"):
+        sel = [c for c in cases if reg == "all" or c["regime"] == reg]
+        if sel:
+            out[reg] = {"as_is": summary([c["measured_s"] / c["estimate_s"] for c in sel]),
+                        "no_overhead": summary([c["measured_s"] / (c["estimate_s"] - c["overhead_s"])
+                                                for c in sel])}
+    return out
+
+
+def steps_decomposition(cases, kernel_rows) -> list[dict]:
+    """Where kernels.csv (the same kind of H200, an earlier lease) timed the step's kernels alone at the same shape
+    (bf16 GEMMs of Llama-3.1-8B TP1 at m = batch, SDPA decode at batch x context): the step's weight GEMMs
+    (layers x qkv, o, gate_up, down) and attention (layers x one SDPA) as timed alone, the rest of the measured
+    step (lm_head, norms, RoPE, the KV write, SiLU, residuals, argmax, gaps), and chalk's counterparts; `swapped`:
+    measured / (chalk's estimate without its overhead op, its attention op replaced by the kernel timed alone)."""
+    g, a = {}, {}
+    for r in kernel_rows:
+        if r["model"] != "llama-3.1-8b" or r["tp"] != "1":
+            continue
+        if r["op"] == "gemm_bf16":
+            g[(r["layer"], int(r["m"]))] = _f(r, "measured_s")
+        elif r["op"] == "attention_decode":
+            a[(int(r["batch"]), int(r["L"]))] = _f(r, "measured_s")
+    out = []
+    for c in cases:
+        b, L = c["batch"], c["context"]
+        if (b, L) not in a or any((la, b) not in g for la in STEP_GEMMS):
+            continue
+        gem = STEP_LAYERS * sum(g[(la, b)] for la in STEP_GEMMS)
+        att = STEP_LAYERS * a[(b, L)]
+        rest_chalk = c["estimate_s"] - c["overhead_s"] - c["attention_s"] - c["gemms_s"]
+        out.append({"batch": b, "context": L, "regime": c["regime"], "measured_s": c["measured_s"],
+                    "gemms_alone_s": gem, "gemms_chalk_s": c["gemms_s"], "attention_alone_s": att,
+                    "attention_chalk_s": c["attention_s"], "rest_s": c["measured_s"] - gem - att,
+                    "rest_chalk_s": rest_chalk, "overhead_s": c["overhead_s"],
+                    "swapped": c["measured_s"] / (c["estimate_s"] - c["overhead_s"] - c["attention_s"] + att)})
+    return out
+
+
+def print_steps(data: Path, kernel_rows, hardware: str) -> dict:
+    """Print (and return) the whole decode steps of steps.csv against `chalk estimate`."""
+    env = json.loads((data / "env_steps.json").read_text()) if (data / "env_steps.json").exists() else {}
+    rows = load_steps(data / "steps.csv")
+    cases = steps_vs_estimate(rows, hardware)
+    print(f"\nwhole decode steps, one CUDA graph each ({len(rows)} cells of {data / 'steps.csv'}, variant gqa, pass 1: "
+          f"{rows[0]['source'] if rows else ''}; {rows[0]['attn_backend'] if rows else ''}) against chalk estimate "
+          f"-m llama-3.1-8b -H {hardware} --layout tp=1 --kv-precision bf16 (bf16 weights); 'no ovh' = the "
+          f"estimate less its fitted overhead op ({cases[0]['overhead_s'] * 1e3:.2f} ms)")
+    if env.get("copy_bytes_per_s"):
+        print(f"device copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s (read + written); weights "
+              f"{env.get('weight_bytes', 0) / 1e9:.2f} GB")
+    print(f"{'batch':>6}{'ctx':>6} regime  {'measured ms':>12}{'(p10-p90)':>16}{'estimate':>10}{'no ovh':>8}"
+          f"{'meas/est':>9}{'meas/no ovh':>12}  bound")
+    for c in cases:
+        print(f"{c['batch']:6d}{c['context']:6d} {c['regime']:8}{c['measured_s'] * 1e3:12.2f} ({c['p10_s'] * 1e3:6.2f}-"
+              f"{c['p90_s'] * 1e3:6.2f}){c['estimate_s'] * 1e3:10.2f}{(c['estimate_s'] - c['overhead_s']) * 1e3:8.2f}"
+              f"{c['measured_s'] / c['estimate_s']:9.2f}{c['measured_s'] / (c['estimate_s'] - c['overhead_s']):12.2f}"
+              f"  {c['bound']}")
+    sm = steps_summary(cases)
+    for reg, x in sm.items():
+        a, n = x["as_is"], x["no_overhead"]
+        print(f"  {reg:8} ({a['rows']:2d} cells) measured / estimate median {a['median']:.2f} (p10 {a['p10']:.2f}, "
+              f"p90 {a['p90']:.2f}); without its overhead op {n['median']:.2f} (p10 {n['p10']:.2f}, "
+              f"p90 {n['p90']:.2f})")
+    dec = steps_decomposition(cases, kernel_rows)
+    print("the step split by the same kernels timed alone in kernels.csv (ms; chalk's op in brackets; rest = the step "
+          "less the GEMMs and attention timed alone, chalk's = lm_head + elementwise + sampling); swapped = measured / "
+          "(estimate less overhead, its attention replaced by the kernel timed alone)")
+    for d in dec:
+        print(f"{d['batch']:6d}{d['context']:6d} step {d['measured_s'] * 1e3:6.2f}  gemms "
+              f"{d['gemms_alone_s'] * 1e3:5.2f} "
+              f"({d['gemms_chalk_s'] * 1e3:5.2f})  attention {d['attention_alone_s'] * 1e3:6.2f} "
+              f"({d['attention_chalk_s'] * 1e3:5.2f})  rest {d['rest_s'] * 1e3:5.2f} ({d['rest_chalk_s'] * 1e3:4.2f}, "
+              f"+ overhead {d['overhead_s'] * 1e3:.2f})  swapped {d['swapped']:.2f}")
+    again = {(r["batch"], r["context"]): _f(r, "measured_s") for r in load_steps(data / "steps.csv", pass_=2)}
+    fold = {(r["batch"], r["context"]): _f(r, "measured_s") for r in load_steps(data / "steps.csv", "fold")}
+    rr = summary([_f(r, "measured_s") / again[(r["batch"], r["context"])] for r in rows])
+    rf = summary([_f(r, "measured_s") / fold[(r["batch"], r["context"])] for r in rows])
+    print(f"run-to-run (pass 1 / pass 2): median {rr['median']:.3f}, p10 {rr['p10']:.3f}, p90 {rr['p90']:.3f}; "
+          f"gqa / fold (GQA folded into the query rows): median {rf['median']:.3f}, min {rf['min']:.3f}, max "
+          f"{rf['max']:.3f}")
+    return {"cases": cases, "summary": sm, "decomposition": dec, "repeat": rr, "gqa_over_fold": rf}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA), help="folder with kernels.csv (and kernels_repeat.csv, measure.json)")
@@ -296,6 +426,8 @@ def main(argv=None) -> int:
             s = summary([c["measured_s"] / c["estimate_s"] for c in cases if c["phase"] == ph])
             out.setdefault("measure_over_estimate", {})[ph] = s
             print(f"  {ph}: measured / estimate median {s['median']:.2f} (p10 {s['p10']:.2f}, p90 {s['p90']:.2f})")
+    if (data / "steps.csv").exists():
+        out["steps"] = print_steps(data, rows, args.chip)
     if args.rows:
         prof = kernel_profile(chip, "trtllm")
         for r in rows:
