@@ -156,8 +156,9 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
         _shot(page, "lecture")
 
         _tab(page, "Layout")  # opens on a serving chart; the training pipeline sits in a closed expander
+        # 240 s: beside the slow tier's cross-validation on 2 cores this chart once took over 120 s (alone: seconds)
         page.wait_for_function("() => { const p = document.querySelector('[role=tabpanel] .js-plotly-plot');"
-                               " return p && p.innerText.includes('Serving layouts'); }", timeout=120_000)
+                               " return p && p.innerText.includes('Serving layouts'); }", timeout=240_000)
         panel = page.locator('[role="tabpanel"]')
         exp = panel.locator('[data-testid="stExpander"]').filter(has_text="Training: a pipeline schedule")
         exp.wait_for(timeout=60_000)
