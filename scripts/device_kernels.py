@@ -74,11 +74,16 @@ FIELDS = ("op", "family", "dtype", "model", "tp", "layer", "m", "n", "k", "batch
           "backend", "method", "error", "source")
 
 
-def source_line(env: dict) -> str:
+def source_line(env: dict, script: str = "scripts/device_kernels.py") -> str:
     """Where a row comes from: the device, its driver, torch and CUDA, the date and the command (`environment`)."""
     return (f"measured on {env.get('device_name')} (driver {env.get('driver')}, torch {env.get('torch')}, CUDA "
-            f"{env.get('cuda')}) {str(env.get('date_utc', ''))[:10]} by scripts/device_kernels.py --device "
-            f"{env.get('device')}")
+            f"{env.get('cuda')}) {str(env.get('date_utc', ''))[:10]} by {script} --device {env.get('device')}")
+
+
+def write_env(out: str, env: dict) -> None:
+    """OUT/env.json: what the run read off the machine, rewritten whole as the run adds to it."""
+    with open(os.path.join(out, "env.json"), "w") as fh:
+        json.dump(env, fh, indent=1)
 
 
 def gemm_shapes():
@@ -359,8 +364,7 @@ def main(argv=None) -> int:
         print("no CUDA device", file=sys.stderr)
         return 2
     env = environment(torch, device, [sys.executable] + sys.argv)
-    with open(os.path.join(args.out, "env.json"), "w") as fh:
-        json.dump(env, fh, indent=1)
+    write_env(args.out, env)
     print(json.dumps(env), flush=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     source = source_line(env)
@@ -381,8 +385,7 @@ def main(argv=None) -> int:
         fused_cast, why = fused_cast_ok(device)
         env["fused_cast_probe"] = {"fused": fused_cast, "said": why}
         print(f"fused bf16 -> e4m3 scaled cast: {fused_cast} ({why})", flush=True)
-        with open(os.path.join(args.out, "env.json"), "w") as fh:
-            json.dump(env, fh, indent=1)
+        write_env(args.out, env)
     jobs = []
     if "gemm" in only:
         jobs += [("gemm", dtype, (mo, tp, la, m, n, k)) for dtype in gemm_dtypes

@@ -43,7 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_kernels import environment  # noqa: E402  (torch only; the same env fields as the kernel runs)
+from device_kernels import environment, source_line, write_env  # noqa: E402  (torch only; the kernel runs' env)
 
 #: Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json; chalk's catalog llama-3.1-8b): layers, hidden, heads, KV heads,
 #: head dim, intermediate, vocab, rope theta, rms eps
@@ -56,12 +56,6 @@ CONTEXT = (512, 2048, 8192)
 VARIANTS = ("gqa", "fold")
 FIELDS = ("pass", "variant", "model", "tp", "batch", "context", "measured_s", "p10_s", "p90_s", "min_s", "reps",
           "weight_bytes", "kv_bytes", "tb_per_s", "attn_backend", "rope", "method", "error", "source")
-
-
-def source_line(env: dict) -> str:
-    return (f"measured on {env.get('device_name')} (driver {env.get('driver')}, torch {env.get('torch')}, CUDA "
-            f"{env.get('cuda')}) {str(env.get('date_utc', ''))[:10]} by scripts/device_steps.py --device "
-            f"{env.get('device')}")
 
 
 def kv_bytes(cfg: dict, b: int, L: int) -> int:
@@ -248,12 +242,9 @@ def main(argv=None) -> int:
     env["copy_bytes_per_s"] = copy_bandwidth(torch, device)
     env["gqa_check"] = gqa_check(torch, device)
 
-    def save_env():
-        with open(os.path.join(args.out, "env.json"), "w") as fh:
-            json.dump(env, fh, indent=1)
-    save_env()
+    write_env(args.out, env)
     print(json.dumps(env), flush=True)
-    source = source_line(env)
+    source = source_line(env, "scripts/device_steps.py")
     t0 = time.perf_counter()
     model = Model(torch, cfg, device)
     if device == "cuda":
@@ -266,7 +257,7 @@ def main(argv=None) -> int:
     kv_max = max(kv_bytes(cfg, b, L) for b, L in grid)
     kv_buf = torch.empty(kv_max // 2, device=device, dtype=torch.bfloat16).normal_(0.0, 1.0)
     env["kv_buffer_bytes"] = kv_max
-    save_env()
+    write_env(args.out, env)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     order = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
              ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
@@ -323,7 +314,7 @@ def main(argv=None) -> int:
             if stop:
                 break
     env["elapsed_s"] = time.perf_counter() - t_start
-    save_env()
+    write_env(args.out, env)
     print(f"{n_ok} rows timed, {n_err} failed, {env['elapsed_s']:.1f} s; wrote {path}", flush=True)
     return 0 if n_ok else 1
 
