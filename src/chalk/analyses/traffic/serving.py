@@ -770,7 +770,6 @@ class _Fixed(_Setup):
     kern: object
     di: object
     do: object
-    input_len: object
     lay: Layout
     pre: Layout
     G: int
@@ -873,7 +872,7 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
     held = np.maximum.accumulate(grid * (1 + (tt_g + lat) / (O * tp_g)))
     x_grid = np.maximum.accumulate(grid / (O * tp_g))  # requests/s per replica at B decoding
     return _Fixed(m=m, system=system, I=I, O=O, L=L, F=F, cal=cal, eng=eng, costs=costs, kern=kern, di=di, do=do,
-                  input_len=input_len, lay=lay, pre=pre, G=G, gpus=gpus, disagg=disagg, decode_gpus=decode_gpus,
+                  lay=lay, pre=pre, G=G, gpus=gpus, disagg=disagg, decode_gpus=decode_gpus,
                   R=R, cap=cap, q=q, e=e, Ip=Ip, ovh=ovh, chunk=chunk, piece=piece, lat=lat, x_pool=x_pool,
                   times=times, grid=grid, held=held, x_grid=x_grid)
 
