@@ -202,6 +202,9 @@ def test_explorer_issue27_points(server):  # noqa: F811 - the fixture imported a
         assert [m.strip() for m in pmetrics] == ["$ per hour (fleet)", "$ per day (fleet, at peak)",
                                                  "GPUs (fleet)", "Power (fleet, TDP x PUE)"]
         ptables = page.locator('[role="tabpanel"] [data-testid="stTable"]')
+        # the table's header cells can land a moment after the page goes idle under load (a clean-clone CI run at
+        # 0f42e06 read none): wait for them, then read them
+        ptables.first.locator("th").first.wait_for(timeout=60_000)
         assert "what binds" in ptables.first.locator("th").all_inner_texts()
         assert ptables.first.locator("tbody tr").count() == 5  # one row per model of the example
         assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() == 1
