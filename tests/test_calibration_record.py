@@ -115,11 +115,13 @@ def test_grid_edges():
 
 # ----------------------------------------------------------------------------------------------- the writer
 class _Row:
-    def __init__(self, id, family, metric):
+    def __init__(self, id, family, metric, tpot_p99=None):
         self.id, self.family, self.metric = id, family, metric
+        self.tpot_p99 = self.ttft_p99 = tpot_p99
 
 
-ROWS = [_Row("r1", "a", "tpot_s"), _Row("r2", "a", "ttft_s"), _Row("r3", "b", "output_tokens_per_s_per_gpu")]
+ROWS = [_Row("r1", "a", "tpot_s"), _Row("r2", "a", "ttft_s"), _Row("r3", "b", "output_tokens_per_s_per_gpu"),
+        _Row("r4", "b", "output_tokens_per_s_per_gpu", tpot_p99=0.04)]
 CV = {"cv_range": (-0.5, 0.3), "range_quantiles": [0.1, 0.9], "cv_range_coverage": 0.8, "n_families": 2, "n": 2}
 
 
@@ -131,9 +133,10 @@ def test_record_round_trips_through_its_yaml():
     assert vals["residual_low"] == -0.5 and vals["residual_high"] == 0.3
     for k in C.FIT_GRID:
         assert vals[k] == getattr(K.CALIBRATION, k), k
-    assert back["fit"]["families"] == {"a": 1, "b": 1} and back["fit"]["rows"] == 3
+    assert back["fit"]["families"] == {"a": 1, "b": 1} and back["fit"]["rows"] == 4
     assert back["fit"]["rows_in_objective"] == 2 and back["fit"]["objective"]["value"] == 0.2
-    assert back["fit"]["row_ids"] == ["r1", "r3"]  # the TTFT row fits the request latency only
+    # the TTFT row fits the request latency only; the search held to p99 targets is judged, not fitted
+    assert back["fit"]["row_ids"] == ["r1", "r3"]
     assert K._apply_fitted(K.IDEAL_CALIBRATION, vals).compute == K.CALIBRATION.compute
 
 

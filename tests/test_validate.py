@@ -191,6 +191,25 @@ def test_held_out_mlperf_rows_sourced_and_reported(report):
     assert all(0.5 < by_id[r.id]["predicted"] / r.measured < 2 for r in held)
 
 
+def test_server_scenario_rows_ask_their_p99_bounds_and_are_judged_not_fitted(report):
+    """MLPerf's Server and Interactive scenarios hold a run to p99 TTFT and p99 TPOT under Poisson arrivals: the rows
+    ask those bounds (not a mean speed floor) and are answered by the Poisson replay; the fit does not read them
+    (a bisection of replays is a step function of the parameters) but every report judges them."""
+    from chalk.analyses.fidelity.calibrate import _fitted_mask, _objective_mask, in_objective
+
+    rows = load_rows()
+    server = [r for r in rows if r.tpot_p99 is not None]
+    assert len(server) >= 25 and all(r.family == "mlperf" and r.min_user_tps is None for r in server)
+    assert {(r.tpot_p99, r.ttft_p99) for r in server} == {(0.2, 2.0), (0.04, 0.45)}
+    assert not any(in_objective(r) for r in server)
+    assert _objective_mask(rows).sum() == _fitted_mask(rows).sum() - len(server)
+    by_id = {o["id"]: o for o in report["rows"]}
+    assert all(by_id[r.id]["predicted"] is not None for r in server)
+    inter = [by_id[r.id]["predicted"] for r in server if r.tpot_p99 == 0.04 and r.hardware == "h200"]
+    srv = [by_id[r.id]["predicted"] for r in server if r.tpot_p99 == 0.2 and r.hardware == "h200"]
+    assert max(inter) < min(srv)  # 40 ms at p99 costs throughput against 200 ms
+
+
 @pytest.mark.slow
 def test_leave_one_family_out_cross_validation():
     """issue 24: each source family predicted by a fit that never saw it (about 260 CPU-s split over the usable

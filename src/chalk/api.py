@@ -259,7 +259,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                engine: str | None = None, cache_hit: float | None = None, pareto: bool = False,
                ideal: bool = False, eplb: str | None = None, calibration_override=None,
                usd_per_kwh: float | None = None, pue: float | None = None,
-               prefill_layout: str | None = None) -> ServingResult:
+               prefill_layout: str | None = None, arrivals: str = "poisson") -> ServingResult:
     """The best deployment over layouts x batch that fit and meet the constraints, or with `layout` and
     `concurrency` what that exact deployment does (`chalk throughput`). Every option of the command:
 
@@ -267,7 +267,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         of lengths.
     gpus: GPUs available (with `disaggregated`: the decode pool). precision, kv_precision: as `estimate`.
     min_user_tps: output tokens/s per user at least. max_ttft_s: mean time to first token at most (s).
-    tpot_p99_s, ttft_p99_s: p99 targets (s), checked by replaying the chosen point.
+    tpot_p99_s, ttft_p99_s: p99 targets (s), checked by replaying the chosen point. arrivals: how requests arrive
+        in that replay: 'poisson' (default: the highest Poisson rate meeting the targets answers) or 'closed' (the
+        chosen concurrency held in flight).
     max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
     disaggregated: separate prefill and decode pools. layout, concurrency: one fixed deployment (closed loop of
         `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`; prefill_layout: the layout
@@ -294,7 +296,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                     calibration_override=calibration_override, layout=layout, concurrency=concurrency,
                     speculative=speculative, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus,
                     eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
-                    max_tokens=max_tokens, prefill_layout=prefill_layout)
+                    max_tokens=max_tokens, prefill_layout=prefill_layout, arrivals=arrivals)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     return r
 

@@ -136,6 +136,10 @@ def throughput(
                                            "replaying the chosen point)."),
     ttft_p99: Optional[str] = typer.Option(None, "--ttft-p99", callback=duration("--ttft-p99"),
                                            help="Target p99 time to first token: seconds, or 500ms."),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="How requests arrive when p99 targets are checked: "
+                                 "poisson (default: production traffic, MLPerf's Server scenario; the answer is the "
+                                 "highest rate meeting them) | closed (a benchmark client holding the chosen "
+                                 "concurrency in flight)."),
     max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Sequences per scheduler (the engine's "
                                            "max_num_seqs / max_running_requests / max_batch_size), over its profile."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Prompt tokens per step (the engine's "
@@ -191,7 +195,7 @@ def throughput(
               disaggregated=_mode(mode, disaggregated, concurrency), pareto=pareto, ideal=ideal, layout=layout, concurrency=concurrency,
               speculative=spec, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus, eplb=eplb,
               tpot_p99_s=tpot_p99, ttft_p99_s=ttft_p99, max_seqs=max_seqs, max_tokens=max_tokens,
-              prefill_layout=prefill_layout)
+              prefill_layout=prefill_layout, arrivals=arrivals)
     if "," in hardware:
         from chalk.analyses.planning.compare import compare, hardware_list
 
@@ -245,7 +249,10 @@ def throughput(
                    + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
               if "output_tokens_per_s_per_replica" in r else ()),
             ("time per output token", seconds(r["tpot_s"])),
-            ("time to first token", seconds(r["ttft_s"])), ("concurrency", f"{num(r['concurrency'])} sequences"),
+            ("time to first token", seconds(r["ttft_s"])),
+            *((("p99 TPOT / TTFT", f"{seconds(r['tpot_p99_s'])} / {seconds(r['ttft_p99_s'])}: "
+                + r["tail_latency_source"]),) if r.get("tail_latency_source") else ()),
+            ("concurrency", f"{num(r['concurrency'])} sequences"),
             ("GPUs", num(r["gpus"]) + (f" on {r['domains']} scale-up domains of {r['domain_chips']} (scale-out "
                                        "network between)" if r.get("domains", 1) > 1 else "")),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "

@@ -8,7 +8,8 @@ fractions of peak FLOP/s and HBM bandwidth that time ops where no measured kerne
 comes from kernel or link data (`chalk.analyses.step.calibration`).
 The objective is robust and weighs source families equally (a family's rows weigh 1 / its row count):
 weighted median |log error| + 0.5 * weighted mean(min(|log error|, log 3)) over throughput and TPOT rows (TTFT rows
-are reported, not fitted: their measured values carry queueing that the benchmarks do not separate).
+are reported, not fitted: their measured values carry queueing that the benchmarks do not separate; searches held to
+p99 targets are judged, not fitted: `in_objective`).
 Search is coordinate descent over a coarse grid. Predictions are kept per calibration and, inside, per point by the
 calibration fields each answer read (`chalk.analyses.fidelity.fit_memo`), so a step that moves a parameter a row never reads
 costs that row nothing; the folds of the cross-validation advance together, one batch of candidate calibrations per
@@ -192,7 +193,20 @@ def objective(le: np.ndarray, w: np.ndarray | None = None) -> float:
 
 
 def _fitted_mask(rows) -> np.ndarray:
+    """The rows judged: every row of a fitted metric (`in_objective` says which of them the fit reads)."""
     return np.array([r.metric in FITTED_METRICS for r in rows])
+
+
+def in_objective(row) -> bool:
+    """Whether the fit reads a row: a fitted metric answered without replaying requests. A search held to p99
+    targets (`tpot_p99`, `ttft_p99`: a server scenario's bounds) answers with the highest Poisson rate a bisection of
+    replays meets them at: a step function of the parameters that costs seconds per point, which coordinate descent
+    cannot use; such rows are judged (validate, cross-validation), not fitted."""
+    return row.metric in FITTED_METRICS and not (row.tpot_p99 or row.ttft_p99)
+
+
+def _objective_mask(rows) -> np.ndarray:
+    return np.array([in_objective(r) for r in rows])
 
 
 # --------------------------------------------------------------------------------------------- fitting
@@ -238,7 +252,7 @@ def fit_many(masks, start: Calibration = CALIBRATION, rounds: int = 2, grid: dic
     rows = _rows(rows)
     pr = predictor or _predictor(rows)
     grid = grid or FIT_GRID
-    fitted = _fitted_mask(rows)
+    fitted = _objective_mask(rows)
     sels = [fitted & np.asarray(m, dtype=bool) for m in masks]
     ws = [family_weights(rows, s)[s] for s in sels]
     le0 = log_errors(pr.many([start])[0], rows)
@@ -513,7 +527,7 @@ def validation_sha256(text: str | None = None) -> str:
 
 
 def family_counts(rows, fitted_only: bool = True) -> dict[str, int]:
-    """{source family: rows}, of the rows in the objective (fitted metrics) or all rows."""
+    """{source family: rows}, of the rows of fitted metrics (the rows judged) or all rows."""
     out: dict[str, int] = {}
     for r in rows:
         if not fitted_only or r.metric in FITTED_METRICS:
@@ -524,9 +538,10 @@ def family_counts(rows, fitted_only: bool = True) -> dict[str, int]:
 def _data_record(rows, sha: str | None, date: str) -> dict:
     """The data a fit saw: rows, metrics, families, the validation file's hash and the ids of the rows in the
     objective (`row_ids`: what a held-out check leaves out, `tests/test_validate.py`)."""
-    ids = [r.id for r in rows if r.metric in FITTED_METRICS]
+    ids = [r.id for r in rows if in_objective(r)]
     return {"date": date, "rows": len(rows), "rows_in_objective": len(ids), "metrics": list(FITTED_METRICS),
-            "families": family_counts(rows), "validation_sha256": sha or validation_sha256(), "row_ids": ids}
+            "families": family_counts([r for r in rows if in_objective(r)]),
+            "validation_sha256": sha or validation_sha256(), "row_ids": ids}
 
 
 def range_record(cv: dict, rows, date: str, sha: str | None = None) -> dict:

@@ -78,6 +78,8 @@ class Row:
     num_prompts: int | None = None   # a benchmark's whole run: requests sent in all (fixed rows; None: steady state)
     max_batch: int | None = None     # the deployment's own cap on sequences per scheduler (None: the engine's default)
     lengths: str | None = None       # the benchmark dataset whose length distribution the run drew (lengths.yaml)
+    tpot_p99: float | None = None    # a search row's p99 TPOT bound (s), met under Poisson arrivals
+    ttft_p99: float | None = None    # a search row's p99 TTFT bound (s), met under Poisson arrivals
 
 
 def family_of_group(group: str) -> str:
@@ -116,7 +118,8 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 family=(d.get("family") or "").strip() or family_of_group(d.get("group") or d["source"][:40]),
                 engine_version=(d.get("engine_version") or "").strip() or None,
                 num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
-                lengths=(d.get("lengths") or "").strip() or None))
+                lengths=(d.get("lengths") or "").strip() or None, tpot_p99=_num(d.get("tpot_p99")),
+                ttft_p99=_num(d.get("ttft_p99"))))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -267,7 +270,7 @@ def point(row: Row, engines: bool = True) -> tuple:
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
                 row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng,
-                row.max_batch)
+                row.max_batch, row.tpot_p99, row.ttft_p99)
     return ("row", row.id)
 
 
@@ -279,12 +282,20 @@ def answer(row: Row, cal: Calibration, engines: bool = True, memo: bool = True):
     if p[0] == "fixed":
         return (_fixed if memo else _fixed.__wrapped__)(*p[1:10], cal, *p[10:])
     if p[0] == "search":
-        _, model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng, max_batch = p
-        # the benchmark's own cap on sequences per scheduler where the row records it (`max_batch`), as fixed rows
-        return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
-                          kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
-                          layout=lay, speculative=spec, engine=eng, max_seqs=max_batch)
+        return (_searched if memo else _searched.__wrapped__)(*p[1:], cal)
     return {row.metric: _pool_answer(row, cal)}
+
+
+@lru_cache(maxsize=512)
+def _searched(model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng, max_batch, tpot99, ttft99,
+              cal):
+    """A search row's answer (memoised: rows asking the same search, e.g. several submitters' results on one system,
+    share it). The benchmark's own cap on sequences per scheduler where the row records it (`max_batch`), as fixed
+    rows; p99 bounds (a server scenario's) are met under Poisson arrivals, `throughput`'s default."""
+    return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
+                      kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
+                      layout=lay, speculative=spec, engine=eng, max_seqs=max_batch, tpot_p99_s=tpot99,
+                      ttft_p99_s=ttft99)
 
 
 def predict(row: Row, cal: Calibration | None = None, engines: bool = True) -> float:

@@ -59,6 +59,20 @@ def search_sizes(system: System, costs, cal: Calibration) -> list[int]:
 P99_Z = 2.326
 #: Replays of the chosen point a search under p99 targets makes before it gives up on the replayed check.
 TAIL_REPLAYS = 6
+#: Tail targets under Poisson arrivals (`arrivals='poisson'`): the best layouts of the closed-form screen tried (those
+#: within ARRIVAL_SCREEN_SHARE of the best's output per GPU), the requests replayed per rate tried (a shorter run
+#: does not reach its steady state near saturation: its batch is still filling), and the bisection on a log scale
+#: per layout: between the rate the screen's point serves and the layout's saturation rate, or below the screen's
+#: rate down to 1/ARRIVAL_BRACKET of it (ARRIVAL_STEPS halvings: ~2-4% apart).
+ARRIVAL_LAYOUTS = 3
+ARRIVAL_SCREEN_SHARE = 0.7
+ARRIVAL_REQUESTS = 16000
+ARRIVAL_STEPS = 5
+ARRIVAL_BRACKET = 8.0
+#: ... and the share of the offered rate a replica must serve over the replay's steady-state window to count as
+#: keeping up (the rate measured over 16,000 Poisson arrivals scatters by ~1%; a replica that falls behind serves less)
+ARRIVAL_SERVED = 0.95
+ARRIVALS = ("poisson", "closed")
 
 #: Geometric step of the batch grid (sequences per scheduler): 15% apart, from 1 to the scheduler cap.
 BATCH_GRID_STEP = 1.15
@@ -349,7 +363,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                concurrency: int | None = None, speculative: Speculation | str | None = "auto", engine=None,
                cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None,
                tpot_p99_s: float | None = None, ttft_p99_s: float | None = None, max_seqs: int | None = None,
-               max_tokens: int | None = None, prefill_layout=None) -> dict:
+               max_tokens: int | None = None, prefill_layout=None, arrivals: str = "poisson") -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
@@ -366,6 +380,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     tpot_p99_s / ttft_p99_s: tail-latency targets (what benchmarks and SLOs hold deployments to): points are
     screened with a closed-form p99 (`_evaluate`) and the chosen one is replayed in the request simulator
     (`fixed_deployment`) until its replayed p99s meet the targets; `min_user_tps` stays the mean form.
+    arrivals: how requests arrive when p99 targets are checked: 'poisson' (default: an SLO on production traffic, or a
+    server benchmark such as MLPerf's Server scenario: the answer is the highest Poisson rate at which the replayed
+    p99s meet the targets, `_arrival_tail`) or 'closed' (a benchmark client holding the chosen concurrency in flight).
     max_seqs / max_tokens: the engine's sequences per scheduler and prompt tokens per step (its chunked-prefill
     budget), overriding the engine profile (`--max-seqs`, `--max-tokens`).
     prefill_layout: a fixed disaggregated deployment's prefill workers (default: `layout`).
@@ -386,7 +403,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                       kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s, pareto=pareto,
                       ideal=ideal, calibration_override=calibration_override, layout=layout,
                       speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s,
-                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens)
+                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens, arrivals=arrivals)
             return _better_mode(model, hardware, kw)
     if concurrency is not None:
         if layout is None:
@@ -412,7 +429,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                     disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
                     layout=layout, speculative=resolve_speculation(speculative, model), engine=engine,
                     cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
-                    max_tokens=max_tokens)
+                    max_tokens=max_tokens, arrivals=arrivals)
     return _select(found, min_user_tps, pareto)
 
 
@@ -479,12 +496,13 @@ class _Search(_Setup):
     ttft_p99_ratio: float = 1.0  # p99 prompt / mean prompt: a p99 TTFT is the p99 prompt's
     args: dict | None = None  # what a replay of a chosen point needs (`fixed_deployment`'s arguments)
     pool_points: tuple | None = None  # per layout, what `pool` was picked from (`_prefill_pool_points`)
+    arrivals: str = "poisson"  # how requests arrive when p99 targets are checked (`throughput`)
 
 
 def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
             max_ttft_s=None, disaggregated=False, ideal=False, calibration_override=None, layout=None,
             speculative=None, engine=None, cache_hit=None, eplb=None, tpot_p99_s=None, ttft_p99_s=None,
-            max_seqs=None, max_tokens=None) -> _Search:
+            max_seqs=None, max_tokens=None, arrivals="poisson") -> _Search:
     """The layouts x batch grid of `throughput` and its metrics, with and without `speculative`; `speeds`: the
     min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
@@ -498,6 +516,8 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     for name, v in (("tpot_p99_s", tpot_p99_s), ("ttft_p99_s", ttft_p99_s)):
         if v is not None:
             positive(name, v, scalar=True)
+    if arrivals not in ARRIVALS:
+        raise InputError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
     if gpus is not None:
         gpus = count("gpus", gpus, MAX_GPUS)
         check_reach(system, gpus)
@@ -530,7 +550,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
                    max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args,
-                   pool_points)
+                   pool_points, arrivals)
 
 
 def _check_fit(m, costs, system, cal, sizes, layouts) -> None:
@@ -629,7 +649,19 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
     if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
-        i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
+        arrived = _arrival_tail(s, ok, per_gpu, ev["speculative"]) if s.arrivals == "poisson" else None
+        if arrived is None:  # a closed loop, or every point passing the screen speculates (replayed closed)
+            i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
+        else:  # the open loop's figures are the chosen point's: its grid point is the one nearest its mean batch
+            i, tail, sim = arrived
+            g = dict(g, B=g["B"].copy())
+            per_gpu = per_gpu.copy()
+            for k in ("tpot_s", "ttft_s", "user_tokens_per_s"):
+                ev[k] = ev[k].copy()
+            per_gpu[i] = float(sim.output_tokens_per_s) / s.layouts[int(g["idx"][i])].replica_gpus
+            ev["tpot_s"][i], ev["ttft_s"][i] = float(sim.mean_tpot_s), float(sim.mean_ttft_s) + s.cal.request_latency_s
+            ev["user_tokens_per_s"][i] = 1.0 / float(sim.mean_tpot_s)
+            g["B"][i] = float(sim.mean_batch)
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
@@ -703,6 +735,86 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
             out.append((n, e))
         lo += k
     return out
+
+
+def _arrival_tail(s: _Search, ok, per_gpu, speculating):
+    """(grid point, tail report, SimulationResult) of a search under p99 targets with Poisson arrivals, or None
+    where every point passing the closed-form screen speculates. The ARRIVAL_LAYOUTS layouts whose best plain point
+    passes the screen with the most output per GPU are each replayed open loop (`poisson_requests`, the request
+    simulator on the layout's step cost, at most the scheduler cap / KV room in the engine, the calibrated request
+    latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and TTFT meet the targets without
+    overload (a bisection below the layout's saturation rate: the closed form at the cap); the layout serving the
+    most output per GPU at its rate answers. Raises FitError where no layout meets the targets at any rate tried."""
+    from chalk.analyses.traffic import simulate as sim
+
+    plain = ok & ~speculating
+    if not np.any(plain):
+        return None
+    best = {}  # layout index -> its best plain point passing the screen
+    for j in np.flatnonzero(plain):
+        k = int(s.g["idx"][j])
+        if k not in best or per_gpu[j] > per_gpu[best[k]]:
+            best[k] = int(j)
+    top = sorted(best, key=lambda k: -per_gpu[best[k]])[:ARRIVAL_LAYOUTS]
+    top = [k for k in top if per_gpu[best[k]] >= ARRIVAL_SCREEN_SHARE * per_gpu[best[top[0]]]]
+    lat = s.cal.request_latency_s
+    tried, found = [], None
+    for k in top:
+        lay = s.layouts[k]
+        fx = _fixed_setup(s.m, s.system, layout=lay, **s.args)
+        x_max = float(_closed_form(fx, np.array([float(fx.cap)]))[4][0])  # requests/s per replica at the cap
+        sc = replica_step_cost(fx.m, fx.system, fx.lay, float(s.g["B"][best[k]]), fx.di or fx.I, fx.do or fx.O,
+                               context=fx.L, chunk=fx.chunk, precision=fx.costs.precision,
+                               kv_precision=fx.costs.kv_precision, cal=fx.cal, overhead_s=fx.ovh)
+        chunk = int(fx.chunk) * lay.attn_dp if fx.chunk else None
+
+        def run(rate):
+            r = sim.simulate_continuous(sim.poisson_requests(rate, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O),
+                                        sc, max_batch=max(int(fx.cap), 1), kv_capacity_tokens=math.inf,
+                                        prefill_chunk_tokens=chunk)
+            tp99, tt99 = float(r.tpot_p99_s), float(r.ttft_p99_s) + lat
+            kept_up = sim.overload(r) is None and float(r.requests_per_s) >= ARRIVAL_SERVED * rate
+            met = kept_up and (not s.tpot_p99_s or not tp99 > s.tpot_p99_s) and \
+                (not s.ttft_p99_s or tt99 <= s.ttft_p99_s)  # a NaN TPOT: no request had a second token
+            return met, r, tp99, tt99
+
+        # the bracket: the layout's saturation rate, else the rate its best point passing the screen serves
+        screen = min(float(per_gpu[best[k]]) * lay.replica_gpus / fx.O, x_max)
+        rate = x_max
+        met, r, tp99, tt99 = run(rate)
+        if not met:
+            lo, hi = screen, x_max
+            met, r, tp99, tt99 = run(lo)
+            if not met:
+                lo, hi = screen / ARRIVAL_BRACKET, screen
+                met, r, tp99, tt99 = run(lo)
+            rate = lo
+            for _ in range(ARRIVAL_STEPS if met else 0):
+                mid = math.sqrt(lo * hi)
+                m = run(mid)
+                if m[0]:
+                    lo, rate, (met, r, tp99, tt99) = mid, mid, m
+                else:
+                    hi = mid
+        out = float(r.output_tokens_per_s) / lay.replica_gpus if met else 0.0
+        tried.append({"layout": lay.label(), "arrival_rate_per_replica": rate if met else None,
+                      "output_tokens_per_s_per_gpu": out, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
+        if met and (found is None or out > found[0]):
+            found = (out, k, r, rate, tp99, tt99)
+    if found is None:
+        raise FitError(f"no layout of {s.m.id} on {s.system.chip.id} met the p99 targets under Poisson arrivals at "
+                       f"any rate tried (down to 1/{ARRIVAL_BRACKET:g} of what the closed-form screen's point serves; "
+                       f"tried " + "; ".join(
+                           f"{t['layout']}: TPOT p99 {t['tpot_p99_s'] * 1e3:.1f} ms, TTFT p99 "
+                           f"{t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
+    out, k, r, rate, tp99, tt99 = found
+    pts = np.flatnonzero(s.g["idx"] == k)
+    i = int(pts[np.argmin(np.abs(s.g["B"][pts] - float(r.mean_batch)))])
+    return i, {"tail_latency_source": f"replayed open loop: Poisson arrivals at {rate:.3g} requests/s per replica, "
+                                      f"the highest rate tried at which the p99s meet the targets "
+                                      f"({r.n_requests:,} requests, steady-state window)",
+               "arrivals": "poisson", "arrival_rate_per_replica": rate, "tpot_p99_s_replayed": tp99,
+               "ttft_p99_s_replayed": tt99, "tail_replays": tried}, r
 
 
 def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):

@@ -927,6 +927,16 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
 MEAN_LENGTH_SPREAD = (8 / 9, 10 / 9)
 
 
+def _draw_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` lengths for a replay: a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
+    `chalk.specs.lengths.LengthDistribution` (sampled)."""
+    if hasattr(spec, "sample"):
+        return spec.sample(n, rng)
+    m = float(positive("length", spec, scalar=True))
+    lo, hi = max(int(m * MEAN_LENGTH_SPREAD[0]), 1), max(int(round(m * MEAN_LENGTH_SPREAD[1])), 1)
+    return rng.integers(lo, hi + 1, n)
+
+
 def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: int = 0) -> Requests:
     """A benchmark client's queue for `simulate_continuous(..., closed_loop=True)`: `n` requests at t = 0 (the
     client keeps `concurrency` of them in flight). A length is a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
@@ -934,13 +944,16 @@ def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: 
     positive("concurrency", concurrency, integer=True)
     n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
     rng = np.random.default_rng(seed)
+    return Requests.from_arrays(np.zeros(n), _draw_lengths(input_len, n, rng), _draw_lengths(output_len, n, rng))
 
-    def draw(spec):
-        if hasattr(spec, "sample"):
-            return spec.sample(n, rng)
-        m = float(positive("length", spec, scalar=True))
-        lo, hi = max(int(m * MEAN_LENGTH_SPREAD[0]), 1), max(int(round(m * MEAN_LENGTH_SPREAD[1])), 1)
-        return rng.integers(lo, hi + 1, n)
 
-    return Requests.from_arrays(np.zeros(n), draw(input_len), draw(output_len))
+def poisson_requests(rate_per_s: float, n: int, input_len, output_len, seed: int = 0) -> Requests:
+    """`n` requests arriving as a Poisson process at `rate_per_s` (what a server benchmark such as MLPerf's Server
+    scenario, or production traffic, sends), with lengths drawn as `closed_loop_requests` draws them (a mean or a
+    length distribution), so an open-loop replay and a closed-loop one of the same deployment see the same prompts."""
+    rate = positive("rate_per_s", rate_per_s, scalar=True)
+    n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    return Requests.from_arrays(arrivals, _draw_lengths(input_len, n, rng), _draw_lengths(output_len, n, rng))
 
