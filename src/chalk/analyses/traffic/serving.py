@@ -27,7 +27,7 @@ from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
-from chalk.specs.workload import MAX_GPUS, count, positive, tokens
+from chalk.specs.workload import MAX_GPUS, count, positive, short, tokens
 
 #: Prompt tokens per prefill step per attention rank in a disaggregated prefill pool (SGLang's large-scale
 #: EP blog runs 16,384 tokens per device).
@@ -516,8 +516,8 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     for name, v in (("tpot_p99_s", tpot_p99_s), ("ttft_p99_s", ttft_p99_s)):
         if v is not None:
             positive(name, v, scalar=True)
-    if arrivals not in ARRIVALS:
-        raise InputError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
+    if not isinstance(arrivals, str) or arrivals not in ARRIVALS:
+        raise InputError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {short(arrivals)}")
     if gpus is not None:
         gpus = count("gpus", gpus, MAX_GPUS)
         check_reach(system, gpus)
