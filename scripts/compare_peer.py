@@ -21,7 +21,8 @@ How a row becomes a peer question (the choices are this script's, stated in each
           estimate needs prefill worker counts the rows do not state).
   search  the row's layout (or, without one, every TP that fits the row's GPUs); batch per DP rank swept over a
           grid; the peer's answer is the largest throughput per GPU among points whose KV fits (no
-          `kv_cache_warning`) and, with `min_user_tps`, whose TPOT <= 1/min_user_tps.
+          `kv_cache_warning`) and, with `min_user_tps`, whose TPOT <= 1/min_user_tps (with `tpot_p99`, the peer has no
+          tail model: its TPOT <= that bound).
   context tokens per step: max(input_len, 8192) (TRT-LLM's default max_num_tokens; the peer's own agg search sweeps
           up to max(8192, 2 x isl)). MTP rows: `nextn` drafts, `nextn_accepted` = sum of acceptance^i.
   decode/prefill pool rows, AMD/TPU rows, chips or models the peer has no data for: skipped with the reason.
@@ -159,7 +160,9 @@ def peer_question(row) -> tuple[dict | None, str]:
         q["replicas"] = replicas
         q["batch"] = max(1, round(row.concurrency / (replicas * dp)))
     else:
-        q["max_tpot_ms"] = 1000.0 / row.min_user_tps if row.min_user_tps else None
+        # a p99 bound (MLPerf's Server/Interactive rows) bounds the peer's TPOT as it is: the peer has no tail model
+        q["max_tpot_ms"] = 1000.0 / row.min_user_tps if row.min_user_tps else \
+            (1000.0 * row.tpot_p99 if getattr(row, "tpot_p99", None) else None)
     return q, ""
 
 
