@@ -184,6 +184,8 @@ def test_poisson_tail_targets_are_monotonic_and_cost_throughput():
     assert tight["output_tokens_per_s_per_gpu"] < mean["output_tokens_per_s_per_gpu"]
     assert tight["tpot_p99_s"] <= 0.04 and tight["ttft_p99_s"] <= 0.45
     assert tight["arrivals"] == "poisson" and tight["tail_replays"]
+    both = throughput("llama-2-70b", "h200", tpot_p99_s=0.2, ttft_p99_s=2.0, min_user_tps=30, **kw)
+    assert both["user_tokens_per_s"] >= 30  # a mean floor asked beside the p99s holds at the rate found
 
 
 def test_arrivals_must_be_named():

@@ -649,7 +649,8 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
     if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
-        arrived = _arrival_tail(s, ok, per_gpu, ev["speculative"]) if s.arrivals == "poisson" else None
+        arrived = _arrival_tail(s, ok, per_gpu, ev["speculative"], min_user_tps) if s.arrivals == "poisson" \
+            else None
         if arrived is None:  # a closed loop, or every point passing the screen speculates (replayed closed)
             i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
         else:  # the open loop's figures are the chosen point's: its grid point is the one nearest its mean batch
@@ -737,13 +738,13 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
     return out
 
 
-def _arrival_tail(s: _Search, ok, per_gpu, speculating):
+def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | None = None):
     """(grid point, tail report, SimulationResult) of a search under p99 targets with Poisson arrivals, or None
     where every point passing the closed-form screen speculates. The ARRIVAL_LAYOUTS layouts whose best plain point
     passes the screen with the most output per GPU are each replayed open loop (`poisson_requests`, the request
     simulator on the layout's step cost, at most the scheduler cap / KV room in the engine, the calibrated request
-    latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and TTFT meet the targets without
-    overload (a bisection below the layout's saturation rate: the closed form at the cap); the layout serving the
+    latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and TTFT meet the targets (and the
+    mean forms asked beside them: `min_user_tps`, `max_ttft_s`) without overload (a bisection below the layout's saturation rate: the closed form at the cap); the layout serving the
     most output per GPU at its rate answers. Raises FitError where no layout meets the targets at any rate tried."""
     from chalk.analyses.traffic import simulate as sim
 
@@ -775,7 +776,9 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating):
             tp99, tt99 = float(r.tpot_p99_s), float(r.ttft_p99_s) + lat
             kept_up = sim.overload(r) is None and float(r.requests_per_s) >= ARRIVAL_SERVED * rate
             met = kept_up and (not s.tpot_p99_s or not tp99 > s.tpot_p99_s) and \
-                (not s.ttft_p99_s or tt99 <= s.ttft_p99_s)  # a NaN TPOT: no request had a second token
+                (not s.ttft_p99_s or tt99 <= s.ttft_p99_s) and \
+                (not min_user_tps or not float(r.mean_tpot_s) * min_user_tps > 1.0) and \
+                (not s.max_ttft_s or float(r.mean_ttft_s) + lat <= s.max_ttft_s)  # a NaN TPOT: no second token
             return met, r, tp99, tt99
 
         # the bracket: the layout's saturation rate, else the rate its best point passing the screen serves
