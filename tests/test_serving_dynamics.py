@@ -188,6 +188,18 @@ def test_poisson_tail_targets_are_monotonic_and_cost_throughput():
     assert both["user_tokens_per_s"] >= 30  # a mean floor asked beside the p99s holds at the rate found
 
 
+def test_an_unreachable_p99_target_says_why_in_one_line():
+    """A p99 TTFT below the calibrated per-request latency cannot be met at any rate: the error says so first; each
+    replica shape is replayed once however many deployment sizes hold it."""
+    from chalk.errors import FitError
+
+    with pytest.raises(FitError, match="every TTFT includes the calibrated") as e:
+        throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, ttft_p99_s=0.06)
+    assert "\n" not in str(e.value)
+    tried = str(e.value).split("tried ")[-1]
+    assert tried.count("TP1:") == 1 and "TP1 x" not in tried
+
+
 def test_arrivals_must_be_named():
     from chalk.errors import InputError
 

@@ -744,18 +744,23 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     passes the screen with the most output per GPU are each replayed open loop (`poisson_requests`, the request
     simulator on the layout's step cost, at most the scheduler cap / KV room in the engine, the calibrated request
     latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and TTFT meet the targets (and the
-    mean forms asked beside them: `min_user_tps`, `max_ttft_s`) without overload (a bisection below the layout's saturation rate: the closed form at the cap); the layout serving the
-    most output per GPU at its rate answers. Raises FitError where no layout meets the targets at any rate tried."""
+    mean forms asked beside them: `min_user_tps`, `max_ttft_s`) while the replica keeps up (a bisection below the
+    layout's saturation rate: the closed form at the cap); one replay per replica shape (more replicas of it answer
+    the same per GPU); the layout serving the most output per GPU at its rate answers. Raises FitError where no
+    layout meets the targets at any rate tried."""
     from chalk.analyses.traffic import simulate as sim
 
     plain = ok & ~speculating
     if not np.any(plain):
         return None
-    best = {}  # layout index -> its best plain point passing the screen
+    best, shapes = {}, {}  # layout index -> its best plain point passing the screen; replica shape -> layout index
     for j in np.flatnonzero(plain):
         k = int(s.g["idx"][j])
         if k not in best or per_gpu[j] > per_gpu[best[k]]:
             best[k] = int(j)
+    for k in sorted(best, key=lambda k: -per_gpu[best[k]]):  # one replay per replica shape: more replicas of it
+        shapes.setdefault(dataclasses.replace(s.layouts[k], dp=1), k)  # answer the same per GPU
+    best = {k: best[k] for k in shapes.values()}
     top = sorted(best, key=lambda k: -per_gpu[best[k]])[:ARRIVAL_LAYOUTS]
     top = [k for k in top if per_gpu[best[k]] >= ARRIVAL_SCREEN_SHARE * per_gpu[best[top[0]]]]
     lat = s.cal.request_latency_s
@@ -805,11 +810,12 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
         if met and (found is None or out > found[0]):
             found = (out, k, r, rate, tp99, tt99)
     if found is None:
+        why = (f"; every TTFT includes the calibrated {lat * 1e3:.0f} ms per request outside the engine's steps"
+               if s.ttft_p99_s and s.ttft_p99_s <= lat else "")
         raise FitError(f"no layout of {s.m.id} on {s.system.chip.id} met the p99 targets under Poisson arrivals at "
-                       f"any rate tried (down to 1/{ARRIVAL_BRACKET:g} of what the closed-form screen's point serves; "
-                       f"tried " + "; ".join(
-                           f"{t['layout']}: TPOT p99 {t['tpot_p99_s'] * 1e3:.1f} ms, TTFT p99 "
-                           f"{t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
+                       f"any rate tried{why} (down to 1/{ARRIVAL_BRACKET:g} of what the closed-form screen's point "
+                       f"serves; tried " + "; ".join(f"{t['layout']}: TPOT p99 {t['tpot_p99_s'] * 1e3:.1f} ms, "
+                                                     f"TTFT p99 {t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
     out, k, r, rate, tp99, tt99 = found
     pts = np.flatnonzero(s.g["idx"] == k)
     i = int(pts[np.argmin(np.abs(s.g["B"][pts] - float(r.mean_batch)))])
