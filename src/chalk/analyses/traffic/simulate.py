@@ -951,9 +951,6 @@ def poisson_requests(rate_per_s: float, n: int, input_len, output_len, seed: int
     """`n` requests arriving as a Poisson process at `rate_per_s` (what a server benchmark such as MLPerf's Server
     scenario, or production traffic, sends), with lengths drawn as `closed_loop_requests` draws them (a mean or a
     length distribution), so an open-loop replay and a closed-loop one of the same deployment see the same prompts."""
-    rate = positive("rate_per_s", rate_per_s, scalar=True)
-    n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
-    return Requests.from_arrays(arrivals, _draw_lengths(input_len, n, rng), _draw_lengths(output_len, n, rng))
+    return poisson_arrivals(rate_per_s, n, lambda rng, k: _draw_lengths(input_len, k, rng),
+                            lambda rng, k: _draw_lengths(output_len, k, rng), seed)
 
