@@ -168,7 +168,7 @@ def test_tail_targets_are_met_when_replayed(arrivals):
     assert held["tpot_s"] <= held["tpot_p99_s"]
     if arrivals == "poisson":  # what the replica served is what arrived (a queue that keeps up), per GPU
         rate = held["arrival_rate_per_replica"]
-        served = rate * 1000 / (held["gpus"])
+        served = rate * 1000 / (held["gpus"] / held["parallelism"]["dp"])  # per replica, over its GPUs
         assert held["output_tokens_per_s_per_gpu"] == pytest.approx(served, rel=0.05)
 
 

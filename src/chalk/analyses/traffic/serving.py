@@ -786,16 +786,8 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                 (not s.max_ttft_s or float(r.mean_ttft_s) + lat <= s.max_ttft_s)  # a NaN TPOT: no second token
             return met, r, tp99, tt99
 
-        # the bracket: the layout's saturation rate, else the rate its best point passing the screen serves
-        screen = min(float(per_gpu[best[k]]) * lay.replica_gpus / fx.O, x_max)
-        rate = x_max
-        met, r, tp99, tt99 = run(rate)
-        if not met:
-            lo, hi = screen, x_max
-            met, r, tp99, tt99 = run(lo)
-            if not met:
-                lo, hi = screen / ARRIVAL_BRACKET, screen
-                met, r, tp99, tt99 = run(lo)
+        def highest(lo, hi, at_lo):  # bisect [lo, hi) given the run at lo: (met, r, tp99, tt99, rate)
+            met, r, tp99, tt99 = at_lo
             rate = lo
             for _ in range(ARRIVAL_STEPS if met else 0):
                 mid = math.sqrt(lo * hi)
@@ -804,6 +796,27 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                     lo, rate, (met, r, tp99, tt99) = mid, mid, m
                 else:
                     hi = mid
+            return met, r, tp99, tt99, rate
+
+        if found is None:  # the layout's saturation rate, else up from the rate its best screened point serves
+            screen = min(float(per_gpu[best[k]]) * lay.replica_gpus / fx.O, x_max)
+            at = run(x_max)
+            if at[0]:
+                met, r, tp99, tt99, rate = *at, x_max
+            else:
+                at = run(screen) if screen < x_max else at
+                met, r, tp99, tt99, rate = highest(screen, x_max, at) if at[0] else \
+                    highest(screen / ARRIVAL_BRACKET, screen, run(screen / ARRIVAL_BRACKET))
+        else:  # a later layout must serve more per GPU than the best found: one replay at that rate rules it out
+            need = found[0] * lay.replica_gpus / fx.O
+            if need >= x_max:  # not even saturated
+                continue
+            at = run(need)
+            if at[0]:
+                top_run = run(x_max)
+                met, r, tp99, tt99, rate = (*top_run, x_max) if top_run[0] else highest(need, x_max, at)
+            else:
+                met, r, tp99, tt99, rate = *at, need
         out = float(r.output_tokens_per_s) / lay.replica_gpus if met else 0.0
         tried.append({"layout": lay.label(), "arrival_rate_per_replica": rate if met else None,
                       "output_tokens_per_s_per_gpu": out, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
