@@ -538,10 +538,10 @@ def family_counts(rows, fitted_only: bool = True) -> dict[str, int]:
 def _data_record(rows, sha: str | None, date: str) -> dict:
     """The data a fit saw: rows, metrics, families, the validation file's hash and the ids of the rows in the
     objective (`row_ids`: what a held-out check leaves out, `tests/test_validate.py`)."""
-    ids = [r.id for r in rows if in_objective(r)]
-    return {"date": date, "rows": len(rows), "rows_in_objective": len(ids), "metrics": list(FITTED_METRICS),
-            "families": family_counts([r for r in rows if in_objective(r)]),
-            "validation_sha256": sha or validation_sha256(), "row_ids": ids}
+    read = [r for r in rows if in_objective(r)]
+    return {"date": date, "rows": len(rows), "rows_in_objective": len(read), "metrics": list(FITTED_METRICS),
+            "families": family_counts(read), "validation_sha256": sha or validation_sha256(),
+            "row_ids": [r.id for r in read]}
 
 
 def range_record(cv: dict, rows, date: str, sha: str | None = None) -> dict:
