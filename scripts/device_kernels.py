@@ -344,6 +344,20 @@ def time_attention(torch, timer, device, phase, b, L, h, kvh, d):
                 bytes=float(set_bytes), backend=f"sdpa {name}", method=method)
 
 
+def open_device(args):
+    """The start every device run shares: `args.out` made, the device checked (None, after one line on stderr, where
+    CUDA was asked and there is none) and TF32 matmuls off, so every timed GEMM runs at its stated dtype. Returns
+    torch, or None."""
+    import torch
+
+    os.makedirs(args.out, exist_ok=True)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -355,18 +369,14 @@ def main(argv=None) -> int:
                     help=f"GEMM variants to time, of {','.join(GEMM_DTYPES)} (fp8_dynq, fp8_staticq: the FP8 linear "
                          "with its activation's quantisation)")
     args = ap.parse_args(argv)
-    import torch
-
     t_start = time.perf_counter()
-    os.makedirs(args.out, exist_ok=True)
-    device = args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
+    torch = open_device(args)
+    if torch is None:
         return 2
+    device = args.device
     env = environment(torch, device, [sys.executable] + sys.argv)
     write_env(args.out, env)
     print(json.dumps(env), flush=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
     source = source_line(env)
     timer = Timer(torch, device, max_s=0.02 if args.tiny else 0.15)
     shapes = gemm_shapes()

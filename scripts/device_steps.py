@@ -43,7 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_kernels import environment, source_line, write_env  # noqa: E402  (torch only; the kernel runs' env)
+from device_kernels import environment, open_device, source_line, write_env  # noqa: E402  (torch only; the kernel runs' env)
 
 #: Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json; chalk's catalog llama-3.1-8b): layers, hidden, heads, KV heads,
 #: head dim, intermediate, vocab, rope theta, rms eps
@@ -222,15 +222,11 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--no-rope", action="store_true", help="skip RoPE (four elementwise kernels per layer)")
     args = ap.parse_args(argv)
-    import torch
-
     t_start = time.perf_counter()
-    os.makedirs(args.out, exist_ok=True)
-    device = args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
+    torch = open_device(args)
+    if torch is None:
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = False
+    device = args.device
     cfg = TINY if args.tiny else LLAMA_8B
     batches, contexts = ((1, 4), (16, 64)) if args.tiny else (BATCH, CONTEXT)
     variants = tuple(v for v in args.variants.split(",") if v)
