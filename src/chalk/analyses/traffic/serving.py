@@ -658,12 +658,12 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         if arrived is None:  # a closed loop, or every point passing the screen speculates (replayed closed)
             i, tail = _replayed_tail(s, ok, per_gpu, i, ev["speculative"])
         else:  # the open loop's figures are the chosen point's: its grid point is the one nearest its mean batch
-            i, tail, sim = arrived
+            i, out, tail, sim = arrived
             g = dict(g, B=g["B"].copy())
             per_gpu = per_gpu.copy()
             for k in ("tpot_s", "ttft_s", "user_tokens_per_s"):
                 ev[k] = ev[k].copy()
-            per_gpu[i] = float(sim.output_tokens_per_s) / s.layouts[int(g["idx"][i])].replica_gpus
+            per_gpu[i] = out
             ev["tpot_s"][i], ev["ttft_s"][i] = float(sim.mean_tpot_s), float(sim.mean_ttft_s) + s.cal.request_latency_s
             ev["user_tokens_per_s"][i] = 1.0 / float(sim.mean_tpot_s)
             g["B"][i] = float(sim.mean_batch)
@@ -743,16 +743,16 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
 
 
 def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | None = None):
-    """(grid point, tail report, SimulationResult) of a search under p99 targets with Poisson arrivals, or None
-    where every point passing the closed-form screen speculates. The ARRIVAL_LAYOUTS layouts whose best plain point
-    passes the screen with the most output per GPU are each replayed open loop (`poisson_requests`, the request
-    simulator on the layout's step cost, at most the scheduler cap / KV room in the engine, the calibrated request
-    latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and TTFT meet the targets (and the
-    mean forms asked beside them: `min_user_tps`, `max_ttft_s`) while the replica keeps up (a bisection below the
-    layout's saturation rate: the closed form at the cap); one replay per replica shape (more replicas of it answer
-    the same per GPU); the layout serving the most output per GPU at its rate answers, replayed once more with its
-    step cost linear around the batch its open loop settled at (ARRIVAL_REFINE). Raises FitError where no layout
-    meets the targets at any rate tried."""
+    """(grid point, its output tokens/s per GPU, tail report, SimulationResult) of a search under p99 targets with
+    Poisson arrivals, or None where every point passing the closed-form screen speculates. The ARRIVAL_LAYOUTS
+    layouts whose best plain point passes the screen with the most output per GPU are each replayed open loop
+    (`poisson_requests`, the request simulator on the layout's step cost, at most the scheduler cap / KV room in the
+    engine, the calibrated request latency added to TTFT) at the highest arrival rate whose replayed p99 TPOT and
+    TTFT meet the targets (and the mean forms asked beside them: `min_user_tps`, `max_ttft_s`) while the replica
+    keeps up (a bisection below the layout's saturation rate: the closed form at the cap); one replay per replica
+    shape (more replicas of it answer the same per GPU); the layout serving the most output per GPU at its rate
+    answers, replayed once more with its step cost linear around the batch its open loop settled at
+    (ARRIVAL_REFINE). Raises FitError where no layout meets the targets at any rate tried."""
     from chalk.analyses.traffic import simulate as sim
 
     plain = ok & ~speculating
@@ -769,11 +769,14 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     top = sorted(best, key=lambda k: -per_gpu[best[k]])[:ARRIVAL_LAYOUTS]
     top = [k for k in top if per_gpu[best[k]] >= ARRIVAL_SCREEN_SHARE * per_gpu[best[top[0]]]]
     lat = s.cal.request_latency_s
+    setups = {}  # layout index -> (its fixed setup, its saturation rate): a refinement replays a layout again
 
     def replays(k, batch):  # (saturation rate, a replay at a rate) of layout k, its step cost linear around `batch`
         lay = s.layouts[k]
-        fx = _fixed_setup(s.m, s.system, layout=lay, **s.args)
-        x_max = float(_closed_form(fx, np.array([float(fx.cap)]))[4][0])  # requests/s per replica at the cap
+        if k not in setups:
+            fx = _fixed_setup(s.m, s.system, layout=lay, **s.args)
+            setups[k] = fx, float(_closed_form(fx, np.array([float(fx.cap)]))[4][0])  # requests/s per replica, cap
+        fx, x_max = setups[k]
         sc = replica_step_cost(fx.m, fx.system, fx.lay, batch, fx.di or fx.I, fx.do or fx.O, context=fx.L,
                                chunk=fx.chunk, precision=fx.costs.precision, kv_precision=fx.costs.kv_precision,
                                cal=fx.cal, overhead_s=fx.ovh)
@@ -858,9 +861,9 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     out, k, r, rate, tp99, tt99 = found
     pts = np.flatnonzero(s.g["idx"] == k)
     i = int(pts[np.argmin(np.abs(s.g["B"][pts] - float(r.mean_batch)))])
-    return i, {"tail_latency_source": f"replayed open loop: Poisson arrivals at {rate:.3g} requests/s per replica, "
-                                      f"the highest rate tried at which the p99s meet the targets "
-                                      f"({r.n_requests:,} requests, steady-state window)",
+    return i, out, {"tail_latency_source": f"replayed open loop: Poisson arrivals at {rate:.3g} requests/s per "
+                                           f"replica, the highest rate tried at which the p99s meet the targets "
+                                           f"({r.n_requests:,} requests, steady-state window)",
                "arrivals": "poisson", "arrival_rate_per_replica": rate, "tpot_p99_s_replayed": tp99,
                "ttft_p99_s_replayed": tt99, "tail_replays": tried}, r
 
