@@ -155,7 +155,7 @@ BAD = [
       "--client-latency", "-1"], "client latency"),
     (["simulate", "-m", "llama-3.1-8b", "-H", "h100", "--layout", "tp=1", "--concurrency", "8", "-n", "50",
       "--client-latency", "nan"], "client latency"),
-    (["simulate", "-m", "llama-3.1-8b", "-H", "h100", "-n", "50", "--client-latency", "0.5"], "closed loop"),
+    (["simulate", "-m", "llama-3.1-8b", "-H", "h100", "-n", "50", "--client-latency", "-5ms"], "non-negative"),
 ]
 
 

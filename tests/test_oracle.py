@@ -38,9 +38,11 @@ def test_simulate_with_and_without_layout_agrees_with_estimate(model, hardware, 
     run = simulate_requests(model, hardware, requests=50, input_len=I, output_len=O, max_batch=B, layout=layout)
     sc = run.replica_step_cost
     assert "step model" in sc.label and "aggregate" not in sc.label
-    e = estimate(model, hardware, B, CTX, layout=run.layout_text)
+    b = run.step_cost_reference_batch  # the batch the open loop settled at: its step cost's tangent point
+    assert 1 <= b <= B and b == pytest.approx(run.mean_batch, rel=0.2)
+    e = estimate(model, hardware, b, CTX, layout=run.layout_text)
     assert e.view == "layout"
-    assert sc(B, B * CTX) == pytest.approx(e.step_time_s, rel=1e-12)
+    assert sc(b, b * CTX) == pytest.approx(e.step_time_s, rel=1e-12)
     if layout is not None:
         assert run.layout_source == "given"
     else:

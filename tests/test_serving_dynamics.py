@@ -265,6 +265,43 @@ def test_one_deployment_answers_alike_through_every_door():
     assert cli["latency_window"]["warmup_requests"] == f["latency_window"]["warmup_requests"]
 
 
+OPEN_LOOP_CASES = [("llama-3.1-70b", "h100-sxm", 2000, 500, 0.05, None), ("llama-3.1-8b", "h100-sxm", 1000, 200, 0.02, 1.0),
+                   ("qwen3-30b-a3b", "h200", 4000, 300, 0.03, None), ("mixtral-8x7b", "h100-sxm", 500, 500, None, 0.6),
+                   ("llama-3.1-70b", "b200", 8000, 1000, 0.04, 3.0)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(OPEN_LOOP_CASES), scale=st.floats(0.5, 2.0))
+def test_a_poisson_answer_replays_alike_through_simulate(case, scale):
+    """`throughput --tpot-p99/--ttft-p99` (Poisson arrivals) and `chalk simulate --rate --layout` at the rate and
+    layout it answered replay one open loop (the engine's cap and chunk, the settled step cost, TTFT on the client's
+    clock): p99 and mean TTFT and TPOT and output per GPU agree within 2%. They differed by the 200 ms request latency
+    and the batch cap (256 against the engine's) before."""
+    import chalk
+    from hypothesis import assume
+
+    from chalk.analyses.traffic.serving import ARRIVAL_REQUESTS
+    from chalk.errors import FitError
+
+    m, hw, inp, out, tpot, ttft = case
+    inp = max(int(inp * scale), 16)
+    try:
+        r = throughput(m, hw, input_len=inp, output_len=out, tpot_p99_s=tpot, ttft_p99_s=ttft)
+    except FitError:
+        assume(False)
+    assume(r.get("arrivals") == "poisson")  # else every screened point speculates: replayed closed
+    p = r["parallelism"]
+    lay = ",".join(f"{k}={p[k]}" for k in ("tp", "ep", "pp", "attn_dp", "etp") if p.get(k, 1) != 1) or "tp=1"
+    s = chalk.simulate(m, hw, layout=lay, rate=r["arrival_rate_per_replica"], requests=ARRIVAL_REQUESTS,
+                       input_len=inp, output_len=out)
+    assert {k: s.parallelism[k] for k in ("tp", "ep", "pp", "attn_dp")} == {k: p[k] for k in ("tp", "ep", "pp",
+                                                                                           "attn_dp")}
+    pairs = [(r["tpot_p99_s"], s.tpot_p99_s), (r["ttft_p99_s"], s.ttft_p99_s), (r["tpot_s"], s.mean_tpot_s),
+             (r["ttft_s"], s.mean_ttft_s), (r["output_tokens_per_s_per_gpu"], s.output_tokens_per_s / s.replica_gpus)]
+    for a, b in pairs:
+        assert b == pytest.approx(a, rel=0.02)
+
+
 def test_whole_disaggregated_pools_count_every_gpu():
     """A disaggregated answer is a whole deployment: decode replicas and enough whole prefill replicas to keep up,
     its GPUs counted in both pools and its output per GPU over all of them."""

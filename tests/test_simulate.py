@@ -472,5 +472,6 @@ def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():
     assert 100 <= s.input_len_mean <= 300 and s.output_len_mean == 50
     with pytest.raises(InputError, match="speedup"):
         chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", speedup=2)
-    with pytest.raises(InputError, match="whole number"):
-        chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", input_len=10.5)
+    # a number is a mean, spread as throughput's replays spread it (the same requests through every door)
+    m = chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", rate=2, requests=2000, input_len=10.5, output_len=40)
+    assert m.input_len_mean == pytest.approx(10.5, rel=0.1) and m.output_len_mean == pytest.approx(40, rel=0.05)

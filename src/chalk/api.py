@@ -156,7 +156,7 @@ def layout(model, hardware, gpus: int | None = None, *, precision: str | None = 
 @checked
 def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512, output_len=128,
              trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None, concurrency: int | None = None,
-             max_batch: int = 256, prefill_chunk: int | None = None, kv_capacity_tokens=None,
+             max_batch: int | None = None, prefill_chunk: int | None = None, kv_capacity_tokens=None,
              precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
              client_latency_s: float | None = None, scheduler: str = "continuous", period_s: float = 0.02,
              prefix_cache: bool = True):
@@ -164,8 +164,10 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = Non
     a closed loop of `concurrency` requests in flight, or a `trace` file (chalk CSV, Azure CSV or Mooncake JSONL,
     arrivals sped up `speedup` times; Mooncake's prefix blocks replayed through an LRU prefix cache). Lengths are
     numbers or distributions as `throughput` takes them, cut at the model's context. The layout is the one given or
-    the one `throughput` picks on `gpus`. `client_latency_s` (closed loop): time each request spends outside the
-    engine's steps, holding its seat (default: the calibrated `request_latency_s`; 0 with `ideal`). Returns a
+    the one `throughput` picks on `gpus`. The replica runs as `throughput` replays it (the engine's scheduler cap and
+    KV room, prefill chunk and step overhead) where `max_batch`, `prefill_chunk` and `kv_capacity_tokens` are not
+    given. `client_latency_s`: time each request spends outside the engine's steps (default: the calibrated
+    `request_latency_s`; 0 with `ideal`): a closed loop's seat is held for it; an open loop adds it to TTFT. Returns a
     `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate, notes)."""
     from chalk.analyses.traffic.simulate_run import simulate_requests
 

@@ -51,20 +51,23 @@ def register(app: typer.Typer) -> None:
                                              "unit (default 20ms)."),
         period_ms: Optional[float] = typer.Option(None, "--period-ms", hidden=True,
                                                   help="Deprecated spelling of --period, in ms."),
-        max_batch: int = typer.Option(256, "--max-batch", help="Seats per step."),
+        max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Sequences per step (default: the "
+                                                "engine's scheduler cap and KV room, as throughput replays it)."),
         kv_capacity_tokens: Optional[float] = typer.Option(None, "--kv-capacity-tokens",
-                                                           help="KV cache capacity (default: HBM left by weights)."),
+                                                           help="KV cache capacity in tokens (default: what "
+                                                           "--max-batch's default leaves room for)."),
         prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk",
-                                                    help="Max prompt tokens per step (chunked prefill)."),
+                                                    help="Max prompt tokens per step (default: the engine's "
+                                                    "chunked-prefill budget)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the arrivals and lengths."),
         layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8 (default: the layout "
                                              "throughput picks for these lengths on --gpus)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
                                                   "flight (as serving benchmarks run)."),
         client_latency: Optional[str] = typer.Option(None, "--client-latency", callback=duration("--client-latency"),
-                                                     help="Closed loop: time each request spends outside the "
-                                                       "engine's steps, holding its seat (default: the calibrated "
-                                                       "request latency, as throughput --concurrency uses)."),
+                                                     help="Time each request spends outside the engine's steps "
+                                                       "(default: the calibrated request latency, as throughput "
+                                                       "uses): a closed loop holds the seat; TTFT includes it."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         plot: Optional[str] = typer.Option(None, "--plot", callback=out_file("--plot", PLOT_FORMATS),
                                             help="Draw the simulated run to this .png/.svg."),
@@ -127,9 +130,9 @@ def register(app: typer.Typer) -> None:
             pc = st["prefix_cache"]
             t.add_row("prefix-cache hit rate", f"{pct(pc['hit_rate'])} of prompt tokens ({num(pc['capacity_blocks'])} "
                       f"blocks of {pc['block_tokens']} tokens)")
-        if concurrency is not None:
-            t.add_row("client latency per request", f"{seconds(st['client_latency_s'])} (seat held outside the "
-                      "engine; in TTFT)")
+        if st["client_latency_s"]:
+            t.add_row("client latency per request", f"{seconds(st['client_latency_s'])} (outside the engine; in "
+                      "TTFT" + ("; seat held)" if concurrency is not None else ")"))
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         console().print(t)

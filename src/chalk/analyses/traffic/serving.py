@@ -664,7 +664,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
             for k in ("tpot_s", "ttft_s", "user_tokens_per_s"):
                 ev[k] = ev[k].copy()
             per_gpu[i] = out
-            ev["tpot_s"][i], ev["ttft_s"][i] = float(sim.mean_tpot_s), float(sim.mean_ttft_s) + s.cal.request_latency_s
+            ev["tpot_s"][i], ev["ttft_s"][i] = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # client's clock
             ev["user_tokens_per_s"][i] = 1.0 / float(sim.mean_tpot_s)
             g["B"][i] = float(sim.mean_batch)
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
@@ -770,6 +770,15 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     top = [k for k in top if per_gpu[best[k]] >= ARRIVAL_SCREEN_SHARE * per_gpu[best[top[0]]]]
     lat = s.cal.request_latency_s
     setups = {}  # layout index -> (its fixed setup, its saturation rate): a refinement replays a layout again
+    loop = sim.loop_for(ARRIVAL_REQUESTS * ARRIVAL_LAYOUTS * (ARRIVAL_STEPS + 2))  # the search's replays in all
+
+    def meets(r, rate):  # the replay kept up with `rate` and met the targets (a NaN TPOT: no second token)
+        tp99, tt99 = float(r.tpot_p99_s), float(r.ttft_p99_s)
+        kept_up = sim.overload(r) is None and float(r.requests_per_s) >= ARRIVAL_SERVED * rate
+        return kept_up and (not s.tpot_p99_s or not tp99 > s.tpot_p99_s) and \
+            (not s.ttft_p99_s or tt99 <= s.ttft_p99_s) and \
+            (not min_user_tps or not float(r.mean_tpot_s) * min_user_tps > 1.0) and \
+            (not s.max_ttft_s or float(r.mean_ttft_s) <= s.max_ttft_s)
 
     def replays(k, batch):  # (saturation rate, a replay at a rate) of layout k, its step cost linear around `batch`
         lay = s.layouts[k]
@@ -777,22 +786,12 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
             fx = _fixed_setup(s.m, s.system, layout=lay, **s.args)
             setups[k] = fx, float(_closed_form(fx, np.array([float(fx.cap)]))[4][0])  # requests/s per replica, cap
         fx, x_max = setups[k]
-        sc = replica_step_cost(fx.m, fx.system, fx.lay, batch, fx.di or fx.I, fx.do or fx.O, context=fx.L,
-                               chunk=fx.chunk, precision=fx.costs.precision, kv_precision=fx.costs.kv_precision,
-                               cal=fx.cal, overhead_s=fx.ovh)
-        chunk = int(fx.chunk) * lay.attn_dp if fx.chunk else None
+        sc = open_loop_step_cost(fx, batch)
 
         def run(rate):  # (met, result, p99 TPOT, p99 TTFT on the client's clock)
-            r = sim.simulate_continuous(sim.poisson_requests(rate, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O),
-                                        sc, max_batch=max(int(fx.cap), 1), kv_capacity_tokens=math.inf,
-                                        prefill_chunk_tokens=chunk)
-            tp99, tt99 = float(r.tpot_p99_s), float(r.ttft_p99_s) + lat
-            kept_up = sim.overload(r) is None and float(r.requests_per_s) >= ARRIVAL_SERVED * rate
-            met = kept_up and (not s.tpot_p99_s or not tp99 > s.tpot_p99_s) and \
-                (not s.ttft_p99_s or tt99 <= s.ttft_p99_s) and \
-                (not min_user_tps or not float(r.mean_tpot_s) * min_user_tps > 1.0) and \
-                (not s.max_ttft_s or float(r.mean_ttft_s) + lat <= s.max_ttft_s)  # a NaN TPOT: no second token
-            return met, r, tp99, tt99
+            r = open_loop_replay(fx, sim.poisson_requests(rate, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O), sc,
+                                 loop=loop)
+            return meets(r, rate), r, float(r.tpot_p99_s), float(r.ttft_p99_s)
 
         return x_max, run
 
@@ -836,8 +835,8 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                       "output_tokens_per_s_per_gpu": out, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
         if met and (found is None or out > found[0]):
             found = (out, k, r, rate, tp99, tt99)
-    if found is not None:  # the step cost is exact at its reference batch: the winner is replayed again with it
-        out, k, r, rate, tp99, tt99 = found  # linear around the batch its open loop settled at, near its rate
+    if found is not None:  # the step cost is exact at its reference batch: near its rate, the winner is replayed
+        out, k, r, rate, tp99, tt99 = found  # again with it linear around the batch its open loop settled at
         x_max, run = replays(k, max(float(r.mean_batch), 1.0))
         at = run(rate)
         hi = min(rate * ARRIVAL_REFINE, x_max)
@@ -846,7 +845,22 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
         else:
             at_lo = run(rate / ARRIVAL_REFINE)
             ref = highest(run, rate / ARRIVAL_REFINE, rate, at_lo)
-        if ref[0]:
+        if ref[0]:  # the answer is the settled replay at its rate (`settled_replay`, as `chalk simulate --rate`
+            fx, rate = setups[k][0], ref[4]  # replays this layout), lower where settling moves it past a target
+            start = max(float(ref[1].mean_batch), 1.0)
+
+            def settled(x):
+                res = settled_replay(fx, lambda c: open_loop_replay(
+                    fx, sim.poisson_requests(x, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O), c, loop=loop),
+                    start)[0]
+                return meets(res, x), res, float(res.tpot_p99_s), float(res.ttft_p99_s)
+
+            at = settled(rate)
+            if at[0]:
+                ref = (*at, rate)
+            else:  # else the replay linear around its start answers: no settled replay near it meets the targets
+                at_lo = settled(rate / ARRIVAL_REFINE)
+                ref = highest(settled, rate / ARRIVAL_REFINE, rate, at_lo) if at_lo[0] else ref
             met, r, tp99, tt99, rate = ref
             found = (float(r.output_tokens_per_s) / s.layouts[k].replica_gpus, k, r, rate, tp99, tt99)
             tried.append({"layout": s.layouts[k].label() + " (refined)", "arrival_rate_per_replica": rate,
@@ -1281,6 +1295,57 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
                                    concurrency=clients, window=window,
                                    client_latency_s=cal.request_latency_s if client_latency_s is None
                                    else client_latency_s)
+
+
+def open_loop_step_cost(fx: _Fixed, batch: float):
+    """The step cost of one replica of a fixed deployment's setup (`_fixed_setup`) for an open-loop replay: the step
+    model on its layout, linear around `batch` decoding sequences, with its engine's step overhead and chunk."""
+    return replica_step_cost(fx.m, fx.system, fx.lay, batch, fx.di or fx.I, fx.do or fx.O, context=fx.L,
+                             chunk=fx.chunk, precision=fx.costs.precision, kv_precision=fx.costs.kv_precision,
+                             cal=fx.cal, overhead_s=fx.ovh)
+
+
+def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None = None,
+                     prefill_chunk: int | None = None, kv_capacity_tokens=None, client_latency_s: float | None = None,
+                     loop: str = "auto"):
+    """One replica of a fixed deployment's setup (`_fixed_setup`) serving open-loop arrivals, the one replay
+    `throughput --tpot-p99/--ttft-p99` (Poisson) and `chalk simulate --rate/--trace` answer from: `requests`
+    (`poisson_requests`, a `PoissonStream` or a trace's) through the request simulator on `step_cost`
+    (`open_loop_step_cost`), at most the engine's sequences in flight (its scheduler cap and the KV room at the
+    mean lengths, `fx.cap`), prompts prefilled in its chunks (per attention-DP rank); TTFT and end-to-end on the
+    client's clock (`on_client_clock`: the calibrated request latency outside the engine's steps added).
+    `max_batch`, `prefill_chunk`, `kv_capacity_tokens`: a caller's own limits in place of the engine's (None: the
+    engine's; KV then bounds nothing beyond the cap); `client_latency_s`: in place of the calibrated latency;
+    `loop`: `simulate_continuous`'s (`simulate.loop_for` picks it for many runs)."""
+    from chalk.analyses.traffic import simulate as sim
+
+    chunk = prefill_chunk if prefill_chunk is not None else (int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None)
+    r = sim.simulate_continuous(requests, step_cost, max_batch=max_batch or max(int(fx.cap), 1),
+                                kv_capacity_tokens=math.inf if kv_capacity_tokens is None else kv_capacity_tokens,
+                                prefill_chunk_tokens=chunk, loop=loop)
+    return sim.on_client_clock(r, fx.lat if client_latency_s is None else client_latency_s)
+
+
+#: An open-loop replay's step cost is linear around the batch the replay settles at: replayed again around the
+#: mean batch of the last replay until it moves less than SETTLE_TOLERANCE (at most SETTLE_ROUNDS replays).
+SETTLE_TOLERANCE = 0.002
+SETTLE_ROUNDS = 8
+
+
+def settled_replay(fx: _Fixed, replay, batch: float):
+    """(SimulationResult, its step cost, the batch it is linear around) of an open-loop replay whose step cost is
+    linear around the batch the replay itself settles at: `replay(step_cost)` from `batch`, then around each
+    replay's mean batch (to a whole sequence) in turn (SETTLE_TOLERANCE, SETTLE_ROUNDS). The step model is exact at its reference batch,
+    so every door that replays a deployment's open loop (`throughput`'s Poisson tail search, `chalk simulate
+    --rate/--trace`) answers from the same settled point wherever it starts."""
+    b = float(max(round(batch), 1))  # a whole number of sequences
+    for i in range(SETTLE_ROUNDS):
+        sc = open_loop_step_cost(fx, b)
+        r = replay(sc)
+        new = float(max(round(float(r.mean_batch)), 1))
+        if abs(new - b) <= SETTLE_TOLERANCE * b or i == SETTLE_ROUNDS - 1:
+            return r, sc, b
+        b = new
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):

@@ -878,6 +878,14 @@ def _compiled(loop: str, n: int) -> bool:
     return True
 
 
+def loop_for(total_requests: int) -> str:
+    """`simulate_continuous`'s `loop` for a caller about to replay `total_requests` in all over several runs (a
+    search bisecting for a rate): past COMPILED_MIN_REQUESTS in all, the compiled loop where numba loads (its load
+    is paid once for every run), else 'auto' (each run decides alone)."""
+    return "compiled" if total_requests >= COMPILED_MIN_REQUESTS and _compiled("auto", COMPILED_MIN_REQUESTS) \
+        else "auto"
+
+
 def _continuous_result(lo, hi, n, common, *, snap_a, snap_b, cached_total, prompt_total, step, busy, step_sum, area,
                        dec_sum, pf_sum, n_done, tok_out, tok_in, peak_kv, kept, admit, first, finish, send, stream):
     """The result of a continuous-batching run from its loop's totals (either loop)."""
@@ -927,7 +935,7 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
 MEAN_LENGTH_SPREAD = (8 / 9, 10 / 9)
 
 
-def _draw_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+def draw_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` lengths for a replay: a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
     `chalk.specs.lengths.LengthDistribution` (sampled)."""
     if hasattr(spec, "sample"):
@@ -944,13 +952,26 @@ def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: 
     positive("concurrency", concurrency, integer=True)
     n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
     rng = np.random.default_rng(seed)
-    return Requests.from_arrays(np.zeros(n), _draw_lengths(input_len, n, rng), _draw_lengths(output_len, n, rng))
+    return Requests.from_arrays(np.zeros(n), draw_lengths(input_len, n, rng), draw_lengths(output_len, n, rng))
+
+
+def on_client_clock(result: SimulationResult, latency_s: float) -> SimulationResult:
+    """An open loop's `result` as its benchmark client measures it: `latency_s` spent outside the engine's steps
+    (HTTP, tokenisation: in an open loop it holds no seat) added to every request's TTFT and end-to-end time. A
+    constant added to every request moves each percentile and mean by it; TPOT and the rates are unchanged."""
+    lat = float(positive("latency_s", latency_s, allow_zero=True, scalar=True))
+    if lat == 0.0:
+        return result
+    moved = {k: getattr(result, k) + lat for k in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p50_s",
+                                                    "e2e_p90_s", "e2e_p99_s", "mean_ttft_s", "mean_e2e_s")}
+    moved.update({k: getattr(result, k) + lat for k in ("ttft_s", "e2e_s") if getattr(result, k) is not None})
+    return dataclasses.replace(result, **moved)
 
 
 def poisson_requests(rate_per_s: float, n: int, input_len, output_len, seed: int = 0) -> Requests:
     """`n` requests arriving as a Poisson process at `rate_per_s` (what a server benchmark such as MLPerf's Server
     scenario, or production traffic, sends), with lengths drawn as `closed_loop_requests` draws them (a mean or a
     length distribution), so an open-loop replay and a closed-loop one of the same deployment see the same prompts."""
-    return poisson_arrivals(rate_per_s, n, lambda rng, k: _draw_lengths(input_len, k, rng),
-                            lambda rng, k: _draw_lengths(output_len, k, rng), seed)
+    return poisson_arrivals(rate_per_s, n, lambda rng, k: draw_lengths(input_len, k, rng),
+                            lambda rng, k: draw_lengths(output_len, k, rng), seed)
 

@@ -54,13 +54,10 @@ class SimulateRun:
         return df
 
 
-def client_latency_s(concurrency, client_latency: float | None, ideal: bool) -> float:
-    """The client latency a closed loop of `concurrency` seats replays with: the one given, else the calibrated
-    request latency outside the engine's steps (0 for the ideal roofline, and for open-loop arrivals)."""
-    if concurrency is None:
-        if client_latency is not None:
-            raise InputError("a client latency applies to a closed loop: give a concurrency (--concurrency)")
-        return 0.0
+def client_latency_s(client_latency: float | None, ideal: bool) -> float:
+    """The time each request spends outside the engine's steps (HTTP, tokenisation): the one given, else the
+    calibrated request latency (0 for the ideal roofline). A closed loop's seat is held for it; an open loop adds it
+    to each request's TTFT and end-to-end time."""
     if client_latency is not None:
         return float(positive("client latency (s)", client_latency, allow_zero=True, scalar=True))
     from chalk.analyses.step.calibration import calibration
@@ -82,17 +79,6 @@ def _length(name: str, spec):
     return parse_lengths(spec)
 
 
-def _sampler(spec):
-    """poisson_arrivals' length argument: a whole number, or `f(rng, n)` drawing from a distribution."""
-    if hasattr(spec, "sample"):
-        return lambda rng, n: spec.sample(n, rng)
-    v = float(spec)
-    if v != int(v):
-        raise InputError(f"a fixed length must be a whole number of tokens, got {v:g}; give a distribution "
-                         "(e.g. uniform:min=..,max=..) for a spread")
-    return int(v)
-
-
 def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[str, str]:
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
     if layout is not None:
@@ -107,42 +93,51 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[st
                   "--layout sets it")
 
 
-def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = None, batch: float, input_len,
+def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = None, batch: float | None, input_len,
                          output_len, precision: str | None = None, kv_precision="auto", ideal: bool = False) -> tuple:
     """The one place a simulation's step cost is chosen (`chalk simulate` and `chalk.simulate` alike):
-    (StepCost, Layout, layout text, where the layout came from).
+    (StepCost, Layout, layout text, where the layout came from, the deployment's setup `serving._fixed_setup`).
 
     The replica: `layout`, else the one `throughput` picks for these lengths on `gpus` (`_replica_layout`); its
-    step: the step model on that replica (`serving.replica_step_cost`, the tangent at `batch` decoding sequences
-    of I + O / 2 tokens), at the calibration `estimate` uses on this chip, so a pure decode step of the simulation
-    at that point takes what `estimate --layout` says. Never the aggregate bound (`roofline.aggregate_step_cost`).
+    setup: the one `throughput --layout` answers from (the engine's scheduler cap and KV room, prefill chunk, step
+    overhead, the calibrated request latency); its step: the step model on that replica
+    (`serving.open_loop_step_cost`, the tangent at `batch` decoding sequences of I + O / 2 tokens, default the
+    engine's cap), so a pure decode step of the simulation at that point takes what `estimate --layout` says.
+    Never the aggregate bound (`roofline.aggregate_step_cost`).
     """
-    from chalk.analyses.step.calibration import calibration
     from chalk.analyses.step.estimate import make_layout
     from chalk.analyses.step.parallel import precisions
-    from chalk.analyses.traffic.serving import replica_step_cost
+    from chalk.analyses.traffic.serving import _fixed_setup, open_loop_step_cost
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model(model), as_system(hardware)
     prec, kvp = precisions(m, system, precision, kv_precision)
     lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal)
     lay = make_layout(m, lay_text)
-    sc = replica_step_cost(m, system, lay_text, batch, input_len, output_len, precision=prec, kv_precision=kvp,
-                           cal=calibration(ideal, system.chip))
-    return sc, lay, lay_text, lay_source
+    fx = _fixed_setup(m, system, layout=lay_text, input_len=input_len, output_len=output_len, precision=prec,
+                      kv_precision=kvp, ideal=ideal)
+    sc = open_loop_step_cost(fx, max(float(fx.cap if batch is None else batch), 1.0))
+    return sc, lay, lay_text, lay_source, fx
+
+
+#: Requests an open-loop simulation settles its step cost on (`serving.settled_replay`) before a longer run.
+SETTLE_REQUESTS = 16_000
 
 
 def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
                       output_len=128, trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None,
-                      concurrency: int | None = None, max_batch: int = 256, kv_capacity_tokens=None,
+                      concurrency: int | None = None, max_batch: int | None = None, kv_capacity_tokens=None,
                       prefill_chunk: int | None = None, precision: str | None = None, kv_precision="auto",
                       ideal: bool = False, seed: int = 0, client_latency: float | None = None,
                       scheduler: str = "continuous", period_s: float = 0.02, prefix_cache: bool = True) -> SimulateRun:
     """Requests on one replica of `model` on `hardware`: Poisson arrivals at `rate` (`requests` of them, default
     10,000), a closed loop of `concurrency` in flight, or a `trace` file (its first `requests`, default all;
-    arrivals divided by `speedup`). See the module docstring for the layout, lengths, truncation and prefix cache."""
+    arrivals divided by `speedup`). See the module docstring for the layout, lengths, truncation and prefix cache.
+    The engine's limits apply (`serving.open_loop_replay`, the replay `throughput` answers from) where
+    `max_batch`, `kv_capacity_tokens` and `prefill_chunk` are not given."""
     from chalk.analyses.step.parallel import precisions
     from chalk.analyses.traffic import simulate as sim
+    from chalk.analyses.traffic.serving import SETTLE_ROUNDS, open_loop_replay, settled_replay
     from chalk.specs.catalog import as_model, as_system
     from chalk.specs.lengths import empirical
     from chalk.specs.traces import read_trace
@@ -151,6 +146,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         raise InputError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     if trace is not None and concurrency is not None:
         raise InputError("a trace sets its own arrivals: give --trace or --concurrency, not both")
+    if max_batch is not None:
+        max_batch = int(positive("max_batch", max_batch, integer=True, scalar=True))
     if concurrency is not None:
         max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     n = None if requests is None else int(positive("requests", requests, integer=True, scalar=True))
@@ -163,7 +160,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                          "Poisson runs stream: give --rate)")
     if stream and scheduler != "continuous":
         raise InputError(f"more than {sim.MAX_REQUESTS:,} requests stream through the continuous scheduler only")
-    lat = client_latency_s(concurrency, client_latency, ideal)
+    lat = client_latency_s(client_latency, ideal)
     m, system = as_model(model), as_system(hardware)
     prec, kvp = precisions(m, system, precision, kv_precision)
     notes = []
@@ -178,11 +175,13 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         if speedup != 1.0:
             raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
         din, dout = _length("input_len", input_len), _length("output_len", output_len)
+        if concurrency is None:
+            positive("rate", rate, scalar=True)
 
-    sc, lay, lay_text, lay_source = simulation_step_cost(m, system, layout=layout, gpus=gpus,
-                                                         batch=concurrency or max_batch, input_len=din,
-                                                         output_len=dout, precision=prec, kv_precision=kvp,
-                                                         ideal=ideal)
+    sc, lay, lay_text, lay_source, fx = simulation_step_cost(m, system, layout=layout, gpus=gpus,
+                                                             batch=concurrency or max_batch, input_len=din,
+                                                             output_len=dout, precision=prec, kv_precision=kvp,
+                                                             ideal=ideal)
     if layout is None:
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
@@ -190,16 +189,21 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
                             lat, notes)
+    total = (n or (len(tr) if tr is not None else 10_000))  # requests replayed in all: the run and its settling
+    engine = dict(max_batch=max_batch, prefill_chunk=prefill_chunk, kv_capacity_tokens=kv_capacity_tokens,
+                  client_latency_s=lat, loop=sim.loop_for(total + SETTLE_ROUNDS * min(total, SETTLE_REQUESTS)))
+    if scheduler == "continuous" and concurrency is None:
+        notes.append(_engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat))
     if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
-        return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, rate, n, din, dout, seed,
-                         max_batch, kv_capacity_tokens, prefill_chunk)
+        return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
+                         engine)
     if tr is not None:
         arrivals, i_len, o_len = tr.arrival_s, tr.input_len, tr.output_len
     elif concurrency is not None:
         r0 = sim.closed_loop_requests(max_batch, n or 10_000, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
-    else:
-        r0 = sim.poisson_arrivals(rate, n or 10_000, _sampler(din), _sampler(dout), seed)
+    else:  # lengths drawn as throughput's open loop draws them (a mean spread as a closed loop spreads it)
+        r0 = sim.poisson_requests(rate, n or 10_000, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
     cut = 0
     if m.max_context:
@@ -211,39 +215,62 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
 
     cap_tokens = sc.kv_capacity_tokens if kv_capacity_tokens is None else float(kv_capacity_tokens)
     hits = None
+    cached = None
     if tr is not None and tr.has_blocks and prefix_cache:
         from chalk.analyses.traffic.prefix_hits import capacity_blocks_for, trace_prefix_hits
 
         hits = trace_prefix_hits(tr, capacity_blocks_for(cap_tokens, tr.block_tokens), input_len=i_len)
-        reqs = sim.Requests.from_arrays(arrivals, i_len, o_len, cached_len=hits.cached_tokens)
+        cached = hits.cached_tokens
         notes.append(f"prefix cache: {hits.hit_rate:.1%} of prompt tokens hit an LRU cache of "
                      f"{hits.capacity_blocks:,.0f} blocks of {hits.block_tokens} tokens (the replica's KV memory), "
                      "replayed from the trace's block ids; hits skip prefill compute, their KV is still read")
         if scheduler == "train":
             notes.append("the train scheduler prefills every prompt in full: the prefix hits are reported, "
                          "not applied")
-    else:
-        reqs = sim.Requests.from_arrays(arrivals, i_len, o_len)
-        if tr is not None and tr.has_blocks:
-            notes.append("prefix cache off: every prompt token is prefilled")
+    elif tr is not None and tr.has_blocks:
+        notes.append("prefix cache off: every prompt token is prefilled")
 
+    def held(k=None):  # the run's requests (its first k)
+        cut_k = slice(None) if k is None else slice(0, k)
+        return sim.Requests.from_arrays(arrivals[cut_k], i_len[cut_k], o_len[cut_k],
+                                        **({} if cached is None else {"cached_len": cached[cut_k]}))
+
+    cap_b = max_batch or max(int(fx.cap), 1)
+    ref = float(concurrency or max_batch or fx.cap)
     if scheduler == "train":
-        res = sim.simulate_train(reqs, sc, period_s=period_s, max_batch=max_batch)
+        res = sim.simulate_train(held(), sc, period_s=period_s, max_batch=cap_b)
+    elif concurrency is not None:  # a closed loop with the caller's KV capacity or prefill chunk
+        res = sim.simulate_continuous(held(), sc, max_batch=cap_b, kv_capacity_tokens=kv_capacity_tokens,
+                                      prefill_chunk_tokens=prefill_chunk, closed_loop=True, client_latency_s=lat)
     else:
-        res = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                      prefill_chunk_tokens=prefill_chunk, closed_loop=concurrency is not None,
-                                      client_latency_s=lat)
+        k = min(len(i_len), SETTLE_REQUESTS)
+        res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **engine), ref)
+        if k < len(i_len):
+            res = open_loop_replay(fx, held(), sc, **engine)
     if concurrency is None:
         notes.append("arrivals go to this one replica: the rate is one replica's share")
     setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
     setup.update({"input_len_mean": float(np.mean(i_len)), "output_len_mean": float(np.mean(o_len)),
-                  "truncated_requests": cut, "client_latency_s": lat,
+                  "truncated_requests": cut, "client_latency_s": lat if scheduler == "continuous" else 0.0,
+                  "step_cost_reference_batch": ref,
                   "trace": None if tr is None else {"path": tr.source, "format": tr.format, "requests": len(tr),
                                                      "speedup": tr.speedup, "span_s": tr.span_s,
                                                      "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
                   "prefix_cache": None if hits is None else hits.to_dict(),
                   "prefix_cache_hit_rate": None if hits is None else hits.hit_rate})
     return SimulateRun(res, setup, notes, sc)
+
+
+def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
+    eng = fx.eng.id if fx.eng is not None else "chalk's fitted scheduler"
+    cap = (f"at most {max_batch} sequences in flight (given)" if max_batch else
+           f"at most {int(fx.cap):,} sequences in flight ({eng} cap and the KV room at the mean lengths)")
+    chunk = (f"prefill chunks of {prefill_chunk:,} tokens (given)" if prefill_chunk else
+             f"prefill chunks of {int(fx.chunk) * fx.lay.attn_dp:,} tokens" if fx.chunk else "whole prompts per step")
+    kv = "" if kv_capacity_tokens is None else f", KV capacity {float(kv_capacity_tokens):,.0f} tokens (given)"
+    return (f"the engine model throughput answers from: {cap}, {chunk}{kv}; the step cost is linear around the "
+            f"batch the run settles at; TTFT and end-to-end include {lat * 1e3:.0f} ms per request outside the "
+            "engine's steps (HTTP, tokenisation; --client-latency sets it)")
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
@@ -273,19 +300,26 @@ def _setup(m, system, lay, lay_text, lay_source, prec, kvp) -> dict:
             "precision": prec, "kv_precision": kvp, "max_context": m.max_context}
 
 
-def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, sc, notes, rate, n, din, dout, seed, max_batch,
-              kv_capacity_tokens, prefill_chunk) -> SimulateRun:
-    """A Poisson run too long to hold (`simulate.PoissonStream`): lengths drawn and cut at the context as the
-    run goes, statistics kept as it goes."""
-    reqs = sim.PoissonStream(rate, n, _sampler(din), _sampler(dout), seed, max_tokens=m.max_context or None)
-    res = sim.simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
-                                  prefill_chunk_tokens=prefill_chunk)
+def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
+              engine) -> SimulateRun:
+    """A Poisson run too long to hold (`simulate.PoissonStream`): lengths drawn (as `poisson_requests` draws them)
+    and cut at the context as the run goes, statistics kept as it goes; its step cost settled on a held replay of
+    its first SETTLE_REQUESTS (`serving.settled_replay`)."""
+    from chalk.analyses.traffic.serving import open_loop_replay, settled_replay
+
+    held = sim.poisson_requests(rate, SETTLE_REQUESTS, din, dout, seed)
+    sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **engine), fx.cap)[1:]
+    draw = lambda spec: (lambda rng, k: sim.draw_lengths(spec, k, rng))  # noqa: E731
+    reqs = sim.PoissonStream(rate, n, draw(din), draw(dout), seed, max_tokens=m.max_context or None)
+    res = open_loop_replay(fx, reqs, sc, **engine)
     notes.append(f"{n:,} requests streamed: generated as the run goes (lengths cut at the model's context as "
                  "they are drawn), latencies kept as histograms")
     notes.append("arrivals go to this one replica: the rate is one replica's share")
     setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
     setup.update({"input_len_mean": None, "output_len_mean": None, "truncated_requests": None,
-                  "client_latency_s": 0.0, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
+                  "client_latency_s": engine["client_latency_s"], "step_cost_reference_batch": ref,
+                  "trace": None, "prefix_cache": None,
+                  "prefix_cache_hit_rate": None})
     return SimulateRun(res, setup, notes, sc)
 
 
