@@ -254,6 +254,9 @@ def test_one_deployment_answers_alike_through_every_door():
     kw = dict(layout="tp=8", concurrency=64, input_len=2000, output_len=500)
     f = fixed_deployment("llama-3.1-70b", "h100-sxm", **kw)
     s = chalk.simulate("llama-3.1-70b", "h100-sxm", **kw)
+    fe = fixed_deployment("llama-3.1-70b", "h100-sxm", engine="sglang", **kw)  # an engine's profile, both doors
+    se = chalk.simulate("llama-3.1-70b", "h100-sxm", engine="sglang", **kw)
+    assert se.mean_tpot_s == pytest.approx(fe["tpot_s"], rel=0.02) and se.engine.startswith("sglang")
     cli = json.loads(subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-70b", "-H", "h100-sxm",
                                      "--layout", "tp=8", "--concurrency", "64", "--input-len", "2000", "--output-len",
                                      "500", "--json"], capture_output=True, text=True, check=True).stdout)
@@ -271,8 +274,9 @@ OPEN_LOOP_CASES = [("llama-3.1-70b", "h100-sxm", 2000, 500, 0.05, None), ("llama
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=st.sampled_from(OPEN_LOOP_CASES), scale=st.floats(0.5, 2.0))
-def test_a_poisson_answer_replays_alike_through_simulate(case, scale):
+@given(case=st.sampled_from(OPEN_LOOP_CASES), scale=st.floats(0.5, 2.0),
+       engine=st.sampled_from([None, "vllm", "sglang", "trtllm"]))
+def test_a_poisson_answer_replays_alike_through_simulate(case, scale, engine):
     """`throughput --tpot-p99/--ttft-p99` (Poisson arrivals) and `chalk simulate --rate --layout` at the rate and
     layout it answered replay one open loop (the engine's cap and chunk, the settled step cost, TTFT on the client's
     clock): p99 and mean TTFT and TPOT and output per GPU agree within 2%. They differed by the 200 ms request latency
@@ -286,14 +290,15 @@ def test_a_poisson_answer_replays_alike_through_simulate(case, scale):
     m, hw, inp, out, tpot, ttft = case
     inp = max(int(inp * scale), 16)
     try:
-        r = throughput(m, hw, input_len=inp, output_len=out, tpot_p99_s=tpot, ttft_p99_s=ttft)
+        r = throughput(m, hw, input_len=inp, output_len=out, tpot_p99_s=tpot, ttft_p99_s=ttft, engine=engine)
     except FitError:
         assume(False)
     assume(r.get("arrivals") == "poisson")  # else every screened point speculates: replayed closed
     p = r["parallelism"]
     lay = ",".join(f"{k}={p[k]}" for k in ("tp", "ep", "pp", "attn_dp", "etp") if p.get(k, 1) != 1) or "tp=1"
     s = chalk.simulate(m, hw, layout=lay, rate=r["arrival_rate_per_replica"], requests=ARRIVAL_REQUESTS,
-                       input_len=inp, output_len=out)
+                       input_len=inp, output_len=out, engine=engine)
+    assert (s.engine is None) == (engine is None) and (r["engine"] is None) == (engine is None)
     assert {k: s.parallelism[k] for k in ("tp", "ep", "pp", "attn_dp")} == {k: p[k] for k in ("tp", "ep", "pp",
                                                                                            "attn_dp")}
     pairs = [(r["tpot_p99_s"], s.tpot_p99_s), (r["ttft_p99_s"], s.ttft_p99_s), (r["tpot_s"], s.mean_tpot_s),

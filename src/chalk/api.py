@@ -159,14 +159,15 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = Non
              max_batch: int | None = None, prefill_chunk: int | None = None, kv_capacity_tokens=None,
              precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
              client_latency_s: float | None = None, scheduler: str = "continuous", period_s: float = 0.02,
-             prefix_cache: bool = True):
+             prefix_cache: bool = True, engine: str | None = None):
     """Requests through one replica (`chalk.analyses.traffic.simulate_run.simulate_requests`): Poisson arrivals at `rate`,
     a closed loop of `concurrency` requests in flight, or a `trace` file (chalk CSV, Azure CSV or Mooncake JSONL,
     arrivals sped up `speedup` times; Mooncake's prefix blocks replayed through an LRU prefix cache). Lengths are
     numbers or distributions as `throughput` takes them, cut at the model's context. The layout is the one given or
     the one `throughput` picks on `gpus`. The replica runs as `throughput` replays it (the engine's scheduler cap and
     KV room, prefill chunk and step overhead) where `max_batch`, `prefill_chunk` and `kv_capacity_tokens` are not
-    given. `client_latency_s`: time each request spends outside the engine's steps (default: the calibrated
+    given: `engine`'s profile (e.g. 'vllm@0.11'), else chalk's fitted scheduler. `client_latency_s`: time each
+    request spends outside the engine's steps (default: the calibrated
     `request_latency_s`; 0 with `ideal`): a closed loop's seat is held for it; an open loop adds it to TTFT. Returns a
     `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate, notes)."""
     from chalk.analyses.traffic.simulate_run import simulate_requests
@@ -176,7 +177,7 @@ def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = Non
                              concurrency=concurrency, max_batch=max_batch, kv_capacity_tokens=kv_capacity_tokens,
                              prefill_chunk=prefill_chunk, precision=precision, kv_precision=kv_precision,
                              ideal=ideal, seed=seed, client_latency=client_latency_s, scheduler=scheduler,
-                             period_s=period_s, prefix_cache=prefix_cache)
+                             period_s=period_s, prefix_cache=prefix_cache, engine=engine)
 
 
 # ------------------------------------------------------------------ the other public calls, arguments checked first

@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
                                                     help="Max prompt tokens per step (default: the engine's "
                                                     "chunked-prefill budget)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the arrivals and lengths."),
+        engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm (@release): that "
+                                             "engine's scheduler cap, KV memory fraction, prefill chunk and overhead "
+                                             "(default: none), as throughput --engine."),
         layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=8 (default: the layout "
                                              "throughput picks for these lengths on --gpus)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: this many requests in "
@@ -91,7 +94,8 @@ def register(app: typer.Typer) -> None:
                                     kv_capacity_tokens=kv_capacity_tokens, prefill_chunk=prefill_chunk,
                                     precision=precision, kv_precision=kv_precision, ideal=ideal, seed=seed,
                                     client_latency=client_latency, scheduler=scheduler.value,
-                                    prefix_cache=prefix_cache, **({} if period_s is None else {"period_s": period_s}))
+                                    prefix_cache=prefix_cache, engine=engine,
+                                    **({} if period_s is None else {"period_s": period_s}))
         r, st = run.result, run.setup
         over = sim.overload(r)
         if plot:
@@ -113,7 +117,7 @@ def register(app: typer.Typer) -> None:
             (f"closed loop of {concurrency}" if concurrency is not None else f"Poisson {num(rate)}/s")
         g = st["replica_gpus"]
         t = table(header(st["model"], st["chip"], g, f"{st['layout']} (one replica)", st["precision"],
-                         st["kv_precision"], None, "ideal" if ideal else "calibrated",
+                         st["kv_precision"], st["engine"], "ideal" if ideal else "calibrated",
                          f"{scheduler.value} scheduler", f"{r.n_requests:,} requests ({source})",
                          system=st["hardware"]),
                   ["quantity", "value"])

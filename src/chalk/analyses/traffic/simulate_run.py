@@ -79,13 +79,14 @@ def _length(name: str, spec):
     return parse_lengths(spec)
 
 
-def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[str, str]:
+def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None) -> tuple[str, str]:
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
     if layout is not None:
         return layout, "given"
     from chalk.analyses.traffic.serving import throughput
 
-    r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal)
+    r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal,
+                   engine=engine)
     p = r["parallelism"]
     text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)}"
     on = f"{gpus} GPUs" if gpus is not None else f"deployments of 1 to {system.chips} GPUs"
@@ -94,7 +95,8 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal) -> tuple[st
 
 
 def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = None, batch: float | None, input_len,
-                         output_len, precision: str | None = None, kv_precision="auto", ideal: bool = False) -> tuple:
+                         output_len, precision: str | None = None, kv_precision="auto", ideal: bool = False,
+                         engine: str | None = None) -> tuple:
     """The one place a simulation's step cost is chosen (`chalk simulate` and `chalk.simulate` alike):
     (StepCost, Layout, layout text, where the layout came from, the deployment's setup `serving._fixed_setup`).
 
@@ -112,10 +114,10 @@ def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = Non
 
     m, system = as_model(model), as_system(hardware)
     prec, kvp = precisions(m, system, precision, kv_precision)
-    lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal)
+    lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal, engine)
     lay = make_layout(m, lay_text)
     fx = _fixed_setup(m, system, layout=lay_text, input_len=input_len, output_len=output_len, precision=prec,
-                      kv_precision=kvp, ideal=ideal)
+                      kv_precision=kvp, ideal=ideal, engine=engine)
     sc = open_loop_step_cost(fx, max(float(fx.cap if batch is None else batch), 1.0))
     return sc, lay, lay_text, lay_source, fx
 
@@ -129,12 +131,14 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                       concurrency: int | None = None, max_batch: int | None = None, kv_capacity_tokens=None,
                       prefill_chunk: int | None = None, precision: str | None = None, kv_precision="auto",
                       ideal: bool = False, seed: int = 0, client_latency: float | None = None,
-                      scheduler: str = "continuous", period_s: float = 0.02, prefix_cache: bool = True) -> SimulateRun:
+                      scheduler: str = "continuous", period_s: float = 0.02, prefix_cache: bool = True,
+                      engine: str | None = None) -> SimulateRun:
     """Requests on one replica of `model` on `hardware`: Poisson arrivals at `rate` (`requests` of them, default
     10,000), a closed loop of `concurrency` in flight, or a `trace` file (its first `requests`, default all;
     arrivals divided by `speedup`). See the module docstring for the layout, lengths, truncation and prefix cache.
     The engine's limits apply (`serving.open_loop_replay`, the replay `throughput` answers from) where
-    `max_batch`, `kv_capacity_tokens` and `prefill_chunk` are not given."""
+    `max_batch`, `kv_capacity_tokens` and `prefill_chunk` are not given: `engine`'s profile (`--engine vllm@0.11`),
+    else chalk's fitted scheduler."""
     from chalk.analyses.step.parallel import precisions
     from chalk.analyses.traffic import simulate as sim
     from chalk.analyses.traffic.serving import SETTLE_ROUNDS, open_loop_replay, settled_replay
@@ -181,22 +185,22 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     sc, lay, lay_text, lay_source, fx = simulation_step_cost(m, system, layout=layout, gpus=gpus,
                                                              batch=concurrency or max_batch, input_len=din,
                                                              output_len=dout, precision=prec, kv_precision=kvp,
-                                                             ideal=ideal)
+                                                             ideal=ideal, engine=engine)
     if layout is None:
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
 
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
-                            lat, notes)
+                            lat, notes, engine, fx)
     total = (n or (len(tr) if tr is not None else 10_000))  # requests replayed in all: the run and its settling
-    engine = dict(max_batch=max_batch, prefill_chunk=prefill_chunk, kv_capacity_tokens=kv_capacity_tokens,
+    limits = dict(max_batch=max_batch, prefill_chunk=prefill_chunk, kv_capacity_tokens=kv_capacity_tokens,
                   client_latency_s=lat, loop=sim.loop_for(total + SETTLE_ROUNDS * min(total, SETTLE_REQUESTS)))
     if scheduler == "continuous" and concurrency is None:
         notes.append(_engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat))
     if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
         return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
-                         engine)
+                         limits)
     if tr is not None:
         arrivals, i_len, o_len = tr.arrival_s, tr.input_len, tr.output_len
     elif concurrency is not None:
@@ -244,12 +248,12 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                                       prefill_chunk_tokens=prefill_chunk, closed_loop=True, client_latency_s=lat)
     else:
         k = min(len(i_len), SETTLE_REQUESTS)
-        res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **engine), ref)
+        res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **limits), ref)
         if k < len(i_len):
-            res = open_loop_replay(fx, held(), sc, **engine)
+            res = open_loop_replay(fx, held(), sc, **limits)
     if concurrency is None:
         notes.append("arrivals go to this one replica: the rate is one replica's share")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
     setup.update({"input_len_mean": float(np.mean(i_len)), "output_len_mean": float(np.mean(o_len)),
                   "truncated_requests": cut, "client_latency_s": lat if scheduler == "continuous" else 0.0,
                   "step_cost_reference_batch": ref,
@@ -274,50 +278,52 @@ def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
-                 notes) -> SimulateRun:
+                 notes, engine, fx) -> SimulateRun:
     """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
     (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
     deployment gets the same latencies through both doors."""
     from chalk.analyses.traffic.serving import fixed_deployment
 
     res = fixed_deployment(m, system, layout=lay_text, concurrency=int(concurrency), input_len=din, output_len=dout,
-                           precision=prec, kv_precision=kvp, ideal=ideal,
+                           precision=prec, kv_precision=kvp, ideal=ideal, engine=engine,
                            replay={"requests": n, "client_latency_s": lat, "seed": seed, "result_only": True})
     notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
                  f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
                  "KV room), the rest wait in its queue")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
     mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
     setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout), "truncated_requests": 0,
                   "client_latency_s": lat, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
     return SimulateRun(res, setup, notes)
 
 
-def _setup(m, system, lay, lay_text, lay_source, prec, kvp) -> dict:
+def _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx) -> dict:
+    eng = fx.eng
     return {"model": m.id, "hardware": system.id, "chip": system.chip.id, "layout": lay.label(),
+            "engine": None if eng is None else f"{eng.id} {eng.version}",
             "layout_text": lay_text, "layout_source": lay_source, "replica_gpus": lay.replica_gpus,
             "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "attn_dp": lay.attn_dp},
             "precision": prec, "kv_precision": kvp, "max_context": m.max_context}
 
 
 def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
-              engine) -> SimulateRun:
+              limits) -> SimulateRun:
     """A Poisson run too long to hold (`simulate.PoissonStream`): lengths drawn (as `poisson_requests` draws them)
     and cut at the context as the run goes, statistics kept as it goes; its step cost settled on a held replay of
     its first SETTLE_REQUESTS (`serving.settled_replay`)."""
     from chalk.analyses.traffic.serving import open_loop_replay, settled_replay
 
     held = sim.poisson_requests(rate, SETTLE_REQUESTS, din, dout, seed)
-    sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **engine), fx.cap)[1:]
+    sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **limits), fx.cap)[1:]
     draw = lambda spec: (lambda rng, k: sim.draw_lengths(spec, k, rng))  # noqa: E731
     reqs = sim.PoissonStream(rate, n, draw(din), draw(dout), seed, max_tokens=m.max_context or None)
-    res = open_loop_replay(fx, reqs, sc, **engine)
+    res = open_loop_replay(fx, reqs, sc, **limits)
     notes.append(f"{n:,} requests streamed: generated as the run goes (lengths cut at the model's context as "
                  "they are drawn), latencies kept as histograms")
     notes.append("arrivals go to this one replica: the rate is one replica's share")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
     setup.update({"input_len_mean": None, "output_len_mean": None, "truncated_requests": None,
-                  "client_latency_s": engine["client_latency_s"], "step_cost_reference_batch": ref,
+                  "client_latency_s": limits["client_latency_s"], "step_cost_reference_batch": ref,
                   "trace": None, "prefix_cache": None,
                   "prefix_cache_hit_rate": None})
     return SimulateRun(res, setup, notes, sc)
