@@ -541,3 +541,25 @@ def test_kept_fixed_predictions_are_the_fresh_ones():
     assert _no_walls(dict(S._fixed_deployment(ask, system, s, 7))) == _no_walls(dict(a))
     other = dataclasses.replace(ask, engine="vllm")
     assert S._fixed(other, system, s, 7) is not a
+
+
+def test_a_plans_replay_counts_ttft_on_the_clients_clock():
+    """A plan's replay judges TTFT as `throughput` and `chalk simulate` do: the calibrated request latency outside
+    the engines (HTTP, tokenisation) is in every request's TTFT and end-to-end time, and nothing else moves."""
+    from chalk.analyses.planning import fleet
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.traffic.simulate import StepCost
+    from chalk.api import plan
+
+    sc = StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=32, context=1100, prompt_len=1000,
+                                  prefill_tokens=300)
+    kw = dict(replicas=2, max_batch=64, rate_per_s=20.0, n_requests=3000, input_len=1000, output_len=200,
+              est_ttft_s=0.1, est_tpot_s=0.02, prefill_chunk=2048)
+    engine, client = fleet.replay(sc, **kw), fleet.replay(sc, client_latency_s=0.25, **kw)
+    for q in ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s"):
+        assert getattr(client, q) == pytest.approx(getattr(engine, q) + 0.25, rel=1e-12)
+    assert (client.tpot_p99_s, client.output_tokens_per_s_per_replica) == (engine.tpot_p99_s,
+                                                                           engine.output_tokens_per_s_per_replica)
+    r = plan("llama-3.1-8b", "h100-sxm", rate=20, input_len=1000, output_len=200, ttft_p99_s=2.0)
+    sim = r["options"][0]["simulated"]
+    assert sim["ttft_p50_s"] > calibration(False).request_latency_s

@@ -31,6 +31,7 @@ import numpy as np
 
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, Requests, StepCost, simulate_continuous
 from chalk.errors import InputError
+from chalk.specs.workload import positive
 
 #: Replays of at least this many requests use worker processes (one per core, at most 8).
 PARALLEL_MIN_REQUESTS = 200_000
@@ -167,7 +168,8 @@ def _simulate_all(jobs, workers: int | None):
 def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: float, n_requests: int,
            input_len, output_len, est_ttft_s: float, est_tpot_s: float, prefill_chunk: int | None = None,
            simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
-           prefill: dict | None = None, workers: int | None = None, loop: str = "auto") -> FleetReplay:
+           prefill: dict | None = None, workers: int | None = None, loop: str = "auto",
+           client_latency_s: float = 0.0) -> FleetReplay:
     """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
 
     `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
@@ -175,9 +177,12 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     pool, {'servers', 'tokens_per_s' (per server), 'lone_prompt_s' (one prompt of the mean length alone)};
     `step_cost` is then the decode replicas' (prompt tokens free). `warmup_s`: arrivals in the first
     `warmup_s` seconds are simulated but not measured. `loop`: each replica's simulator loop
-    (`simulate_continuous`: 'auto', 'python', 'compiled'; identical answers).
+    (`simulate_continuous`: 'auto', 'python', 'compiled'; identical answers). `client_latency_s`: time each request
+    spends outside the engines (HTTP, tokenisation), added to its TTFT and end-to-end time: latencies on the
+    client's clock, as `throughput` and `chalk simulate` report them (`simulate.on_client_clock`).
     """
     t0 = time.perf_counter()
+    lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
     R = int(replicas)
     k = min(R, int(simulate_replicas or R))
     n = int(n_requests)
@@ -208,9 +213,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     ttft, tpot, e2e = np.empty(n), np.empty(n), np.empty(n)
     conc, out_rate = [], []
     for sel, res in zip(idx, results):
-        ttft[sel] = res.ttft_s + pre[sel]
+        ttft[sel] = res.ttft_s + pre[sel] + lat
         tpot[sel] = res.tpot_s
-        e2e[sel] = res.e2e_s + pre[sel]
+        e2e[sel] = res.e2e_s + pre[sel] + lat
         conc.append(res.mean_concurrency)
         out_rate.append(res.output_tokens_per_s)
     lo = a[0] + max(float(warmup_s), 0.0)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 
+from chalk.analyses.step.calibration import calibration
 from chalk.analyses.planning import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _serving_setup, default_chunk_tokens,
                                             fixed_deployment, prefill_piece, prefill_step_tokens, search_sizes,
@@ -369,7 +370,8 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
 
 def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, workers=None) -> fleet.FleetReplay:
     """Replay the sized fleet: Poisson arrivals at the served rate, the length distributions, a least-loaded
-    router over the replicas (a represented subset when there are many)."""
+    router over the replicas (a represented subset when there are many); TTFT on the client's clock (the calibrated
+    request latency outside the engines added, as `throughput` and `chalk simulate` count it)."""
     n_fl = max(float(s["in_flight_per_replica"]), 1.0)
     want = int(n_requests or ask.sim_requests)
     k = int(min(s["replicas"], max(1, want // int(5 * n_fl + 1)), MAX_SIMULATED_REPLICAS))
@@ -393,7 +395,7 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
                         output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],
                         est_tpot_s=float(op["tpot_s"]), prefill_chunk=chunk, simulate_replicas=k,
                         warmup_s=2.0 * n_fl / x, seed=ask.seed, prefill=prefill, workers=workers,
-                        loop=replay_loop())
+                        loop=replay_loop(), client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
 
 
 #: The module whose import loads the compiled simulator loop (`warm_replay_loop`).
