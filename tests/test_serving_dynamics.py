@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from chalk.analyses.traffic import simulate as S
@@ -282,8 +282,6 @@ def test_a_poisson_answer_replays_alike_through_simulate(case, scale, engine):
     clock): p99 and mean TTFT and TPOT and output per GPU agree within 2%. They differed by the 200 ms request latency
     and the batch cap (256 against the engine's) before."""
     import chalk
-    from hypothesis import assume
-
     from chalk.analyses.traffic.serving import ARRIVAL_REQUESTS
     from chalk.errors import FitError
 
@@ -305,6 +303,33 @@ def test_a_poisson_answer_replays_alike_through_simulate(case, scale, engine):
              (r["ttft_s"], s.mean_ttft_s), (r["output_tokens_per_s_per_gpu"], s.output_tokens_per_s / s.replica_gpus)]
     for a, b in pairs:
         assert b == pytest.approx(a, rel=0.02)
+
+
+PLAN_CASES = [("llama-3.1-8b", "h100-sxm", 1000, 200, "bf16", 12.0), ("llama-3.1-70b", "h200", 2000, 500, "fp8", 3.0),
+              ("qwen3-30b-a3b", "h100-sxm", 3000, 300, "bf16", 8.0)]
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(PLAN_CASES), load=st.floats(0.2, 1.0), engine=st.sampled_from([None, "vllm", "sglang"]))
+def test_a_plans_replay_of_one_replica_is_simulates(case, load, engine):
+    """`plan`'s replay of a one-replica fleet and `chalk simulate --rate --layout` of that replica replay one open
+    loop (the same requests, engine limits, settled step cost and client clock): TTFT and TPOT, p50 and p99, within
+    2%. They differed by 6-10% in TPOT (plan's own secant step cost, unspread lengths, its own chunk)."""
+    import chalk
+    from chalk.api import plan
+
+    m, hw, inp, out, prec, top = case
+    r = plan(m, hw, rate=top * load, input_len=inp, output_len=out, ttft_p99_s=3.0, precision=prec, engine=engine,
+             modes=("aggregated",), speculative=None)
+    o = r["options"][0]
+    sim = o["simulated"]
+    assume(o["replicas"] == 1)
+    p = o["parallelism"]
+    lay = ",".join(f"{k}={p[k]}" for k in ("tp", "ep", "pp", "attn_dp") if p.get(k, 1) != 1) or "tp=1"
+    s = chalk.simulate(m, hw, layout=lay, rate=top * load, requests=sim["n_requests"], input_len=inp, output_len=out,
+                       precision=prec, engine=o.get("engine"))
+    for q in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"):
+        assert getattr(s, q) == pytest.approx(sim[q], rel=0.02), q
 
 
 def test_whole_disaggregated_pools_count_every_gpu():

@@ -56,6 +56,7 @@ class FleetReplay:
     output_tokens_per_s_per_replica: float
     requests_clipped: int
     wall_s: float
+    mean_batch: float = 0.0  # sequences per step on a replica, averaged over the simulated replicas
 
     def to_dict(self) -> dict:
         return {f.name: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -116,16 +117,13 @@ def route_earliest_free(arrival_s, service_s, servers: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------- requests
 def poisson_lengths(rate_per_s: float, n: int, input_len, output_len, seed: int = 0):
-    """Arrival times (Poisson at `rate_per_s`) and lengths drawn from each length distribution (or a mean)."""
-    rng = np.random.default_rng(seed)
-    a = np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
-    lens = []
-    for spec in (input_len, output_len):
-        if hasattr(spec, "sample"):
-            lens.append(spec.sample(n, rng))
-        else:
-            lens.append(np.full(n, max(int(round(float(spec))), 1), dtype=np.int64))
-    return a, lens[0], lens[1]
+    """Arrival times (Poisson at `rate_per_s`) and lengths drawn from each length distribution (or a mean, spread as
+    every replay spreads it): the requests `simulate.poisson_requests` draws, so a plan's replay of one replica and
+    `throughput`'s or `chalk simulate`'s of it see the same prompts."""
+    from chalk.analyses.traffic.simulate import poisson_requests
+
+    r = poisson_requests(rate_per_s, n, input_len, output_len, seed)
+    return r.arrival_s, r.input_len, r.output_len
 
 
 def _clip(P, O, cap):
@@ -211,8 +209,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk, loop))
     results = _simulate_all(jobs, workers)
     ttft, tpot, e2e = np.empty(n), np.empty(n), np.empty(n)
-    conc, out_rate = [], []
+    conc, out_rate, batch = [], [], []
     for sel, res in zip(idx, results):
+        batch.append(res.mean_batch)
         ttft[sel] = res.ttft_s + pre[sel] + lat
         tpot[sel] = res.tpot_s
         e2e[sel] = res.e2e_s + pre[sel] + lat
@@ -235,7 +234,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        mean_in_flight_per_replica=float(np.mean(conc)) if conc else 0.0,
                        max_in_flight_per_replica=float(np.max(conc)) if conc else 0.0,
                        output_tokens_per_s_per_replica=float(np.sum(out_rate)) / k if out_rate else 0.0,
-                       requests_clipped=clipped, wall_s=time.perf_counter() - t0)
+                       requests_clipped=clipped, wall_s=time.perf_counter() - t0,
+                       mean_batch=float(np.mean(batch)) if batch else 0.0)
 
 
 def decode_only(step_cost: StepCost) -> StepCost:

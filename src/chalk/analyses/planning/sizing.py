@@ -21,9 +21,9 @@ from functools import lru_cache, partial
 
 from chalk.analyses.step.calibration import calibration
 from chalk.analyses.planning import fleet
-from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _serving_setup, default_chunk_tokens,
-                                            fixed_deployment, prefill_piece, prefill_step_tokens, search_sizes,
-                                            throughput_by_size)
+from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
+                                            default_chunk_tokens, fixed_deployment, prefill_piece,
+                                            prefill_step_tokens, search_sizes, settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -382,20 +382,29 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
     if s["mode"] == "disaggregated":
         prefill = {"servers": s["prefill_replicas"], "tokens_per_s": s["prefill_tokens_per_s"],
                    "lone_prompt_s": s["prefill"]["lone_prompt_s"]}
+    kw = dict(replicas=s["replicas"], max_batch=max(int(s["cap"]), 1), rate_per_s=s["requests_per_s"], n_requests=n,
+              input_len=ask.input_len, output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],
+              est_tpot_s=float(op["tpot_s"]), simulate_replicas=k, warmup_s=2.0 * n_fl / x, seed=ask.seed,
+              prefill=prefill, workers=workers, loop=replay_loop(),
+              client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
+    if s["mode"] == "aggregated" and s["speculative"] is None:
+        # each replica is the engine model throughput and chalk simulate replay (`serving.open_loop_replay`): the
+        # engine's prefill chunk per attention-DP rank, the step cost linear around the batch the replay settles at
+        fx = _fixed_setup(ask.model, system, layout=s["layout_text"], input_len=ask.input_len,
+                          output_len=ask.output_len, precision=s["precision"], kv_precision=ask.kv_precision,
+                          ideal=ask.ideal, engine=ask.engine, eplb=ask.eplb)
+        chunk = int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None
+        return settled_replay(fx, lambda sc: fleet.replay(sc, prefill_chunk=chunk, **kw),
+                              s["requests_per_s"] / s["replicas"])[0]
     chunk = None
-    if s["mode"] == "aggregated":
+    if s["mode"] == "aggregated":  # speculating: the step cost at the speculative pace (`_step_cost`)
         from chalk.specs.engine import load_engine
 
         # each attention-DP rank has its own chunk budget (`prefill_step_tokens`); no engine named: the budget
         # engines default to, as throughput's (`default_chunk_tokens`)
         per_rank = load_engine(ask.engine).chunked_prefill_tokens if ask.engine is not None else default_chunk_tokens()
         chunk = int(per_rank) * op["parallelism"]["attn_dp"]
-    return fleet.replay(_step_cost(ask, system, s), replicas=s["replicas"], max_batch=max(int(s["cap"]), 1),
-                        rate_per_s=s["requests_per_s"], n_requests=n, input_len=ask.input_len,
-                        output_len=ask.output_len, est_ttft_s=s["predicted"]["ttft_s"],
-                        est_tpot_s=float(op["tpot_s"]), prefill_chunk=chunk, simulate_replicas=k,
-                        warmup_s=2.0 * n_fl / x, seed=ask.seed, prefill=prefill, workers=workers,
-                        loop=replay_loop(), client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
+    return fleet.replay(_step_cost(ask, system, s), prefill_chunk=chunk, **kw)
 
 
 #: The module whose import loads the compiled simulator loop (`warm_replay_loop`).

@@ -847,12 +847,11 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
             ref = highest(run, rate / ARRIVAL_REFINE, rate, at_lo)
         if ref[0]:  # the answer is the settled replay at its rate (`settled_replay`, as `chalk simulate --rate`
             fx, rate = setups[k][0], ref[4]  # replays this layout), lower where settling moves it past a target
-            start = max(float(ref[1].mean_batch), 1.0)
 
             def settled(x):
                 res = settled_replay(fx, lambda c: open_loop_replay(
                     fx, sim.poisson_requests(x, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O), c, loop=loop),
-                    start)[0]
+                    x)[0]
                 return meets(res, x), res, float(res.tpot_p99_s), float(res.ttft_p99_s)
 
             at = settled(rate)
@@ -1332,13 +1331,18 @@ SETTLE_TOLERANCE = 0.002
 SETTLE_ROUNDS = 8
 
 
-def settled_replay(fx: _Fixed, replay, batch: float):
-    """(SimulationResult, its step cost, the batch it is linear around) of an open-loop replay whose step cost is
-    linear around the batch the replay itself settles at: `replay(step_cost)` from `batch`, then around each
-    replay's mean batch (to a whole sequence) in turn (SETTLE_TOLERANCE, SETTLE_ROUNDS). The step model is exact at its reference batch,
-    so every door that replays a deployment's open loop (`throughput`'s Poisson tail search, `chalk simulate
-    --rate/--trace`) answers from the same settled point wherever it starts."""
-    b = float(max(round(batch), 1))  # a whole number of sequences
+def settled_replay(fx: _Fixed, replay, rate: float):
+    """(SimulationResult, its step cost, the batch it is linear around) of an open-loop replay at `rate` requests/s
+    per replica whose step cost is linear around the batch the replay itself settles at: `replay(step_cost)` first
+    around the batch at which the closed form serves `rate` (`fx.x_grid`; the cap past its reach), then around
+    each replay's mean batch (to a whole sequence) in turn, until it moves less than SETTLE_TOLERANCE (at most
+    SETTLE_ROUNDS replays). The step model is exact at its reference batch; the start depends on the deployment and
+    the rate alone, so every door that replays a deployment's open loop at a rate (`throughput`'s Poisson tail
+    search, `chalk simulate --rate/--trace`, `plan`'s replay of a replica) walks the same replays to the same
+    answer."""
+    x = float(rate)
+    start = float(np.interp(x, fx.x_grid, fx.grid)) if x < fx.x_grid[-1] else float(fx.cap)
+    b = float(max(round(start), 1))  # a whole number of sequences
     for i in range(SETTLE_ROUNDS):
         sc = open_loop_step_cost(fx, b)
         r = replay(sc)

@@ -248,7 +248,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                                       prefill_chunk_tokens=prefill_chunk, closed_loop=True, client_latency_s=lat)
     else:
         k = min(len(i_len), SETTLE_REQUESTS)
-        res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **limits), ref)
+        at = rate if tr is None else len(i_len) / max(float(arrivals[-1] - arrivals[0]), 1e-9)  # requests/s
+        res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **limits), at)
         if k < len(i_len):
             res = open_loop_replay(fx, held(), sc, **limits)
     if concurrency is None:
@@ -314,7 +315,7 @@ def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, r
     from chalk.analyses.traffic.serving import open_loop_replay, settled_replay
 
     held = sim.poisson_requests(rate, SETTLE_REQUESTS, din, dout, seed)
-    sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **limits), fx.cap)[1:]
+    sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **limits), rate)[1:]
     draw = lambda spec: (lambda rng, k: sim.draw_lengths(spec, k, rng))  # noqa: E731
     reqs = sim.PoissonStream(rate, n, draw(din), draw(dout), seed, max_tokens=m.max_context or None)
     res = open_loop_replay(fx, reqs, sc, **limits)
