@@ -3,8 +3,10 @@
 Run: python benchmarks/bench_simulate_stream.py [n_requests] [python]   (default 1e8; `python`: the pure-Python
 reference loop instead of the compiled one, which runs when numba is installed: `pip install 'chalk[fast]'`)
 Workload: llama-3.1-8b, one H100 (TP1), Poisson arrivals at 30 req/s (about 80% of what the replica sustains),
-prompts 512, outputs 128, continuous batching with 256 seats: `chalk simulate -m llama-3.1-8b -H h100-sxm
---layout tp=1 --rate 30 -n N --input-len 512 --output-len 128`. Requests are generated a chunk at a time and
+prompts 512, outputs 128 (means, spread as every replay spreads them), continuous batching under the engine
+limits throughput replays (chalk's fitted scheduler cap, an 8,192-token prefill chunk; TTFT on the client's clock):
+`chalk simulate -m llama-3.1-8b -H h100-sxm --layout tp=1 --rate 30 -n N --input-len 512 --output-len 128`. Its step
+cost is settled on a held replay of the first 16,000 requests first. Requests are generated a chunk at a time and
 folded into log-bucketed histograms once finished, so memory holds the requests in flight, not the run.
 """
 
