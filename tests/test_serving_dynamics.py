@@ -268,7 +268,8 @@ def test_one_deployment_answers_alike_through_every_door():
     assert cli["latency_window"]["warmup_requests"] == f["latency_window"]["warmup_requests"]
 
 
-OPEN_LOOP_CASES = [("llama-3.1-70b", "h100-sxm", 2000, 500, 0.05, None), ("llama-3.1-8b", "h100-sxm", 1000, 200, 0.02, 1.0),
+OPEN_LOOP_CASES = [("llama-3.1-70b", "h100-sxm", 2000, 500, 0.05, None),
+                   ("llama-3.1-8b", "h100-sxm", 1000, 200, 0.02, 1.0),
                    ("qwen3-30b-a3b", "h200", 4000, 300, 0.03, None), ("mixtral-8x7b", "h100-sxm", 500, 500, None, 0.6),
                    ("llama-3.1-70b", "b200", 8000, 1000, 0.04, 3.0)]
 
@@ -330,6 +331,24 @@ def test_a_plans_replay_of_one_replica_is_simulates(case, load, engine):
                        precision=prec, engine=o.get("engine"))
     for q in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"):
         assert getattr(s, q) == pytest.approx(sim[q], rel=0.02), q
+
+
+def test_a_disaggregated_answer_holds_its_p99s_in_a_replay():
+    """`throughput --disaggregated --tpot-p99 --ttft-p99` (Poisson arrivals) is answered from a replay of the whole
+    deployment it reports (`_disagg_tail`: prompts queue for the prefill workers, decode on the replicas), not from
+    the mean step: its p99s are the replay's and meet the targets, its output per GPU is the replayed rate over all
+    its GPUs, and a tighter TTFT target costs throughput. Before, its p99 TPOT and TTFT were the means."""
+    kw = dict(input_len=2000, output_len=500, disaggregated=True, tpot_p99_s=0.05)
+    r = throughput("llama-3.1-70b", "h100-sxm", ttft_p99_s=1.0, **kw)
+    assert r["arrivals"] == "poisson" and "prefill worker" in r["tail_latency_source"]
+    assert r["tpot_p99_s"] <= 0.05 and r["ttft_p99_s"] <= 1.0
+    assert r["ttft_p99_s"] > r["ttft_p99_s_closed_form"]  # the prefill queue's tail, which the mean step misses
+    decode_replicas = r["decode_gpus"] / (r["parallelism"]["tp"] * r["parallelism"]["attn_dp"] * r["parallelism"]["pp"])
+    served = r["arrival_rate_per_replica"] * decode_replicas * 500
+    assert r["output_tokens_per_s_per_gpu"] == pytest.approx(served / r["gpus"], rel=1e-9)
+    assert r["gpus"] == r["decode_gpus"] + r["prefill_gpus"]
+    tight = throughput("llama-3.1-70b", "h100-sxm", ttft_p99_s=0.5, **kw)
+    assert tight["ttft_p99_s"] <= 0.5 and tight["output_tokens_per_s_per_gpu"] < r["output_tokens_per_s_per_gpu"]
 
 
 def test_whole_disaggregated_pools_count_every_gpu():

@@ -57,6 +57,8 @@ class FleetReplay:
     requests_clipped: int
     wall_s: float
     mean_batch: float = 0.0  # sequences per step on a replica, averaged over the simulated replicas
+    mean_ttft_s: float = math.nan  # over the window, as the percentiles
+    mean_tpot_s: float = math.nan
 
     def to_dict(self) -> dict:
         return {f.name: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -228,6 +230,11 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         x = x[np.isfinite(x)]
         return float(np.percentile(x, p)) if x.size else math.nan
 
+    def mean(x):
+        x = x[keep]
+        x = x[np.isfinite(x)]
+        return float(np.mean(x)) if x.size else math.nan
+
     return FleetReplay(n_requests=n, n_measured=int(keep.sum()), replicas=R, replicas_simulated=k,
                        ttft_p50_s=q(ttft, 50), ttft_p99_s=q(ttft, 99), tpot_p50_s=q(tpot, 50),
                        tpot_p99_s=q(tpot, 99), e2e_p99_s=q(e2e, 99),
@@ -235,7 +242,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        max_in_flight_per_replica=float(np.max(conc)) if conc else 0.0,
                        output_tokens_per_s_per_replica=float(np.sum(out_rate)) / k if out_rate else 0.0,
                        requests_clipped=clipped, wall_s=time.perf_counter() - t0,
-                       mean_batch=float(np.mean(batch)) if batch else 0.0)
+                       mean_batch=float(np.mean(batch)) if batch else 0.0, mean_ttft_s=mean(ttft),
+                       mean_tpot_s=mean(tpot))
 
 
 def decode_only(step_cost: StepCost) -> StepCost:

@@ -667,6 +667,15 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
             ev["tpot_s"][i], ev["ttft_s"][i] = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # client's clock
             ev["user_tokens_per_s"][i] = 1.0 / float(sim.mean_tpot_s)
             g["B"][i] = float(sim.mean_batch)
+    elif (s.tpot_p99_s or s.ttft_p99_s) and s.arrivals == "poisson":  # disaggregated: the pools replayed open loop
+        f, tail, rep = _disagg_tail(s, i, ev, ratio)
+        g, per_gpu = dict(g, B=g["B"].copy()), per_gpu.copy()
+        for k in ("output_per_gpu", "tpot_s", "ttft_s", "user_tokens_per_s"):
+            ev[k] = ev[k].copy()
+        ev["output_per_gpu"][i] *= f  # decode output per decode GPU at the rate the replay held the targets at, on
+        per_gpu[i] = ev["output_per_gpu"][i] / (1 + ratio[i])  # the pools it replayed (`_point`'s whole deployment)
+        ev["tpot_s"][i], ev["ttft_s"][i] = rep.mean_tpot_s, rep.mean_ttft_s  # the replay's means, client's clock
+        ev["user_tokens_per_s"][i], g["B"][i] = 1.0 / rep.mean_tpot_s, rep.mean_batch
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
@@ -879,6 +888,65 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                                            f"({r.n_requests:,} requests, steady-state window)",
                "arrivals": "poisson", "arrival_rate_per_replica": rate, "tpot_p99_s_replayed": tp99,
                "ttft_p99_s_replayed": tt99, "tail_replays": tried}, r
+
+
+def _disagg_tail(s: _Search, i: int, ev, ratio):
+    """(fraction of the screened rate, tail report, FleetReplay) of the disaggregated point `i` under p99 targets
+    with Poisson arrivals: its smallest whole deployment (`whole_pools`: k decode replicas of its layout, p prefill
+    workers of the pool's layout) replayed as `plan` replays a disaggregated fleet (`fleet.replay`: prompts queue
+    FCFS for the prefill workers, then decode on the replicas behind a least-loaded router; each decode replica the
+    engine model `settled_replay` settles, prompt tokens free; TTFT on the client's clock), at the rate the closed
+    form's point serves and, where a p99 misses or the fleet falls behind, at the highest rate below it that meets
+    both (a bisection down to 1/ARRIVAL_BRACKET of it). Raises FitError where none does."""
+    from chalk.analyses.planning import fleet
+    from chalk.analyses.traffic import simulate as sim
+
+    lay, pre = s.layouts[int(s.g["idx"][i])], s.pool["layout"]
+    fx = _fixed_setup(s.m, s.system, layout=lay, **s.args)
+    k, p = whole_pools(lay.replica_gpus, pre.replica_gpus, float(ratio[i]))
+    top = float(ev["output_per_gpu"][i]) * lay.replica_gpus / s.O * k  # requests/s the k decode replicas serve
+    prefill = {"servers": p, "tokens_per_s": s.pool["input_tokens_per_s_per_gpu"] * pre.replica_gpus,
+               "lone_prompt_s": s.pool["ttft_s"]}
+    loop = sim.loop_for(ARRIVAL_REQUESTS * (ARRIVAL_STEPS + 2) * SETTLE_ROUNDS)
+    in_flight = max(float(s.g["B"][i]), 1.0)
+
+    def run(rate):  # (met, FleetReplay)
+        r = settled_replay(fx, lambda c: fleet.replay(
+            fleet.decode_only(c), replicas=k, max_batch=max(int(fx.cap), 1), rate_per_s=rate,
+            n_requests=ARRIVAL_REQUESTS, input_len=fx.di or fx.I, output_len=fx.do or fx.O,
+            est_ttft_s=s.pool["ttft_s"], est_tpot_s=float(ev["tpot_s"][i]), prefill=prefill,
+            warmup_s=2.0 * in_flight * k / rate, loop=loop, client_latency_s=fx.lat), rate / k)[0]
+        kept_up = r.output_tokens_per_s_per_replica * k >= ARRIVAL_SERVED * rate * s.O
+        met = kept_up and (not s.tpot_p99_s or not r.tpot_p99_s > s.tpot_p99_s) and \
+            (not s.ttft_p99_s or r.ttft_p99_s <= s.ttft_p99_s)
+        return met, r
+
+    rate, (met, r) = top, run(top)
+    if not met:
+        lo, hi = top / ARRIVAL_BRACKET, top
+        at = run(lo)
+        if not at[0]:
+            raise FitError(f"no rate down to 1/{ARRIVAL_BRACKET:g} of what the closed form's disaggregated point "
+                           f"serves ({lay.label()} decode x{k}, {pre.label()} prefill x{p}) met the p99 targets "
+                           f"under Poisson arrivals (TPOT p99 {at[1].tpot_p99_s * 1e3:.1f} ms, TTFT p99 "
+                           f"{at[1].ttft_p99_s * 1e3:.0f} ms at {lo:.3g} requests/s)")
+        rate, (met, r) = lo, at
+        for _ in range(ARRIVAL_STEPS):
+            mid = math.sqrt(lo * hi)
+            m = run(mid)
+            if m[0]:
+                lo, rate, (met, r) = mid, mid, m
+            else:
+                hi = mid
+    return rate / top, {
+        "tail_latency_source": f"replayed open loop: Poisson arrivals at {rate:.3g} requests/s over {k} decode "
+                               f"replica{'s' if k > 1 else ''} and {p} prefill worker{'s' if p > 1 else ''} (the "
+                               f"smallest whole deployment), the highest rate tried at which the p99s meet the "
+                               f"targets ({r.n_measured:,} of {r.n_requests:,} requests measured)",
+        "arrivals": "poisson", "arrival_rate_per_replica": rate / k, "tpot_p99_s_replayed": r.tpot_p99_s,
+        "ttft_p99_s_replayed": r.ttft_p99_s, "tail_replays": [{
+            "layout": f"{lay.label()} decode x{k} + {pre.label()} prefill x{p}", "arrival_rate_per_replica": rate / k,
+            "tpot_p99_s": r.tpot_p99_s, "ttft_p99_s": r.ttft_p99_s}]}, r
 
 
 def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
