@@ -379,3 +379,24 @@ def test_the_search_considers_disaggregation_where_it_wins():
     assert fixed["mode"] == "fixed" and not fixed["disaggregated"]
     with pytest.raises(Exception):
         throughput("llama-3.1-70b", "h100-sxm", disaggregated="sometimes", **kw)
+
+
+def test_every_replayed_answer_states_its_latency_window():
+    """Every door that answers from a replay says which requests its latencies are over (`latency_window`):
+    throughput held to p99s (Poisson, closed loop, disaggregated), a fixed deployment, simulate and plan's replay;
+    the window leaves the warm-up out."""
+    import chalk
+    from chalk.api import plan
+
+    kw = dict(input_len=1000, output_len=200, tpot_p99_s=0.05)
+    answers = [throughput("llama-3.1-70b", "h100-sxm", **kw),
+               throughput("llama-3.1-70b", "h100-sxm", arrivals="closed", **kw),
+               throughput("llama-3.1-70b", "h100-sxm", disaggregated=True, **kw),
+               fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=16, input_len=1000,
+                                output_len=200),
+               chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", rate=5, requests=2000).summary(),
+               plan("llama-3.1-8b", "h100-sxm", rate=10, input_len=1000, output_len=200,
+                    ttft_p99_s=1.0)["options"][0]["simulated"]]
+    for a in answers:
+        w = a["latency_window"]
+        assert w["kind"] == "steady" and w["requests"] > 0 and w["warmup_requests"] > 0, w

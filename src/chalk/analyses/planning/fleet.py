@@ -59,6 +59,7 @@ class FleetReplay:
     mean_batch: float = 0.0  # sequences per step on a replica, averaged over the simulated replicas
     mean_ttft_s: float = math.nan  # over the window, as the percentiles
     mean_tpot_s: float = math.nan
+    latency_window: dict | None = None  # which requests the figures are over (as `SimulationResult`'s)
 
     def to_dict(self) -> dict:
         return {f.name: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -243,7 +244,11 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        output_tokens_per_s_per_replica=float(np.sum(out_rate)) / k if out_rate else 0.0,
                        requests_clipped=clipped, wall_s=time.perf_counter() - t0,
                        mean_batch=float(np.mean(batch)) if batch else 0.0, mean_ttft_s=mean(ttft),
-                       mean_tpot_s=mean(tpot))
+                       mean_tpot_s=mean(tpot), latency_window={
+                           "kind": "steady", "requests": int(keep.sum()), "warmup_requests": int((a < lo).sum()),
+                           "cooldown_requests": int((a > hi).sum()), "start_s": float(lo), "end_s": float(hi),
+                           "basis": "percentiles over the requests arriving after the warm-up (warmup_s) and before "
+                                    "the last 5% of arrivals (a short replay: its last 70%)"})
 
 
 def decode_only(step_cost: StepCost) -> StepCost:

@@ -887,7 +887,7 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                                            f"replica, the highest rate tried at which the p99s meet the targets "
                                            f"({r.n_requests:,} requests, steady-state window)",
                "arrivals": "poisson", "arrival_rate_per_replica": rate, "tpot_p99_s_replayed": tp99,
-               "ttft_p99_s_replayed": tt99, "tail_replays": tried}, r
+               "ttft_p99_s_replayed": tt99, "latency_window": r.latency_window, "tail_replays": tried}, r
 
 
 def _disagg_tail(s: _Search, i: int, ev, ratio):
@@ -944,7 +944,7 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
                                f"smallest whole deployment), the highest rate tried at which the p99s meet the "
                                f"targets ({r.n_measured:,} of {r.n_requests:,} requests measured)",
         "arrivals": "poisson", "arrival_rate_per_replica": rate / k, "tpot_p99_s_replayed": r.tpot_p99_s,
-        "ttft_p99_s_replayed": r.ttft_p99_s, "tail_replays": [{
+        "ttft_p99_s_replayed": r.ttft_p99_s, "latency_window": r.latency_window, "tail_replays": [{
             "layout": f"{lay.label()} decode x{k} + {pre.label()} prefill x{p}", "arrival_rate_per_replica": rate / k,
             "tpot_p99_s": r.tpot_p99_s, "ttft_p99_s": r.ttft_p99_s}]}, r
 
@@ -964,7 +964,8 @@ def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
         tried.append({"layout": lay.label(), "concurrency_per_replica": conc, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
         if (not s.tpot_p99_s or tp99 <= s.tpot_p99_s) and (not s.ttft_p99_s or tt99 <= s.ttft_p99_s):
             return i, {"tail_latency_source": f"replayed closed loop at the chosen point ({r['latency_source']})",
-                       "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99, "tail_replays": tried}
+                       "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99,
+                       "latency_window": r["latency_window"], "tail_replays": tried}
         ok[i] = False
         if not np.any(ok):
             break
