@@ -546,7 +546,7 @@ def test_kept_fixed_predictions_are_the_fresh_ones():
 def test_a_plans_replay_counts_ttft_on_the_clients_clock():
     """A plan's replay judges TTFT as `throughput` and `chalk simulate` do: the calibrated request latency outside
     the engines (HTTP, tokenisation) is in every request's TTFT and end-to-end time, and nothing else moves."""
-    from chalk.analyses.planning import fleet
+    from chalk.analyses.traffic import fleet
     from chalk.analyses.step.calibration import calibration
     from chalk.analyses.traffic.simulate import StepCost
     from chalk.api import plan

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from chalk.analyses.planning import sizing as S
-from chalk.analyses.planning.fleet import FleetReplay
+from chalk.analyses.traffic.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult

@@ -20,7 +20,7 @@ from functools import lru_cache, partial
 
 
 from chalk.analyses.step.calibration import calibration
-from chalk.analyses.planning import fleet
+from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
                                             default_chunk_tokens, fixed_deployment, prefill_piece,
                                             prefill_step_tokens, search_sizes, settled_replay, throughput_by_size)

@@ -898,7 +898,7 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
     engine model `settled_replay` settles, prompt tokens free; TTFT on the client's clock), at the rate the closed
     form's point serves and, where a p99 misses or the fleet falls behind, at the highest rate below it that meets
     both (a bisection down to 1/ARRIVAL_BRACKET of it). Raises FitError where none does."""
-    from chalk.analyses.planning import fleet
+    from chalk.analyses.traffic import fleet
     from chalk.analyses.traffic import simulate as sim
 
     lay, pre = s.layouts[int(s.g["idx"][i])], s.pool["layout"]
