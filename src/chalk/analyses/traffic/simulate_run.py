@@ -88,7 +88,7 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None
     r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal,
                    engine=engine)
     p = r["parallelism"]
-    text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)}"
+    text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)},etp={p.get('etp', 1)}"  # experts' TP inside EP
     on = f"{gpus} GPUs" if gpus is not None else f"deployments of 1 to {system.chips} GPUs"
     return text, (f"chosen as throughput does: the most output tokens/s per GPU over {on} is {r['layout']}; "
                   "--layout sets it")
