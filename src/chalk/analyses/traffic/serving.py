@@ -751,6 +751,21 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
     return out
 
 
+def _highest_rate(run, lo: float, hi: float, at_lo: tuple) -> tuple:
+    """Bisect [lo, hi) for the highest arrival rate whose replay `run(rate)` meets (its first item true), given
+    the replay at `lo` (`at_lo`), ARRIVAL_STEPS times in log space: (*the last replay that met, its rate), or
+    (*at_lo, lo) where that did not meet."""
+    best, rate = at_lo, lo
+    for _ in range(ARRIVAL_STEPS if at_lo[0] else 0):
+        mid = math.sqrt(lo * hi)
+        m = run(mid)
+        if m[0]:
+            lo, rate, best = mid, mid, m
+        else:
+            hi = mid
+    return (*best, rate)
+
+
 def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | None = None):
     """(grid point, its output tokens/s per GPU, tail report, SimulationResult) of a search under p99 targets with
     Poisson arrivals, or None where every point passing the closed-form screen speculates. The ARRIVAL_LAYOUTS
@@ -804,18 +819,6 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
 
         return x_max, run
 
-    def highest(run, lo, hi, at_lo):  # bisect [lo, hi) given the replay at lo: (met, r, tp99, tt99, rate)
-        met, r, tp99, tt99 = at_lo
-        rate = lo
-        for _ in range(ARRIVAL_STEPS if met else 0):
-            mid = math.sqrt(lo * hi)
-            m = run(mid)
-            if m[0]:
-                lo, rate, (met, r, tp99, tt99) = mid, mid, m
-            else:
-                hi = mid
-        return met, r, tp99, tt99, rate
-
     tried, found = [], None
     for k in top:
         lay = s.layouts[k]
@@ -827,8 +830,8 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                 met, r, tp99, tt99, rate = *at, x_max
             else:
                 at = run(screen) if screen < x_max else at
-                met, r, tp99, tt99, rate = highest(run, screen, x_max, at) if at[0] else \
-                    highest(run, screen / ARRIVAL_BRACKET, screen, run(screen / ARRIVAL_BRACKET))
+                met, r, tp99, tt99, rate = _highest_rate(run, screen, x_max, at) if at[0] else \
+                    _highest_rate(run, screen / ARRIVAL_BRACKET, screen, run(screen / ARRIVAL_BRACKET))
         else:  # a later layout must serve more per GPU than the best found: one replay at that rate rules it out
             need = found[0] * lay.replica_gpus / s.O
             if need >= x_max:  # not even saturated
@@ -836,7 +839,7 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
             at = run(need)
             if at[0]:
                 top_run = run(x_max)
-                met, r, tp99, tt99, rate = (*top_run, x_max) if top_run[0] else highest(run, need, x_max, at)
+                met, r, tp99, tt99, rate = (*top_run, x_max) if top_run[0] else _highest_rate(run, need, x_max, at)
             else:
                 met, r, tp99, tt99, rate = *at, need
         out = float(r.output_tokens_per_s) / lay.replica_gpus if met else 0.0
@@ -850,10 +853,10 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
         at = run(rate)
         hi = min(rate * ARRIVAL_REFINE, x_max)
         if at[0]:
-            ref = highest(run, rate, hi, at) if hi > rate * (1 + 1e-9) else (*at, rate)
+            ref = _highest_rate(run, rate, hi, at) if hi > rate * (1 + 1e-9) else (*at, rate)
         else:
             at_lo = run(rate / ARRIVAL_REFINE)
-            ref = highest(run, rate / ARRIVAL_REFINE, rate, at_lo)
+            ref = _highest_rate(run, rate / ARRIVAL_REFINE, rate, at_lo)
         if ref[0]:  # the answer is the settled replay at its rate (`settled_replay`, as `chalk simulate --rate`
             fx, rate = setups[k][0], ref[4]  # replays this layout), lower where settling moves it past a target
 
@@ -868,7 +871,7 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
                 ref = (*at, rate)
             else:  # else the replay linear around its start answers: no settled replay near it meets the targets
                 at_lo = settled(rate / ARRIVAL_REFINE)
-                ref = highest(settled, rate / ARRIVAL_REFINE, rate, at_lo) if at_lo[0] else ref
+                ref = _highest_rate(settled, rate / ARRIVAL_REFINE, rate, at_lo) if at_lo[0] else ref
             met, r, tp99, tt99, rate = ref
             found = (float(r.output_tokens_per_s) / s.layouts[k].replica_gpus, k, r, rate, tp99, tt99)
             tried.append({"layout": s.layouts[k].label() + " (refined)", "arrival_rate_per_replica": rate,
@@ -921,23 +924,16 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
             (not s.ttft_p99_s or r.ttft_p99_s <= s.ttft_p99_s)
         return met, r
 
-    rate, (met, r) = top, run(top)
+    met, r, rate = *run(top), top
     if not met:
-        lo, hi = top / ARRIVAL_BRACKET, top
+        lo = top / ARRIVAL_BRACKET
         at = run(lo)
         if not at[0]:
             raise FitError(f"no rate down to 1/{ARRIVAL_BRACKET:g} of what the closed form's disaggregated point "
                            f"serves ({lay.label()} decode x{k}, {pre.label()} prefill x{p}) met the p99 targets "
                            f"under Poisson arrivals (TPOT p99 {at[1].tpot_p99_s * 1e3:.1f} ms, TTFT p99 "
                            f"{at[1].ttft_p99_s * 1e3:.0f} ms at {lo:.3g} requests/s)")
-        rate, (met, r) = lo, at
-        for _ in range(ARRIVAL_STEPS):
-            mid = math.sqrt(lo * hi)
-            m = run(mid)
-            if m[0]:
-                lo, rate, (met, r) = mid, mid, m
-            else:
-                hi = mid
+        met, r, rate = _highest_rate(run, lo, top, at)
     return rate / top, {
         "tail_latency_source": f"replayed open loop: Poisson arrivals at {rate:.3g} requests/s over {k} decode "
                                f"replica{'s' if k > 1 else ''} and {p} prefill worker{'s' if p > 1 else ''} (the "
