@@ -325,7 +325,8 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
 
 # ----------------------------------------------------------------------------------------------- the replay
 def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
-    """The simulator's step cost for one replica of `s` at its operating point (the step model's tangent)."""
+    """The simulator's step cost for one speculating replica of `s` at its operating point (the step model's
+    tangent at the speculative pace); plans that do not speculate replay through `serving.settled_replay`."""
     _, _, I, O, L, _, cal, eng, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
                                                           s["precision"], ask.kv_precision, ask.ideal, None,
                                                           ask.engine, None, ask.eplb)
@@ -387,12 +388,16 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
               est_tpot_s=float(op["tpot_s"]), simulate_replicas=k, warmup_s=2.0 * n_fl / x, seed=ask.seed,
               prefill=prefill, workers=workers, loop=replay_loop(),
               client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
-    if s["mode"] == "aggregated" and s["speculative"] is None:
+    if s["speculative"] is None:
         # each replica is the engine model throughput and chalk simulate replay (`serving.open_loop_replay`): the
-        # engine's prefill chunk per attention-DP rank, the step cost linear around the batch the replay settles at
+        # engine's prefill chunk per attention-DP rank (a disaggregated decode replica: prompt tokens free, as
+        # throughput's disaggregated tail replays it), the step cost linear around the batch the replay settles at
         fx = _fixed_setup(ask.model, system, layout=s["layout_text"], input_len=ask.input_len,
                           output_len=ask.output_len, precision=s["precision"], kv_precision=ask.kv_precision,
                           ideal=ask.ideal, engine=ask.engine, eplb=ask.eplb)
+        if s["mode"] == "disaggregated":
+            return settled_replay(fx, lambda sc: fleet.replay(fleet.decode_only(sc), **kw),
+                                  s["requests_per_s"] / s["replicas"])[0]
         chunk = int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None
         return settled_replay(fx, lambda sc: fleet.replay(sc, prefill_chunk=chunk, **kw),
                               s["requests_per_s"] / s["replicas"])[0]
