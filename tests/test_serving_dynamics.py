@@ -375,6 +375,12 @@ def test_the_search_considers_disaggregation_where_it_wins():
     assert auto["output_tokens_per_s_per_gpu"] == pytest.approx(best)
     other = "disaggregated" if auto["mode_search"]["chosen"] == "aggregated" else "aggregated"
     assert auto["mode_search"][other]["output_tokens_per_s_per_gpu"] <= best
+    from chalk import api  # the public call takes 'auto' too (the CLI's --mode all), and says so when misspelt
+
+    assert api.throughput("llama-3.1-70b", "h100-sxm", disaggregated="auto", **kw)["output_tokens_per_s_per_gpu"] == \
+        pytest.approx(best)
+    with pytest.raises(Exception, match="True, False or 'auto'"):
+        api.throughput("llama-3.1-70b", "h100-sxm", disaggregated="sometimes", **kw)
     fixed = throughput("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=8, disaggregated="auto", **kw)
     assert fixed["mode"] == "fixed" and not fixed["disaggregated"]
     with pytest.raises(Exception):

@@ -256,7 +256,7 @@ def __getattr__(name: str):
 def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None, precision: str | None = None,
                kv_precision: str | None = "auto", min_user_tps: float | None = None,
                max_ttft_s: float | None = None, tpot_p99_s: float | None = None, ttft_p99_s: float | None = None,
-               max_seqs: int | None = None, max_tokens: int | None = None, disaggregated: bool = False,
+               max_seqs: int | None = None, max_tokens: int | None = None, disaggregated: bool | str = False,
                layout=None, concurrency: int | None = None, prefill_gpus: int | None = None,
                mtp: int | None = None, acceptance: float | None = None, speculative="auto",
                engine: str | None = None, cache_hit: float | None = None, pareto: bool = False,
@@ -274,7 +274,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         in that replay: 'poisson' (default: the highest Poisson rate meeting the targets answers) or 'closed' (the
         chosen concurrency held in flight).
     max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
-    disaggregated: separate prefill and decode pools. layout, concurrency: one fixed deployment (closed loop of
+    disaggregated: separate prefill and decode pools; 'auto': whichever mode serves more per GPU (the CLI's
+        --mode all). layout, concurrency: one fixed deployment (closed loop of
         `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`; prefill_layout: the layout
         of that pool's workers (default: `layout`), e.g. 'tp=1,attn_dp=4,ep=4'.
     mtp, acceptance: draft tokens per step and their acceptance (as `--mtp K --acceptance A`); speculative: a

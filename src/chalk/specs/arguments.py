@@ -106,7 +106,10 @@ def check_value(name: str, v, default=inspect.Parameter.empty) -> None:
     # checkpoint's own, also where plan's default explores narrower ones)
     if v is None and (default is None or name in ("layout", "speculative", "kv_precision", "precision")):
         return
-    if name in FLAGS:
+    if name == "disaggregated":  # throughput also takes 'auto': whichever mode serves more (the CLI's --mode all)
+        if not (isinstance(v, str) and v == "auto") and not isinstance(v, (bool, np.bool_)):
+            raise InputError(f"disaggregated must be True, False or 'auto', got {short(v)}")
+    elif name in FLAGS:
         _flag(name, v)
     elif name in NAMES:
         _text(name, v)
