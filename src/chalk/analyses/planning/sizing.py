@@ -23,7 +23,8 @@ from chalk.analyses.step.calibration import calibration
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
                                             default_chunk_tokens, fixed_deployment, prefill_piece,
-                                            prefill_step_tokens, search_sizes, settled_replay, throughput_by_size)
+                                            prefill_step_tokens, replica_chunk_tokens, search_sizes,
+                                            settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
 from chalk.errors import FitError
@@ -395,12 +396,10 @@ def replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wor
         fx = _fixed_setup(ask.model, system, layout=s["layout_text"], input_len=ask.input_len,
                           output_len=ask.output_len, precision=s["precision"], kv_precision=ask.kv_precision,
                           ideal=ask.ideal, engine=ask.engine, eplb=ask.eplb)
-        if s["mode"] == "disaggregated":
-            return settled_replay(fx, lambda sc: fleet.replay(fleet.decode_only(sc), **kw),
-                                  s["requests_per_s"] / s["replicas"])[0]
-        chunk = int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None
-        return settled_replay(fx, lambda sc: fleet.replay(sc, prefill_chunk=chunk, **kw),
-                              s["requests_per_s"] / s["replicas"])[0]
+        dis = s["mode"] == "disaggregated"
+        chunk = None if dis else replica_chunk_tokens(fx)
+        return settled_replay(fx, lambda sc: fleet.replay(fleet.decode_only(sc) if dis else sc, prefill_chunk=chunk,
+                                                          **kw), s["requests_per_s"] / s["replicas"])[0]
     chunk = None
     if s["mode"] == "aggregated":  # speculating: the step cost at the speculative pace (`_step_cost`)
         from chalk.specs.engine import load_engine

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalk.analyses.traffic.simulate import MAX_REQUESTS, Requests, StepCost, simulate_continuous
+from chalk.analyses.traffic.simulate import (MAX_REQUESTS, Requests, StepCost, poisson_requests,
+                                             simulate_continuous)
 from chalk.errors import InputError
 from chalk.specs.workload import positive
 
@@ -119,16 +120,6 @@ def route_earliest_free(arrival_s, service_s, servers: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------- requests
-def poisson_lengths(rate_per_s: float, n: int, input_len, output_len, seed: int = 0):
-    """Arrival times (Poisson at `rate_per_s`) and lengths drawn from each length distribution (or a mean, spread as
-    every replay spreads it): the requests `simulate.poisson_requests` draws, so a plan's replay of one replica and
-    `throughput`'s or `chalk simulate`'s of it see the same prompts."""
-    from chalk.analyses.traffic.simulate import poisson_requests
-
-    r = poisson_requests(rate_per_s, n, input_len, output_len, seed)
-    return r.arrival_s, r.input_len, r.output_len
-
-
 def _clip(P, O, cap):
     """Lengths trimmed so that one request's KV (prompt + output) fits the replica: (P, O, how many trimmed)."""
     if not math.isfinite(cap):
@@ -190,7 +181,10 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     if not 1 <= n <= MAX_REQUESTS:
         raise InputError(f"a replay takes 1 to {MAX_REQUESTS:,} requests, got {n}")
     lam = float(rate_per_s) * k / R
-    a, P, O = poisson_lengths(lam, n, input_len, output_len, seed)
+    # the requests every open-loop replay draws (a mean length spread as they spread it), so a plan's replay of one
+    # replica and `throughput`'s or `chalk simulate`'s of it see the same prompts
+    r0 = poisson_requests(lam, n, input_len, output_len, seed)
+    a, P, O = r0.arrival_s, r0.input_len, r0.output_len
     P, O, clipped = _clip(P, O, step_cost.kv_capacity_tokens)
     pre = np.zeros(n)
     if prefill is not None:

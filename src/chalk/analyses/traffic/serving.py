@@ -751,6 +751,13 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
     return out
 
 
+def _p99s_met(s: _Search, r) -> bool:
+    """Whether a replay `r` (a SimulationResult or a FleetReplay) meets the search's p99 targets; a NaN p99 TPOT (no
+    request had a second token) does not miss."""
+    return (not s.tpot_p99_s or not float(r.tpot_p99_s) > s.tpot_p99_s) and \
+        (not s.ttft_p99_s or float(r.ttft_p99_s) <= s.ttft_p99_s)
+
+
 def _highest_rate(run, lo: float, hi: float, at_lo: tuple) -> tuple:
     """Bisect [lo, hi) for the highest arrival rate whose replay `run(rate)` meets (its first item true), given
     the replay at `lo` (`at_lo`), ARRIVAL_STEPS times in log space: (*the last replay that met, its rate), or
@@ -797,10 +804,8 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     loop = sim.loop_for(ARRIVAL_REQUESTS * ARRIVAL_LAYOUTS * (ARRIVAL_STEPS + 2))  # the search's replays in all
 
     def meets(r, rate):  # the replay kept up with `rate` and met the targets (a NaN TPOT: no second token)
-        tp99, tt99 = float(r.tpot_p99_s), float(r.ttft_p99_s)
         kept_up = sim.overload(r) is None and float(r.requests_per_s) >= ARRIVAL_SERVED * rate
-        return kept_up and (not s.tpot_p99_s or not tp99 > s.tpot_p99_s) and \
-            (not s.ttft_p99_s or tt99 <= s.ttft_p99_s) and \
+        return kept_up and _p99s_met(s, r) and \
             (not min_user_tps or not float(r.mean_tpot_s) * min_user_tps > 1.0) and \
             (not s.max_ttft_s or float(r.mean_ttft_s) <= s.max_ttft_s)
 
@@ -920,9 +925,7 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
             est_ttft_s=s.pool["ttft_s"], est_tpot_s=float(ev["tpot_s"][i]), prefill=prefill,
             warmup_s=2.0 * in_flight * k / rate, loop=loop, client_latency_s=fx.lat), rate / k)[0]
         kept_up = r.output_tokens_per_s_per_replica * k >= ARRIVAL_SERVED * rate * s.O
-        met = kept_up and (not s.tpot_p99_s or not r.tpot_p99_s > s.tpot_p99_s) and \
-            (not s.ttft_p99_s or r.ttft_p99_s <= s.ttft_p99_s)
-        return met, r
+        return kept_up and _p99s_met(s, r), r
 
     met, r, rate = *run(top), top
     if not met:
@@ -1369,6 +1372,12 @@ def open_loop_step_cost(fx: _Fixed, batch: float):
                              cal=fx.cal, overhead_s=fx.ovh)
 
 
+def replica_chunk_tokens(fx: _Fixed) -> int | None:
+    """Prompt tokens a replica of `fx` prefills per step: the engine's chunk on every attention-DP rank (None: whole
+    prompts)."""
+    return int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None
+
+
 def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None = None,
                      prefill_chunk: int | None = None, kv_capacity_tokens=None, client_latency_s: float | None = None,
                      loop: str = "auto"):
@@ -1383,7 +1392,7 @@ def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None =
     `loop`: `simulate_continuous`'s (`simulate.loop_for` picks it for many runs)."""
     from chalk.analyses.traffic import simulate as sim
 
-    chunk = prefill_chunk if prefill_chunk is not None else (int(fx.chunk) * fx.lay.attn_dp if fx.chunk else None)
+    chunk = prefill_chunk if prefill_chunk is not None else replica_chunk_tokens(fx)
     r = sim.simulate_continuous(requests, step_cost, max_batch=max_batch or max(int(fx.cap), 1),
                                 kv_capacity_tokens=math.inf if kv_capacity_tokens is None else kv_capacity_tokens,
                                 prefill_chunk_tokens=chunk, loop=loop)

@@ -267,11 +267,13 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
 
 
 def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
+    from chalk.analyses.traffic.serving import replica_chunk_tokens
+
     eng = fx.eng.id if fx.eng is not None else "chalk's fitted scheduler"
     cap = (f"at most {max_batch} sequences in flight (given)" if max_batch else
            f"at most {int(fx.cap):,} sequences in flight ({eng} cap and the KV room at the mean lengths)")
     chunk = (f"prefill chunks of {prefill_chunk:,} tokens (given)" if prefill_chunk else
-             f"prefill chunks of {int(fx.chunk) * fx.lay.attn_dp:,} tokens" if fx.chunk else "whole prompts per step")
+             f"prefill chunks of {replica_chunk_tokens(fx):,} tokens" if fx.chunk else "whole prompts per step")
     kv = "" if kv_capacity_tokens is None else f", KV capacity {float(kv_capacity_tokens):,.0f} tokens (given)"
     return (f"the engine model throughput answers from: {cap}, {chunk}{kv}; the step cost is linear around the "
             f"batch the run settles at; TTFT and end-to-end include {lat * 1e3:.0f} ms per request outside the "
