@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chalk.analyses.traffic.simulate import (MAX_REQUESTS, Requests, StepCost, poisson_requests,
-                                             simulate_continuous)
+                                             simulate_continuous, steady_window)
 from chalk.errors import InputError
 from chalk.specs.workload import positive
 
@@ -136,7 +136,10 @@ def _clip(P, O, cap):
 # --------------------------------------------------------------------------------------------- replay
 def _run(job):
     reqs, sc, max_batch, chunk, loop = job
-    return simulate_continuous(reqs, sc, max_batch=max_batch, prefill_chunk_tokens=chunk, loop=loop)
+    # the engine model of `serving.open_loop_replay`: the cap (scheduler and KV room at the mean lengths) bounds
+    # what runs, not each request's own KV
+    return simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=math.inf, prefill_chunk_tokens=chunk,
+                               loop=loop)
 
 
 def _simulate_all(jobs, workers: int | None):
@@ -214,11 +217,16 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         e2e[sel] = res.e2e_s + pre[sel] + lat
         conc.append(res.mean_concurrency)
         out_rate.append(res.output_tokens_per_s)
-    lo = a[0] + max(float(warmup_s), 0.0)
-    hi = np.quantile(a, 0.95)
-    keep = (a >= lo) & (a <= hi)
-    if keep.sum() < max(100, n // 10):  # a short replay: measure its last 70%
-        keep = a >= np.quantile(a, 0.3)
+    # the steady-state window `chalk simulate` and `throughput` measure (`simulate.steady_window`, in arrival order),
+    # and no request arriving in the first `warmup_s` where that still leaves the window a fifth of the run
+    first, last = steady_window(n)
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(a, kind="stable")] = np.arange(n)
+    keep = (rank >= first) & (rank < last)
+    warm = a >= float(np.min(a)) + max(float(warmup_s), 0.0)
+    if (keep & warm).sum() >= max(n // 5, 1):
+        keep &= warm
+    lo, hi = float(np.min(a[keep])), float(np.max(a[keep]))
 
     def q(x, p):
         x = x[keep]
@@ -241,8 +249,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        mean_tpot_s=mean(tpot), latency_window={
                            "kind": "steady", "requests": int(keep.sum()), "warmup_requests": int((a < lo).sum()),
                            "cooldown_requests": int((a > hi).sum()), "start_s": float(lo), "end_s": float(hi),
-                           "basis": "percentiles over the requests arriving after the warm-up (warmup_s) and before "
-                                    "the last 5% of arrivals (a short replay: its last 70%)"})
+                           "basis": "percentiles over the requests in the steady-state window of `chalk simulate` "
+                                    "(the first 10% and last 5% of arrivals left out) that arrive after the warm-up "
+                                    "(warmup_s)"})
 
 
 def decode_only(step_cost: StepCost) -> StepCost:
