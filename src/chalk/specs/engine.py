@@ -57,6 +57,8 @@ class EngineProfile:
     accepted_flags: tuple[str, ...] = ()
     accepted_yaml_keys: tuple[str, ...] = ()
     kv_cache_dtypes: dict = field(default_factory=dict)
+    kv_cache_dtype_auto: str = "checkpoint"  # what --kv-cache-dtype auto stores: 'activation' (the model's BF16
+                                              #  activations) or 'checkpoint' (the checkpoint's own KV scheme)
     speculative: dict = field(default_factory=dict)
     rules: tuple = field(default=(), repr=False)  # the version's GPU-dependent rules ({kind: ..., ...}), YAML order
     resolved_for: str = "80 GB-class GPU, TP 1 (catalog default)"
@@ -81,6 +83,16 @@ class EngineProfile:
         except KeyError:
             raise InputError(f"{self.id} has no KV-cache dtype for {precision!r} "
                              f"(supported: {', '.join(self.kv_cache_dtypes)})") from None
+
+    def kv_precision(self, kv_precision: str | None) -> str | None:
+        """The KV precision a deployment of this engine runs when asked for `kv_precision`: 'auto' (or None) is the
+        engine's own default (`kv_cache_dtype_auto`): 'activation' engines store the KV cache at the model's
+        activation dtype, BF16, whatever the weights; 'checkpoint' engines follow the checkpoint, which chalk reads
+        as `resolve_kv_precision` does (8-bit KV beside 8-bit weights). A named precision is kept."""
+        if (kv_precision is None or str(kv_precision).strip().lower() == "auto") \
+                and self.kv_cache_dtype_auto == "activation":
+            return "bf16"
+        return kv_precision
 
     def kv_cache_bytes(self, hbm_bytes: float, weight_bytes: float, other_bytes: float = 0.0) -> float:
         """KV-cache bytes per GPU under this engine's memory fraction (see equations.engine)."""
@@ -309,10 +321,13 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             command=str(d["command"]), step_overhead_estimated=bool(d.get("step_overhead_estimated", True)),
             accepted_flags=tuple(d["accepted_flags"]), accepted_yaml_keys=tuple(d.get("accepted_yaml_keys", ())),
             kv_cache_dtypes=MappingProxyType(dict(d.get("kv_cache_dtypes", {}))),
+            kv_cache_dtype_auto=str(d.get("kv_cache_dtype_auto", "checkpoint")),
             speculative=MappingProxyType(dict(d.get("speculative", {}))), rules=rules,
             release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest)
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
+    if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):
+        raise SpecError(f"{where}: kv_cache_dtype_auto must be 'activation' or 'checkpoint'")
     if prof.kv_cache_memory_fraction_of not in ("total", "free") or not 0 < prof.kv_cache_memory_fraction <= 1:
         raise SpecError(f"{where}: kv_cache_memory_fraction must be in (0, 1] of 'total' or 'free'")
     return prof

@@ -109,11 +109,11 @@ def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = Non
     """
     from chalk.analyses.step.estimate import make_layout
     from chalk.analyses.step.parallel import precisions
-    from chalk.analyses.traffic.serving import _fixed_setup, open_loop_step_cost
+    from chalk.analyses.traffic.serving import _fixed_setup, engine_kv_precision, open_loop_step_cost
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model(model), as_system(hardware)
-    prec, kvp = precisions(m, system, precision, kv_precision)
+    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision))
     lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal, engine)
     lay = make_layout(m, lay_text)
     fx = _fixed_setup(m, system, layout=lay_text, input_len=input_len, output_len=output_len, precision=prec,
@@ -141,7 +141,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     else chalk's fitted scheduler."""
     from chalk.analyses.step.parallel import precisions
     from chalk.analyses.traffic import simulate as sim
-    from chalk.analyses.traffic.serving import SETTLE_ROUNDS, open_loop_replay, settled_replay
+    from chalk.analyses.traffic.serving import SETTLE_ROUNDS, engine_kv_precision, open_loop_replay, settled_replay
     from chalk.specs.catalog import as_model, as_system
     from chalk.specs.lengths import empirical
     from chalk.specs.traces import read_trace
@@ -166,7 +166,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         raise InputError(f"more than {sim.MAX_REQUESTS:,} requests stream through the continuous scheduler only")
     lat = client_latency_s(client_latency, ideal)
     m, system = as_model(model), as_system(hardware)
-    prec, kvp = precisions(m, system, precision, kv_precision)
+    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision))
     notes = []
 
     tr = None
