@@ -146,3 +146,22 @@ def test_defaults_table_covers_engines_and_fields():
     rows = engine_defaults_table()
     assert {(r["engine"], r["field"]) for r in rows} == {(e, f) for e in ENGINES for f in FIELDS}
     assert all(r["source"] for r in rows)
+
+
+def test_auto_kv_cache_is_the_engines_default():
+    """A deployment that sets no KV dtype runs the engine's default: vLLM and SGLang store BF16 whatever the weights
+    ('auto will use model data type'), TensorRT-LLM follows the checkpoint (chalk: an 8-bit cache beside 8-bit
+    weights). The engine's answer says which, a named precision is kept, and the narrower cache is never slower."""
+    from chalk.api import throughput
+
+    assert {e: load_engine(e).kv_cache_dtype_auto for e in ENGINES} == \
+        {"vllm": "activation", "sglang": "activation", "trtllm": "checkpoint"}
+    assert all(load_engine(e).sources.get("kv_cache_dtype_auto") for e in ENGINES)
+    kw = dict(layout="tp=1", concurrency=64, input_len=2000, output_len=500, precision="fp8")
+    got = {e: throughput("llama-3.1-70b", "h200", engine=e, **kw) for e in ("vllm", "sglang", "trtllm")}
+    assert {e: r["kv_precision"] for e, r in got.items()} == {"vllm": "bf16", "sglang": "bf16", "trtllm": "fp8"}
+    assert throughput("llama-3.1-70b", "h200", **kw)["kv_precision"] == "fp8"  # no engine: chalk's reading
+    named = throughput("llama-3.1-70b", "h200", engine="vllm", kv_precision="fp8", **kw)
+    assert named["kv_precision"] == "fp8"
+    assert named["output_tokens_per_s_per_gpu"] >= got["vllm"]["output_tokens_per_s_per_gpu"]
+    assert load_engine("vllm@0.6").kv_precision("auto") == "bf16" and load_engine("vllm").kv_precision(None) == "bf16"
