@@ -158,9 +158,10 @@ COMPUTE = 0.475
 #: 7.35 / 8 TB/s = 92%; DeepGEMM's M = 64-128 FP8 GEMMs stream weights at 2,100-2,670 GB/s on H800 (63-80%).
 #: The literal is the first fit (2026-11-21, roofline alone): weight streaming through small-M GEMMs and paged-KV
 #: gathers ran below the streaming ceiling on decode-heavy rows (Llama 128/2048 and 1k/1k). With the kernel tables
-#: it times the ops without a table (elementwise, sampling, other chips); shipped: 0.75, inside its grid
-#: (catalog/calibration.yaml; the refit of 2026-11-26 on the tables without opt-in kernels; the one before it had
-#: 0.9, and one engine for every row had put it at the floor, 0.6).
+#: it times the ops without a table (elementwise, sampling, other chips); shipped: 0.9, the top of its grid and the
+#: streaming ceiling above (catalog/calibration.yaml; the refit of 2026-11-27, once vLLM and SGLang rows keep the
+#: BF16 KV cache those engines store by default; the refit of 2026-11-26 had 0.75, the one before it 0.9, and one
+#: engine for every row had put it at the floor, 0.6).
 MEMORY = 0.82
 
 #: Achieved fraction of one-way link bandwidth in collectives: NCCL all-reduce bus bandwidth ~360 of
@@ -261,7 +262,7 @@ MOE_LOAD_IMBALANCE = True
 
 #: Spread of the residuals log(measured / predicted) over the validation set, so [low, high] = estimate *
 #: exp(residual). The literals are the first in-sample 10th and 90th percentiles (67 rows, after the MoE refit); the
-#: shipped values (shipped: -0.514 and 0.209; catalog/calibration.yaml, its `range` block saying how) are the
+#: shipped values (shipped: -0.512 and 0.208; catalog/calibration.yaml, its `range` block saying how) are the
 #: family-weighted percentiles of the leave-one-family-out residuals that hold 80% of held-out measured values
 #: (`calibrate.cv_range`).
 RESIDUAL_LOW = -0.49
