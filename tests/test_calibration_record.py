@@ -74,14 +74,17 @@ def test_the_package_runs_on_the_recorded_values():
 def test_the_refit_is_the_record():
     """The 2026-11-27 refit once vLLM and SGLang rows that set no KV dtype keep those engines' BF16 KV cache (chalk
     calibrate --rounds 2 over 730 rows, families weighed equally, each row with its engine's profile; objective
-    0.2053) is what the package runs on, and its record says what it saw: 631 rows in the objective (the 29 MLPerf
-    rows held to p99 bounds are judged, not fitted: calibrate.in_objective) from 14 families; range x0.60 to x1.23
-    of an estimate, holding 82.5% of held-out values. Only `memory` moved (0.75 -> 0.9)."""
+    0.2053; only `memory` moved, 0.75 -> 0.9) is what the package runs on, and its record says what it saw: 631 rows
+    in the objective (the 29 MLPerf rows held to p99 bounds are judged, not fitted: calibrate.in_objective) from 14
+    families. Its range was resized (`chalk calibrate --range-only`) over 752 rows once 22 Azure, Oracle and Google
+    rows were added: x0.61 to x1.35 of an estimate. A refit over those 752 rows (fixed overhead 0.1 ms, pulled by six
+    TPU decode loops XLA compiles whole) made measured H200 decode steps 24% slower than estimated and was not
+    shipped."""
     assert VALUES == {
         "compute": 0.35, "memory": 0.9, "overhead_fixed_s": 0.001, "overhead_per_layer_s": 1.0e-05,
         "moe_shuffle_passes": 16.0, "overlap": 0.5, "max_seqs_per_scheduler": 512, "kv_reserve_output_fraction": 1.0,
         "amd_compute": 0.5, "amd_memory": 1.0, "dp_prefill_alignment": 0.0, "overhead_per_seq_s": 0.0,
-        "eplb_min_ep": 16.0, "residual_low": -0.512, "residual_high": 0.208, "use_kernel_tables": True,
+        "eplb_min_ep": 16.0, "residual_low": -0.497, "residual_high": 0.3, "use_kernel_tables": True,
         "request_latency_s": 0.2}
     assert DOC["fit"]["rows_in_objective"] == 631 and len(DOC["fit"]["families"]) == 14
 
