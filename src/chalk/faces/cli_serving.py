@@ -18,6 +18,9 @@ GPUS_OPT = typer.Option(None, "--gpus", "--chips", help="GPUs in the deployment 
 PREC_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's).")
 KV_OPT = typer.Option("auto", "--kv-precision",
                       help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16.")
+ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = the engine's default with "
+                             "--engine (vLLM, SGLang: bf16; TensorRT-LLM: the checkpoint's, fp8 beside 8-bit weights), "
+                             "else fp8 when weights run at 8 bits or fewer, else bf16.")
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
@@ -120,7 +123,7 @@ def throughput(
     hardware: str = HW_OPT,
     gpus: Optional[int] = GPUS_OPT,
     precision: Optional[str] = PREC_OPT,
-    kv_precision: str = KV_OPT,
+    kv_precision: str = ENGINE_KV_OPT,
     input_len: str = typer.Option(..., "--input-len", callback=length("--input-len"),
                                   help=f"Prompt tokens per request: {LENGTH_FORMS}."),
     output_len: str = typer.Option(..., "--output-len", callback=length("--output-len"),

@@ -249,7 +249,8 @@ def sidebar(st):
     kv = st.sidebar.selectbox("KV precision", kvs, key="kv_precision",
                               format_func=lambda k: f"auto → {auto} (checkpoint)" if k == "auto" else k,
                               help="auto: an 8-bit KV cache beside 8-bit (or narrower) weights on a chip with an "
-                                   "FP8 rate, else bf16, as engines serve such checkpoints.")
+                                   "FP8 rate, else bf16, as a checkpoint carrying its KV scheme is served "
+                                   "(TensorRT-LLM); vLLM and SGLang keep bf16 unless told.")
     ideal = st.sidebar.checkbox("ideal roofline (datasheet peaks)", value=False)
     eplb = st.sidebar.selectbox("expert-load balancer (MoE)", EPLB_MODES,
                                 help="Whether a layout's MoE layers run an expert-load balancer (redundant experts "
