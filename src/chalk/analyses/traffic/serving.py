@@ -825,8 +825,7 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
         sc = open_loop_step_cost(fx, batch)
 
         def run(rate):  # (met, result, p99 TPOT, p99 TTFT on the client's clock)
-            r = open_loop_replay(fx, sim.poisson_requests(rate, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O), sc,
-                                 loop=loop)
+            r = open_loop_replay(fx, sim.poisson_requests(rate, ARRIVAL_REQUESTS, *fx.lengths), sc, loop=loop)
             return meets(r, rate), r, float(r.tpot_p99_s), float(r.ttft_p99_s)
 
         return x_max, run
@@ -874,8 +873,7 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
 
             def settled(x):
                 res = settled_replay(fx, lambda c: open_loop_replay(
-                    fx, sim.poisson_requests(x, ARRIVAL_REQUESTS, fx.di or fx.I, fx.do or fx.O), c, loop=loop),
-                    x)[0]
+                    fx, sim.poisson_requests(x, ARRIVAL_REQUESTS, *fx.lengths), c, loop=loop), x)[0]
                 return meets(res, x), res, float(res.tpot_p99_s), float(res.ttft_p99_s)
 
             at = settled(rate)
@@ -928,7 +926,7 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
     def run(rate):  # (met, FleetReplay)
         r = settled_replay(fx, lambda c: fleet.replay(
             fleet.decode_only(c), replicas=k, max_batch=max(int(fx.cap), 1), rate_per_s=rate,
-            n_requests=ARRIVAL_REQUESTS, input_len=fx.di or fx.I, output_len=fx.do or fx.O,
+            n_requests=ARRIVAL_REQUESTS, input_len=fx.lengths[0], output_len=fx.lengths[1],
             est_ttft_s=s.pool["ttft_s"], est_tpot_s=float(ev["tpot_s"][i]), prefill=prefill,
             warmup_s=2.0 * in_flight * k / rate, loop=loop, client_latency_s=fx.lat), rate / k)[0]
         kept_up = r.output_tokens_per_s_per_replica * k >= ARRIVAL_SERVED * rate * s.O
@@ -1041,6 +1039,11 @@ class _Fixed(_Setup):
     grid: np.ndarray
     held: np.ndarray
     x_grid: np.ndarray
+
+    @property
+    def lengths(self) -> tuple:
+        """(input, output) as a replay draws them: the length distributions where given, else the means."""
+        return self.di or self.I, self.do or self.O
 
 
 def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, precision=None, kv_precision="auto",
@@ -1374,7 +1377,7 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
 def open_loop_step_cost(fx: _Fixed, batch: float):
     """The step cost of one replica of a fixed deployment's setup (`_fixed_setup`) for an open-loop replay: the step
     model on its layout, linear around `batch` decoding sequences, with its engine's step overhead and chunk."""
-    return replica_step_cost(fx.m, fx.system, fx.lay, batch, fx.di or fx.I, fx.do or fx.O, context=fx.L,
+    return replica_step_cost(fx.m, fx.system, fx.lay, batch, *fx.lengths, context=fx.L,
                              chunk=fx.chunk, precision=fx.costs.precision, kv_precision=fx.costs.kv_precision,
                              cal=fx.cal, overhead_s=fx.ovh)
 

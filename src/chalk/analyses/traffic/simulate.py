@@ -935,7 +935,7 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
 MEAN_LENGTH_SPREAD = (8 / 9, 10 / 9)
 
 
-def draw_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+def _draw_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` lengths for a replay: a mean (uniform over MEAN_LENGTH_SPREAD of it) or a
     `chalk.specs.lengths.LengthDistribution` (sampled)."""
     if hasattr(spec, "sample"):
@@ -952,7 +952,7 @@ def closed_loop_requests(concurrency: int, n: int, input_len, output_len, seed: 
     positive("concurrency", concurrency, integer=True)
     n = int(positive("requests", n, integer=True, maximum=MAX_REQUESTS, scalar=True))
     rng = np.random.default_rng(seed)
-    return Requests.from_arrays(np.zeros(n), draw_lengths(input_len, n, rng), draw_lengths(output_len, n, rng))
+    return Requests.from_arrays(np.zeros(n), _draw_lengths(input_len, n, rng), _draw_lengths(output_len, n, rng))
 
 
 def on_client_clock(result: SimulationResult, latency_s: float) -> SimulationResult:
@@ -972,6 +972,11 @@ def poisson_requests(rate_per_s: float, n: int, input_len, output_len, seed: int
     """`n` requests arriving as a Poisson process at `rate_per_s` (what a server benchmark such as MLPerf's Server
     scenario, or production traffic, sends), with lengths drawn as `closed_loop_requests` draws them (a mean or a
     length distribution), so an open-loop replay and a closed-loop one of the same deployment see the same prompts."""
-    return poisson_arrivals(rate_per_s, n, lambda rng, k: draw_lengths(input_len, k, rng),
-                            lambda rng, k: draw_lengths(output_len, k, rng), seed)
+    return poisson_arrivals(rate_per_s, n, length_sampler(input_len), length_sampler(output_len), seed)
+
+
+def length_sampler(spec):
+    """`f(rng, k)` drawing `k` lengths as every replay draws them (a mean spread uniformly over MEAN_LENGTH_SPREAD
+    of it, or a length distribution sampled): the length argument of `poisson_arrivals` and `PoissonStream`."""
+    return lambda rng, k: _draw_lengths(spec, k, rng)
 

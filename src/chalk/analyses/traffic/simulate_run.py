@@ -318,8 +318,8 @@ def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, r
 
     held = sim.poisson_requests(rate, SETTLE_REQUESTS, din, dout, seed)
     sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held, c, **limits), rate)[1:]
-    draw = lambda spec: (lambda rng, k: sim.draw_lengths(spec, k, rng))  # noqa: E731
-    reqs = sim.PoissonStream(rate, n, draw(din), draw(dout), seed, max_tokens=m.max_context or None)
+    reqs = sim.PoissonStream(rate, n, sim.length_sampler(din), sim.length_sampler(dout), seed,
+                             max_tokens=m.max_context or None)
     res = open_loop_replay(fx, reqs, sc, **limits)
     notes.append(f"{n:,} requests streamed: generated as the run goes (lengths cut at the model's context as "
                  "they are drawn), latencies kept as histograms")
