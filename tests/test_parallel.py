@@ -28,6 +28,39 @@ def test_ring_allreduce_known_message():
     assert float(P.allreduce_bytes_per_link(1e9, 2)) == pytest.approx(1e9)
 
 
+def test_allreduce_hops_on_a_torus():
+    # a 16-chip slice of a 2D torus is 4 x 4: reduce-scatter and all-gather along each axis of 4, 2 * 2 * 3 = 12
+    # hops one after another, against a 16-chip ring's 2 * 15 = 30 (scaling-book ch. 3; ASTRA-sim's TPU validation)
+    assert float(P.allreduce_hops(16, 2)) == pytest.approx(12.0)
+    assert float(P.allreduce_hops(64, 3)) == pytest.approx(18.0)  # 4 x 4 x 4 cube: 2 * 3 * 3
+    assert float(P.allreduce_hops(16)) == 30.0 and float(P.allreduce_hops(1, 2)) == 0.0
+    # never more hops than the ring, whatever the group
+    n = np.arange(1, 300, dtype=float)
+    for d in (2, 3):
+        assert np.all(P.allreduce_hops(n, d) <= P.allreduce_hops(n) + 1e-12)
+    # the bytes are the ring's: only the latency term changes
+    t_ring = P.ring_allreduce_time_s(131072, 16, 200e9, latency_s=1e-6)
+    t_torus = P.ring_allreduce_time_s(131072, 16, 200e9, latency_s=1e-6, torus_dims=2)
+    assert float(t_ring - t_torus) == pytest.approx(18e-6)
+
+
+def test_tpu_step_times_its_all_reduce_on_the_torus():
+    # TPU ICI is a torus (catalog scaleup_torus_dims): the same TP16 decode step on a chip described as switched
+    # (dims 0) exposes more all-reduce latency, 160 all-reduces x (30 - 12) hops x 1 us at this small batch
+    import dataclasses
+
+    from chalk.specs.catalog import load_chip
+
+    tpu = load_system("tpu-v5e-256")
+    assert tpu.chip.scaleup_torus_dims == 2 and load_chip("h100-sxm").scaleup_torus_dims == 0
+    flat = dataclasses.replace(tpu, chip=dataclasses.replace(tpu.chip, scaleup_torus_dims=0))
+    m, cal = load_model("llama-3.1-70b"), calibration()
+    costs = par.step_costs(m, tpu, "int8", None)[2]
+    torus, ring = (float(par.stage_step(costs, s, 16, 1, 1, 1, 8.0, 0.0, 2048.0, 1.0, cal)["ops"]["allreduce"].time_s)
+                   for s in (tpu, flat))
+    assert float(ring - torus) == pytest.approx(160 * 18e-6, rel=1e-6)
+
+
 def test_alltoall_bytes_and_remote_shares():
     # DeepSeek-V3 dispatch of 128 tokens, top-8, hidden 7168, FP8: 128*8*7168 bytes
     assert float(P.alltoall_bytes_per_chip(128, 8, 7168, 1.0)) == 7_340_032

@@ -23,16 +23,33 @@ def allreduce_bytes_per_link(message_bytes, n):
     return where(n > 1, 2 * (n - 1) / maximum(n, 1.0) * flt(message_bytes), 0.0)
 
 
-def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0):
-    """Time of a ring all-reduce of `message_bytes` over n chips.
+def allreduce_hops(n, torus_dims=0):
+    """Link hops one after another in an all-reduce over n chips (what the per-hop latency multiplies).
 
-    Formula: T = 2 (n - 1) * alpha + 2 (n - 1) / n * M / (beta * efficiency)
-    Ref: Thakur, Rabenseifner & Gropp 2005 (alpha-beta cost of MPI collectives).
-    Assumes: one-way link bandwidth beta per chip; alpha the per-hop latency; 0 when n = 1.
+    Formula: ring (switched fabric, torus_dims = 0): 2 (n - 1);
+             torus of d dimensions: min(2 (n - 1), 2 d (n^(1/d) - 1))   (reduce-scatter, then all-gather, along
+             each of d axes of n^(1/d) chips in turn)
+    Ref: Thakur, Rabenseifner & Gropp 2005 (ring); scaling-book ch. 3 (collectives on a TPU torus, one axis at a
+         time); ASTRA-sim's TPU validation (2D-torus all-reduce, 1 us link latency).
+    Assumes: the group spans d axes of equal size (a 16-chip slice of a 2D torus is 4 x 4); 0 when n = 1.
     """
     n = flt(n)
-    hops = where(n > 1, 2 * (n - 1), 0.0)
-    return hops * latency_s + allreduce_bytes_per_link(message_bytes, n) / (
+    ring = 2 * (n - 1)
+    if torus_dims and torus_dims > 1:
+        ring = minimum(ring, 2 * torus_dims * (maximum(n, 1.0) ** (1.0 / torus_dims) - 1))
+    return where(n > 1, ring, 0.0)
+
+
+def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_s=0.0, efficiency=1.0,
+                          torus_dims=0):
+    """Time of a ring all-reduce of `message_bytes` over n chips (on a torus: ring by ring along its axes).
+
+    Formula: T = hops(n, d) * alpha + 2 (n - 1) / n * M / (beta * efficiency)   (hops: `allreduce_hops`)
+    Ref: Thakur, Rabenseifner & Gropp 2005 (alpha-beta cost of MPI collectives).
+    Assumes: one-way link bandwidth beta per chip; alpha the per-hop latency; 0 when n = 1; along a torus's axes
+    each chip still moves 2 (n - 1) / n of M in all.
+    """
+    return allreduce_hops(n, torus_dims) * latency_s + allreduce_bytes_per_link(message_bytes, n) / (
         flt(link_bandwidth_bytes_per_s) * efficiency)
 
 

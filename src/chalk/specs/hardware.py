@@ -82,6 +82,8 @@ class Chip:
     hbm_bandwidth_bytes_per_s: float
     scaleup_bandwidth_bytes_per_s_bidir: float = 0.0
     scaleup_link: str = ""
+    #: Dimensions of the torus the scale-up links form (TPU ICI: 2 or 3); 0: a switched fabric (NVSwitch).
+    scaleup_torus_dims: int = 0
     scaleout_bandwidth_bytes_per_s: float = 0.0
     tdp_w: float | None = None
     price_usd_per_hour: float = 0.0
@@ -110,6 +112,10 @@ class Chip:
         field_number(self, "hbm_bandwidth_bytes_per_s", gt=0)
         field_number(self, "scaleup_bandwidth_bytes_per_s_bidir", ge=0)
         field_number(self, "scaleout_bandwidth_bytes_per_s", ge=0)
+        dims = self.scaleup_torus_dims
+        if isinstance(dims, bool) or dims not in range(7):
+            raise ValueError(f"scaleup_torus_dims must be a whole number of dimensions from 0 to 6, got {dims!r}")
+        object.__setattr__(self, "scaleup_torus_dims", int(dims))
         field_number(self, "tdp_w", optional=True)
         field_number(self, "price_usd_per_hour", ge=0)
         if self.efficiency is not None and not isinstance(self.efficiency, ChipEfficiency):
@@ -179,6 +185,7 @@ class Chip:
                 hbm_bandwidth_bytes_per_s=spec_number(d["hbm_tb_per_s"], f"{where}: hbm_tb_per_s") * 1e12,
                 scaleup_bandwidth_bytes_per_s_bidir=opt("scaleup_gb_per_s_bidir") * 1e9,
                 scaleup_link=spec_str(d.get("scaleup_link"), f"{where}: scaleup_link"),
+                scaleup_torus_dims=spec_number(d.get("scaleup_torus_dims") or 0, f"{where}: scaleup_torus_dims", maximum=6),
                 scaleout_bandwidth_bytes_per_s=opt("scaleout_gbit_per_s") * 1e9 / 8,
                 tdp_w=None if d.get("tdp_w") is None else spec_number(d["tdp_w"], f"{where}: tdp_w"),
                 price_usd_per_hour=opt("price_usd_per_hour"),
@@ -206,6 +213,7 @@ class Chip:
             "hbm_gb": round(self.hbm_bytes / 1e9, 6),
             "hbm_tb_per_s": round(self.hbm_bandwidth_bytes_per_s / 1e12, 6),
             "scaleup_gb_per_s_bidir": round(self.scaleup_bandwidth_bytes_per_s_bidir / 1e9, 6),
+            **({"scaleup_torus_dims": self.scaleup_torus_dims} if self.scaleup_torus_dims else {}),
             "scaleout_gbit_per_s": round(self.scaleout_bandwidth_bytes_per_s * 8 / 1e9, 6),
             "tdp_w": self.tdp_w, "price_usd_per_hour": self.price_usd_per_hour,
             "price_date": self.price_date, "price_is_assumption": self.price_is_assumption,

@@ -258,7 +258,9 @@ class _Stage:
         self.up_eff = up_eff = up if up > 0 else (out if out > 0 else chip.hbm_bandwidth_bytes_per_s)
         self.out_eff = out if out > 0 else up_eff
         self.n_ar = where(a > 1, 1.0, 2.0) * n_layers * (tp > 1)
-        self.ring_detail = f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
+        self.torus_dims = chip.scaleup_torus_dims
+        self.ring_detail = (f"ring all-reduce at {eta:.2f} of one-way link bandwidth + {a_up * 1e6:.0f} us per hop"
+                            + (f", ring by ring along a {self.torus_dims}D torus" if self.torus_dims > 1 else ""))
         self.ar_source = kp.allreduce_source() if kp is not None else None
         if m.is_moe:
             narrow = bytes_per_element(costs.expert_precision) <= 1 and "fp8" in chip.flops_per_s \
@@ -446,7 +448,7 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
     eta, up_eff = cal.link, st.up_eff
     n_ar = st.n_ar
     msg = T_rank * H * ACTIVATION_BYTES
-    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, cal.scaleup_latency_s, eta)
+    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, cal.scaleup_latency_s, eta, st.torus_dims)
     detail = st.ring_detail
     source = "roofline (link)"
     t_one = kp.allreduce_time_s(msg, tp) if kp is not None else None
