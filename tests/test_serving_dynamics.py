@@ -406,3 +406,16 @@ def test_every_replayed_answer_states_its_latency_window():
     for a in answers:
         w = a["latency_window"]
         assert w["kind"] == "steady" and w["requests"] > 0 and w["warmup_requests"] > 0, w
+
+
+def test_requests_reported_waiting_only_where_a_queue_forms():
+    """The fixed answer's 'requests wait' note reads seats - requests in the engine - requests in the client's
+    latency; within Little's law's 2% that gap is the window's measurement, not a queue (issue 23's example,
+    Llama-3.1-70B TP4 on H200 at 256 in flight, 2000 in / 32 out, said 3 of 256 wait under a 512 cap). Past the cap
+    the queue is real: 1,024 seats over a 512 cap leave ~512 waiting."""
+    kw = dict(layout="tp=4", input_len=2000, output_len=32)
+    under = fixed_deployment("llama-3.1-70b", "h200", concurrency=256, **kw)
+    assert not any("wait on average" in n for n in under["notes"])
+    over = fixed_deployment("llama-3.1-70b", "h200", concurrency=1024, **kw)
+    note = next(n for n in over["notes"] if "wait on average" in n)
+    assert 480 <= float(note.split(" of ")[0]) <= 530 and "allows 512 in flight" in note
