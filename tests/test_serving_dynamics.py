@@ -419,3 +419,16 @@ def test_requests_reported_waiting_only_where_a_queue_forms():
     over = fixed_deployment("llama-3.1-70b", "h200", concurrency=1024, **kw)
     note = next(n for n in over["notes"] if "wait on average" in n)
     assert 480 <= float(note.split(" of ")[0]) <= 530 and "allows 512 in flight" in note
+
+
+def test_mode_all_keeps_to_the_gpus_given():
+    """--gpus is the deployment's size: under --mode all a disaggregated answer whose pools need more GPUs is not a
+    candidate (Qwen3-235B FP4 on 4 B200s, 32K in / 1K out: the disaggregated search fed 4 decode GPUs from 28
+    prefill GPUs and answered with 40), and the note says why; with no --gpus both modes still compete."""
+    kw = dict(input_len=32768, output_len=1024, precision="fp4", engine="trtllm", layout="tp=1,attn_dp=4,ep=4")
+    dis = throughput("qwen3-235b-a22b", "b200", gpus=4, disaggregated=True, **kw)
+    assert dis["gpus"] > 4  # the pools the decode pool of 4 needs
+    auto = throughput("qwen3-235b-a22b", "b200", gpus=4, disaggregated="auto", **kw)
+    assert auto["gpus"] == 4 and auto["mode_search"]["chosen"] == "aggregated"
+    assert f"need {dis['gpus']} GPUs" in auto["mode_search"]["disaggregated"]["error"]
+    assert any("disaggregated serving does not" in n for n in auto["notes"])

@@ -14,7 +14,9 @@ from chalk.faces.fmt import header, rate
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
 HW_OPT = typer.Option(..., "--hardware", "-H", help="Chip id (its default system), system id, or a YAML path.")
-GPUS_OPT = typer.Option(None, "--gpus", "--chips", help="GPUs in the deployment (default: searched within the system).")
+GPUS_OPT = typer.Option(None, "--gpus", "--chips",
+                        help="GPUs in the deployment, both pools of a disaggregated answer under --mode all "
+                             "(with --disaggregated: the decode pool; default: searched within the system).")
 PREC_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precision (default: the checkpoint's).")
 KV_OPT = typer.Option("auto", "--kv-precision",
                       help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16.")

@@ -454,6 +454,13 @@ def _better_mode(model, hardware, kw) -> dict:
             found[mode] = throughput(model, hardware, disaggregated=mode == "disaggregated", **kw)
         except FitError as e:
             why[mode] = str(e)
+    dis, given = found.get("disaggregated"), kw.get("gpus")
+    if dis is not None and given is not None and (dis.get("gpus") or 0) > given:
+        # --gpus is the deployment's size: pools that need more GPUs than that are not an answer to it
+        why["disaggregated"] = (f"its pools need {dis['gpus']} GPUs ({dis.get('decode_gpus')} decode + "
+                                f"{dis.get('prefill_gpus')} prefill), more than the {given} given; --mode "
+                                "disaggregated sizes the decode pool with --gpus")
+        del found["disaggregated"]
     if not found:
         raise FitError(f"neither aggregated nor disaggregated serving meets the constraints: {why['aggregated']}")
     best = max(found, key=lambda k: found[k]["output_tokens_per_s_per_gpu"])
@@ -464,9 +471,9 @@ def _better_mode(model, hardware, kw) -> dict:
                                    "layout": found[other]["layout"], "gpus": found[other]["gpus"]}
                                   if other in found else {"error": why[other]})}
     res["notes"] = list(res.get("notes", [])) + [
-        f"{best} serving answers: it serves more output tokens/s per GPU than {other}"
-        + (f" ({found[other]['output_tokens_per_s_per_gpu']:.0f} on {found[other]['layout']})" if other in found
-           else f" (which meets no constraint here)") + "; --mode sets one"]
+        ((f"{best} serving answers: it serves more output tokens/s per GPU than {other} "
+         f"({found[other]['output_tokens_per_s_per_gpu']:.0f} on {found[other]['layout']})") if other in found
+        else f"{best} serving answers; {other} serving does not: {why[other]}") + "; --mode sets one"]
     return res
 
 
