@@ -328,3 +328,21 @@ def test_readme_examples_run_as_written(args, tmp_path, monkeypatch):
 
 def test_readme_has_examples():
     assert len(_readme_commands()) >= 25
+
+
+def test_throughput_gpus_row_names_the_pools_and_the_domains_a_replica_spans():
+    """DeepSeek-R1 on H100 (two-node replicas, disaggregated): the GPUs row read '160 on 2 scale-up domains of 8',
+    as if 160 GPUs fitted in 16; it now gives the two pools and what one replica spans. `_gpus_text` on the JSON."""
+    from chalk.faces.cli_serving import _gpus_text
+
+    code, out, err = run("throughput", "-m", "deepseek-r1", "-H", "h100", "--input-len", "1000", "--output-len",
+                         "1000", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    text = _gpus_text(r)
+    assert r["replica_domains"] == 2 and r["gpus"] == r["decode_gpus"] + r["prefill_gpus"]
+    assert text.startswith(f"{r['gpus']} ({r['decode_gpus']} decode + {r['prefill_gpus']} prefill); one replica "
+                           "spans 2 scale-up domains of 8")
+    # replicas inside one domain each, spread over two: no scale-out network inside a replica
+    assert _gpus_text({"gpus": 16, "domains": 2, "replica_domains": 1, "domain_chips": 8}) == \
+        "16 on 2 scale-up domains of 8"

@@ -26,6 +26,20 @@ ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision;
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
+
+def _gpus_text(r: dict) -> str:
+    """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up
+    domains one replica spans where it crosses the scale-out network."""
+    text = num(r["gpus"])
+    if r.get("prefill_gpus"):
+        text += f" ({num(r['decode_gpus'])} decode + {num(r['prefill_gpus'])} prefill)"
+    if r.get("replica_domains", 1) > 1:
+        return text + (f"; one replica spans {r['replica_domains']} scale-up domains of {r['domain_chips']} "
+                       "(scale-out network between)")
+    if r.get("domains", 1) > 1:
+        return text + f" on {r['domains']} scale-up domains of {r['domain_chips']}"
+    return text
+
 def register(app: typer.Typer) -> None:
     app.command("layout")(layout)
     app.command("throughput")(throughput)
@@ -258,8 +272,7 @@ def throughput(
             *((("p99 TPOT / TTFT", f"{seconds(r['tpot_p99_s'])} / {seconds(r['ttft_p99_s'])}: "
                 + r["tail_latency_source"]),) if r.get("tail_latency_source") else ()),
             ("concurrency", f"{num(r['concurrency'])} sequences"),
-            ("GPUs", num(r["gpus"]) + (f" on {r['domains']} scale-up domains of {r['domain_chips']} (scale-out "
-                                       "network between)" if r.get("domains", 1) > 1 else "")),
+            ("GPUs", _gpus_text(r)),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),
             ("memory per GPU", f"{si(r['weight_bytes_per_gpu'], 'B')} weights + {si(r['kv_bytes_per_gpu'], 'B')} KV"),
