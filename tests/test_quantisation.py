@@ -216,6 +216,52 @@ def test_the_kv_cache_follows_the_math_not_the_stored_bits():
     assert resolve_kv_precision("auto", "fp8", sys_) == "fp8"
 
 
+FP8_CT = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+    "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}
+
+
+@pytest.mark.parametrize("extra, kv", [
+    ({}, None),  # no declaration: the engine stores the activation dtype
+    ({"kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}, "fp8"),  # compressed-tensors
+    ({"kv_cache_quant_algo": "FP8"}, "fp8"),  # ModelOpt's hf_quant_config spelling
+    ({"kv_cache_quant_algo": None}, None),
+])
+def test_a_checkpoint_declares_its_kv_cache(extra, kv):
+    assert _fmt({**FP8_CT, **extra}).kv_cache == kv
+
+
+@pytest.mark.parametrize("extra", [{"kv_cache_quant_algo": "NVFP4X"}, {"kv_cache_scheme": {"num_bits": 4}},
+                                   {"kv_cache_scheme": "fp8"}])
+def test_an_unknown_kv_cache_declaration_is_refused_in_one_line(extra):
+    with pytest.raises(SpecError) as e:
+        _fmt({**FP8_CT, **extra})
+    assert "\n" not in str(e.value) and "kv_cache" in str(e.value)
+
+
+def test_an_engine_that_follows_the_checkpoint_stores_what_it_declares():
+    """TensorRT-LLM's KV cache dtype 'auto' follows the checkpoint it loads: the model's own quantised checkpoint
+    declares no KV quantisation for gpt-oss (MXFP4) or DeepSeek-R1 (FP8 blocks), so their KV cache stays BF16 (the
+    TensorRT-LLM perf overview's gpt-oss llm_options: 'kv_cache_config: dtype: fp8  # Hopper: use auto', commit
+    03e27c7); chalk's reading, 8-bit KV beside 8-bit weights, stays for another checkpoint loaded at a narrower
+    precision (NVIDIA's FP8 Llama); vLLM's 'auto' is BF16 whatever the checkpoint."""
+    from chalk.analyses.traffic.serving import engine_kv_precision
+    from chalk.specs.checkpoints import native_kv_cache
+
+    oss, r1, llama = load_model("gpt-oss-20b"), load_model("deepseek-r1"), load_model("llama-3.1-70b")
+    assert engine_kv_precision("trtllm", "auto", oss, None) == "bf16"
+    assert engine_kv_precision("trtllm", "auto", r1, "fp8") == "bf16"
+    assert native_kv_cache(r1, "fp4") is None and engine_kv_precision("trtllm", "auto", r1, "fp4") == "auto"
+    assert engine_kv_precision("trtllm", "auto", llama, "fp8") == "auto"  # then resolve_kv_precision: fp8
+    assert engine_kv_precision("trtllm", "fp8", oss, None) == "fp8"  # asked for: kept
+    assert engine_kv_precision("vllm", "auto", oss, None) == "bf16"
+    declared = model_from_config(_cfg("llama-3.1-8b", {**FP8_CT, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}),
+                                 id="q")
+    assert engine_kv_precision("trtllm", "auto", declared, None) == "fp8"
+    assert engine_kv_precision("trtllm", "auto", model_from_config(_cfg("llama-3.1-8b", FP8_CT), id="q"),
+                               None) == "bf16"
+
+
 def test_the_lm_head_a_checkpoint_keeps_in_16_bits_is_read_at_16_bits():
     costs = model_costs(load_model(str(GPTQ_70B)), None, "bf16")
     assert costs.stored_precision("lm_head") == "fp16"

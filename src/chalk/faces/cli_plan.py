@@ -66,7 +66,8 @@ def plan(
                                             "comma-separated, e.g. bf16,fp8 (default: the checkpoint's and each "
                                             "narrower one of bf16, fp8, fp4 a candidate chip runs natively)."),
     kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = each engine's "
-                                     "default (vLLM, SGLang: bf16; TensorRT-LLM: fp8 beside 8-bit weights), else fp8 "
+                                     "default (vLLM, SGLang: bf16; TensorRT-LLM: what the checkpoint declares, "
+                                     "bf16 for a quantised one declaring none, fp8 beside another 8-bit one), else fp8 "
                                      "with 8-bit weights, else bf16."),
     mode: str = typer.Option("all", "--mode", help="all | aggregated | disaggregated (prefill/decode pools)."),
     mtp: Optional[int] = typer.Option(None, "--mtp", help="Allow speculative decoding / MTP: draft tokens per step."),

@@ -21,7 +21,8 @@ PREC_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute precisi
 KV_OPT = typer.Option("auto", "--kv-precision",
                       help="KV cache precision; 'auto' = fp8 when weights run at 8 bits or fewer, else bf16.")
 ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = the engine's default with "
-                             "--engine (vLLM, SGLang: bf16; TensorRT-LLM: the checkpoint's, fp8 beside 8-bit weights), "
+                             "--engine (vLLM, SGLang: bf16; TensorRT-LLM: the checkpoint's: what the model's own "
+                             "quantised checkpoint declares, else bf16; fp8 beside another 8-bit checkpoint), "
                              "else fp8 when weights run at 8 bits or fewer, else bf16.")
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 

@@ -89,6 +89,19 @@ def stored_precision(model) -> str | None:
     return canonical(p) if p else None
 
 
+def native_kv_cache(model, precision: str | None) -> str | None:
+    """The KV-cache dtype an engine that follows the checkpoint (TensorRT-LLM's KvCacheConfig dtype 'auto') stores
+    when it loads the model's own quantised checkpoint at `precision` (None: the checkpoint's own): the KV cache its
+    quantisation config declares, else its activation dtype (DeepSeek-R1's FP8 and gpt-oss's MXFP4 checkpoints
+    declare none: BF16). None where that is not known here: an unquantised checkpoint (whose KV is its dtype), or
+    another checkpoint loaded for `precision` (chalk's 8-bit-beside-8-bit reading of it stands)."""
+    fmt = getattr(model, "weight_format", None)
+    own = stored_precision(model)
+    if fmt is None or own is None or (precision and canonical(precision) != own):
+        return None
+    return fmt.kv_cache or fmt.dense_dtype
+
+
 def checkpoint_for(model, base_repo: str, precision: str | None, engine: str, user: str | None = None,
                    known: dict | None = None, vendor: str | None = None) -> Checkpoint:
     """The checkpoint `engine` loads to run `model` (a ModelSpec, or None where unknown) at `precision` (None: the

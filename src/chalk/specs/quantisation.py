@@ -66,6 +66,10 @@ class WeightFormat:
     precision: str
     dense_dtype: str = "bf16"
     unquantised: tuple[tuple[str, float], ...] = ()
+    #: The KV-cache dtype the checkpoint's quantisation config declares (compressed-tensors `kv_cache_scheme`,
+    #: ModelOpt's `kv_cache_quant_algo`); None where it declares none (an engine following the checkpoint then
+    #: stores the KV cache at `dense_dtype`).
+    kv_cache: str | None = None
 
     def fraction(self, group: str) -> float:
         """Fraction of `group`'s parameters kept at `dense_dtype`."""
@@ -94,7 +98,8 @@ class WeightFormat:
                 + (f"; {', '.join(kept)} in {self.dense_dtype}" if kept else ""))
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "precision": self.precision, "bits_per_weight": self.bits_per_weight,
+        return {"method": self.method, "precision": self.precision, "kv_cache": self.kv_cache,
+                "bits_per_weight": self.bits_per_weight,
                 "compute_precision": self.compute, "weight_only": self.weight_only,
                 "unquantised": {g: f for g, f in self.unquantised}, "unquantised_dtype": self.dense_dtype,
                 "description": self.describe()}
@@ -246,6 +251,28 @@ def _fp8(q, where):
     return "fp8", list(SCHEME_KEEPS["fp8"]), ("modules_to_not_convert", "ignored_layers")
 
 
+#: What a checkpoint's declared KV-cache quantisation stores: ModelOpt's `kv_cache_quant_algo` names, and
+#: compressed-tensors `kv_cache_scheme` (type, num_bits) pairs.
+KV_CACHE_ALGOS = {"fp8": "fp8", ("float", 8): "fp8", "int8": "int8", ("int", 8): "int8"}
+
+
+def declared_kv_cache(q: dict, where: str) -> str | None:
+    """The KV-cache dtype a quantization_config declares (None: it declares none); an unknown one is refused."""
+    algo, scheme = q.get("kv_cache_quant_algo"), q.get("kv_cache_scheme")
+    if algo is not None:
+        name, key = "kv_cache_quant_algo", str(algo).strip().lower()
+    elif isinstance(scheme, dict):
+        name, key = "kv_cache_scheme", (str(scheme.get("type", "float")).lower(), scheme.get("num_bits"))
+    elif scheme is None:
+        return None
+    else:
+        raise SpecError(f"{where}: quantization_config kv_cache_scheme must be a mapping, got {short(scheme)}")
+    if key not in KV_CACHE_ALGOS:
+        raise SpecError(f"{where}: quantization_config {name} declares a KV cache chalk does not know "
+                        f"({short(key)}; known: FP8, INT8)")
+    return KV_CACHE_ALGOS[key]
+
+
 #: quant_method -> reader: (precision of the quantised weights, groups the scheme keeps, keys listing more)
 READERS = {"gptq": _gptq, "awq": _awq, "bitsandbytes": _bnb, "compressed-tensors": _ct, "mxfp4": _mxfp4,
            "fp8": _fp8}
@@ -275,4 +302,5 @@ def weight_format_from_config(cfg: dict, layers: dict[str, int], where: str = "c
     for g, f in unquantised_groups(_modules(q, list_keys, where), layers).items():
         kept[g] = max(kept.get(g, 0.0), f)
     return WeightFormat(method=key, precision=precision, dense_dtype=dense,
-                        unquantised=tuple((g, kept[g]) for g in GROUPS if kept.get(g, 0.0) > 0))
+                        unquantised=tuple((g, kept[g]) for g in GROUPS if kept.get(g, 0.0) > 0),
+                        kv_cache=declared_kv_cache(q, where))

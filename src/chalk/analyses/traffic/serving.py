@@ -320,11 +320,21 @@ def _engine(engine):
     return load_engine(engine) if isinstance(engine, str) else engine
 
 
-def engine_kv_precision(engine, kv_precision):
+def engine_kv_precision(engine, kv_precision, model=None, precision=None):
     """`kv_precision` as `engine` runs it: 'auto' is that engine's own default KV-cache dtype
-    (`EngineProfile.kv_precision`); without an engine, 'auto' stays chalk's reading of the checkpoint."""
+    (`EngineProfile.kv_precision`); an engine that follows the checkpoint, loading `model`'s own quantised one at
+    `precision`, stores what that checkpoint declares (`native_kv_cache`); without an engine, 'auto' stays chalk's
+    reading of the checkpoint."""
     eng = _engine(engine)
-    return eng.kv_precision(kv_precision) if eng is not None else kv_precision
+    if eng is None:
+        return kv_precision
+    kv = eng.kv_precision(kv_precision)
+    if model is not None and (kv is None or str(kv).strip().lower() == "auto") \
+            and getattr(eng, "kv_cache_dtype_auto", None) == "checkpoint":
+        from chalk.specs.checkpoints import native_kv_cache
+
+        return native_kv_cache(model, precision) or kv
+    return kv
 
 
 def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
@@ -346,7 +356,7 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     if max_seqs is not None:  # the user's scheduler cap, over the engine's and the fitted one
         n = int(positive("max_seqs", max_seqs, integer=True, scalar=True))
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
-    costs = step_costs(m, system, precision, engine_kv_precision(eng, kv_precision))[2]
+    costs = step_costs(m, system, precision, engine_kv_precision(eng, kv_precision, m, precision))[2]
     # a decoding sequence holds its prompt plus the output so far; with spread-out output lengths, long outputs hold
     # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
     o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O

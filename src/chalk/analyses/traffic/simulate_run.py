@@ -113,7 +113,7 @@ def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = Non
     from chalk.specs.catalog import as_model, as_system
 
     m, system = as_model(model), as_system(hardware)
-    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision))
+    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision, m, precision))
     lay_text, lay_source = _replica_layout(m, system, layout, gpus, input_len, output_len, prec, kvp, ideal, engine)
     lay = make_layout(m, lay_text)
     fx = _fixed_setup(m, system, layout=lay_text, input_len=input_len, output_len=output_len, precision=prec,
@@ -166,7 +166,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         raise InputError(f"more than {sim.MAX_REQUESTS:,} requests stream through the continuous scheduler only")
     lat = client_latency_s(client_latency, ideal)
     m, system = as_model(model), as_system(hardware)
-    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision))
+    prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision, m, precision))
     notes = []
 
     tr = None
