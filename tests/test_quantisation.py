@@ -226,13 +226,14 @@ FP8_CT = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
     ({"kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}, "fp8"),  # compressed-tensors
     ({"kv_cache_quant_algo": "FP8"}, "fp8"),  # ModelOpt's hf_quant_config spelling
     ({"kv_cache_quant_algo": None}, None),
+    ({"kv_cache_quant_algo": "NVFP4"}, "fp4"),  # ModelOpt's NVFP4 KV cache (TensorRT-LLM quantization docs)
 ])
 def test_a_checkpoint_declares_its_kv_cache(extra, kv):
     assert _fmt({**FP8_CT, **extra}).kv_cache == kv
 
 
-@pytest.mark.parametrize("extra", [{"kv_cache_quant_algo": "NVFP4X"}, {"kv_cache_scheme": {"num_bits": 4}},
-                                   {"kv_cache_scheme": "fp8"}])
+@pytest.mark.parametrize("extra", [{"kv_cache_quant_algo": "NVFP4X"},
+                                   {"kv_cache_scheme": {"num_bits": 4, "type": "int"}}, {"kv_cache_scheme": "fp8"}])
 def test_an_unknown_kv_cache_declaration_is_refused_in_one_line(extra):
     with pytest.raises(SpecError) as e:
         _fmt({**FP8_CT, **extra})

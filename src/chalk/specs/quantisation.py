@@ -253,7 +253,8 @@ def _fp8(q, where):
 
 #: What a checkpoint's declared KV-cache quantisation stores: ModelOpt's `kv_cache_quant_algo` names, and
 #: compressed-tensors `kv_cache_scheme` (type, num_bits) pairs.
-KV_CACHE_ALGOS = {"fp8": "fp8", ("float", 8): "fp8", "int8": "int8", ("int", 8): "int8"}
+KV_CACHE_ALGOS = {"fp8": "fp8", ("float", 8): "fp8", "int8": "int8", ("int", 8): "int8", "nvfp4": "fp4",
+                  ("float", 4): "fp4"}
 
 
 def declared_kv_cache(q: dict, where: str) -> str | None:
@@ -269,7 +270,7 @@ def declared_kv_cache(q: dict, where: str) -> str | None:
         raise SpecError(f"{where}: quantization_config kv_cache_scheme must be a mapping, got {short(scheme)}")
     if key not in KV_CACHE_ALGOS:
         raise SpecError(f"{where}: quantization_config {name} declares a KV cache chalk does not know "
-                        f"({short(key)}; known: FP8, INT8)")
+                        f"({short(key)}; known: FP8, INT8, NVFP4)")
     return KV_CACHE_ALGOS[key]
 
 
