@@ -1331,7 +1331,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
 
 #: How far the steady-state window's in-flight count may sit from Little's law (in flight = throughput x time in
 #: system) before a gap between the seats and the requests in the engine is reported as requests waiting: the
-#: window's edges and its rate estimate leave ~1% (tests/test_littles_law.py holds the law to 2%).
+#: window's edges and its rate estimate leave ~1% (tests/test_serving_dynamics.py holds the law to 2%).
 LITTLE_TOLERANCE = 0.02
 
 #: Requests replayed per replica in a closed-loop latency check: this many times the concurrency, within the bounds
