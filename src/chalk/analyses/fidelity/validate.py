@@ -242,18 +242,19 @@ def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_preci
 def row_engine(row: Row) -> str | None:
     """The engine profile a row's deployment ran, as `--engine` names it: the row's engine mapped onto chalk's
     profiles (`ENGINE_PROFILE`), at the release its `engine_version` belongs to where the catalog holds that
-    release's profile ('0.4.3.post2' -> sglang@0.4), else the engine's newest profile; None for engines chalk has
-    no profile of."""
-    from chalk.specs.engine import known_releases
+    release's profile, matched as `--engine NAME@VERSION` matches ('0.4.3.post2' -> sglang@0.4; '0.7.3' -> the
+    profile whose releases list 0.7), else the engine's newest profile; None for engines chalk has no profile of."""
+    from chalk.errors import ChalkError
+    from chalk.specs.engine import load_engine
 
     eng = ENGINE_PROFILE.get(row.engine or "")
     if eng is None or not row.engine_version:
         return eng
-    v = row.engine_version.lstrip("v")
-    for rel in known_releases(eng):
-        if v == rel or v.startswith(rel + "."):
-            return f"{eng}@{rel}"
-    return eng
+    try:
+        prof = load_engine(f"{eng}@{row.engine_version.lstrip('vV')}")
+    except ChalkError:
+        return eng
+    return eng if prof.newest else f"{eng}@{prof.release}"
 
 
 def point(row: Row, engines: bool = True) -> tuple:
