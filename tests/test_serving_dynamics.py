@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from chalk.analyses.traffic import simulate as S
@@ -37,6 +37,8 @@ def test_a_fixed_deployment_obeys_littles_law(dep, conc, inp, out):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dep=st.sampled_from(DEPLOYMENTS), conc=st.lists(st.integers(1, 4000), min_size=1, max_size=7),
        inp=st.integers(64, 8000), out=st.integers(8, 1000), disagg=st.booleans())
+# found in a fresh environment: the grid's straight line between two batch points missed by 0.2-0.4% here
+@example(dep=DEPLOYMENTS[1], conc=[342, 350], inp=240, out=8, disagg=True)
 def test_the_curve_plan_sizes_with_is_the_fixed_closed_form(dep, conc, inp, out, disagg):
     """`plan` finds each candidate's concurrency limit on `FixedCurve` (set up once, many concurrencies): at every
     concurrency it gives the figures `fixed_deployment(simulate=False)` gives there alone, and the closed form
@@ -54,7 +56,7 @@ def test_the_curve_plan_sizes_with_is_the_fixed_closed_form(dep, conc, inp, out,
             assert cv[k][i] == pytest.approx(r[k], rel=1e-9), k
         if r["decoding_per_replica"] > 1.0:  # (one request alone decodes all the time it is not prefilling)
             x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / out
-            assert r["ttft_s"] + r["tpot_s"] * out == pytest.approx(n / x, rel=2e-3)  # B from a 48-point grid
+            assert r["ttft_s"] + r["tpot_s"] * out == pytest.approx(n / x, rel=1e-6)  # B refined on exact times
 
 
 def test_the_closed_form_p99_ttft_reads_the_prompt_distribution_however_given():

@@ -1025,6 +1025,9 @@ def _prefill_pool_requests_per_s(costs, system: System, lay: Layout, pool_gpus: 
 
 #: Points of the decoding-batch grid (1 to the batch cap, geometric) on which a fixed deployment solves Little's law
 FIXED_GRID_POINTS = 48
+#: Regula falsi steps on the exact step times that pull an interpolated decoding count back where it holds more
+#: requests than are in flight (`_closed_form`)
+REFINE_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -1170,14 +1173,35 @@ def _closed_form(fx: _Fixed, Nr):
     more as one array."""
     Nr = np.asarray(Nr, dtype=float)
     O, lat, x_pool, grid, held = fx.O, fx.lat, fx.x_pool, fx.grid, fx.held
-    B = np.where(Nr < held[-1], np.interp(Nr, held, grid), grid[-1])
+
+    def timed(B):
+        if B.size <= 4:
+            return (np.array(v, dtype=float) for v in zip(*(
+                tuple(float(np.asarray(t)) for t in fx.times(float(b))) for b in B)))
+        return (np.broadcast_to(np.asarray(v, dtype=float), B.shape) for v in fx.times(B))
+
+    inside = Nr < held[-1]
+    B = np.where(inside, np.interp(Nr, held, grid), grid[-1])
+    tpot, ttft0, tpot_chunk = timed(B)
+    # the grid's straight lines miss where the step time bends between two of its points (a kernel table's step):
+    # where the interpolated B holds more requests than Nr, regula falsi against the grid point below it, on the
+    # exact times, until none does (Little's law then holds to rounding; a B that holds fewer leaves the rest
+    # waiting, which keeps the law exact)
+    for _ in range(REFINE_STEPS):
+        over = inside & (B * (1 + (ttft0 + lat) / (O * tpot)) > Nr * (1 + 1e-12))
+        if not over.any():
+            break
+        i = np.clip(np.searchsorted(grid, B, side="left") - 1, 0, len(grid) - 1)
+        lo, h_lo = grid[i], held[i]
+        h_b = B * (1 + (ttft0 + lat) / (O * tpot))
+        f = np.where(h_b > h_lo, (Nr - h_lo) / np.where(h_b > h_lo, h_b - h_lo, 1.0), 0.0)
+        B = np.where(over, lo + np.clip(f, 0.0, 1.0) * (B - lo), B)
+        tpot, ttft0, tpot_chunk = timed(B)
     if np.isfinite(x_pool) and x_pool < fx.x_grid[-1]:
-        B = np.minimum(B, float(np.interp(x_pool, fx.x_grid, grid)))
-    if B.size <= 4:
-        tpot, ttft0, tpot_chunk = (np.array(v, dtype=float) for v in zip(*(
-            tuple(float(np.asarray(t)) for t in fx.times(float(b))) for b in B)))
-    else:
-        tpot, ttft0, tpot_chunk = (np.broadcast_to(np.asarray(v, dtype=float), B.shape) for v in fx.times(B))
+        cap = float(np.interp(x_pool, fx.x_grid, grid))
+        if (B > cap).any():
+            B = np.minimum(B, cap)
+            tpot, ttft0, tpot_chunk = timed(B)
     X = B / (O * tpot)                                      # requests completed per second per replica
     waiting = np.maximum(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
     return B, tpot, ttft0, tpot_chunk, X, waiting
