@@ -232,16 +232,40 @@ def test_engine_limits_can_be_overridden():
     assert capped["output_tokens_per_s_per_gpu"] < base["output_tokens_per_s_per_gpu"]
 
 
-def test_the_fixed_answer_reconciles_with_estimate():
-    """The fixed deployment's mean step names the decode batch whose pure step `estimate` times."""
+@pytest.mark.parametrize("engine", [None, "vllm", "sglang@0.4", "trtllm"])
+def test_the_fixed_answer_reconciles_with_estimate(engine):
+    """The fixed deployment's mean step names the decode batch whose pure step `estimate` times, to rounding, with
+    the same engine profile (`estimate --engine`: its kernel tables, host time and 'auto' KV) or none; before
+    estimate took an engine, an engine's fixed step could only be matched by chalk's defaults, to 15%."""
     from chalk.api import estimate
 
     r = fixed_deployment("llama-3.1-70b", "h100-sxm", layout="tp=8", concurrency=64, input_len=2000,
-                         output_len=500)
+                         output_len=500, engine=engine, simulate=False)
     ms = r["mean_step"]
     assert ms["pure_decode_step_s"] <= r["tpot_s"] <= ms["mean_step_s"] * 1.001
-    e = estimate("llama-3.1-70b", "h100-sxm", batch=round(ms["decode_sequences"]), context=2250, layout="tp=8")
-    assert e.step_time_s == pytest.approx(ms["pure_decode_step_s"], rel=0.15)
+    e = estimate("llama-3.1-70b", "h100-sxm", batch=ms["decode_sequences"], context=r["mean_decode_context"],
+                 layout="tp=8", engine=engine)
+    assert e.step_time_s == pytest.approx(ms["pure_decode_step_s"], rel=1e-9)
+    assert e.kv_precision == r["kv_precision"] and (e.engine or "").startswith(engine.split("@")[0] if engine else "")
+    assert (e.engine is None) == (engine is None)
+
+
+def test_estimate_with_an_engine_times_its_kernels_and_host_time():
+    """gpt-oss-20b on one H100 under TensorRT-LLM: 'auto' KV is the checkpoint's (BF16: it declares none), the host
+    time per step is the profile's 0.3 ms instead of chalk's fitted 1 ms + 10 us per layer; the verify step of
+    --mtp takes the engine too; the aggregate view has no engine and says so in one line."""
+    from chalk.api import estimate
+    from chalk.errors import InputError
+
+    plain = estimate("gpt-oss-20b", "h100-sxm", batch=64, context=2000, layout="tp=1")
+    trt = estimate("gpt-oss-20b", "h100-sxm", batch=64, context=2000, layout="tp=1", engine="trtllm")
+    assert plain.kv_precision == "fp8" and trt.kv_precision == "bf16" and trt.engine.startswith("trtllm")
+    assert trt.overhead_time_s < plain.overhead_time_s and "trtllm" in trt.efficiency
+    spec = estimate("llama-3.1-8b", "h100-sxm", batch=8, context=2000, layout="tp=1", mtp=1, acceptance=0.7,
+                    engine="vllm")
+    assert spec.speculative is not None and spec.engine.startswith("vllm")
+    with pytest.raises(InputError, match="aggregate"):
+        estimate("llama-3.1-8b", "h100-sxm", aggregate=True, engine="vllm")
 
 
 def test_one_deployment_answers_alike_through_every_door():

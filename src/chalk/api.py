@@ -44,7 +44,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
              refined: bool | None = None, sparse_law: str | None = None, mtp: int | None = None,
              acceptance: float | None = None, strict_fit: bool = False, eplb: str | None = None,
              efficiency: Efficiency | None = None, usd_per_kwh: float | None = None,
-             pue: float | None = None) -> RooflineResult:
+             pue: float | None = None, engine: str | None = None) -> RooflineResult:
     """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout
     (`chalk estimate`). Every option of the command, by the same name:
 
@@ -75,6 +75,8 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     eplb: MoE expert-load balancer on the EP group: 'auto' (default), 'on', 'off'.
     usd_per_kwh, pue: electricity price and power usage effectiveness for the answer's `energy` (default: the
         catalog's sourced figures, `energy.yaml`).
+    engine: an engine profile ('vllm', 'sglang@0.4', 'trtllm'): its kernel tables, its host time per step and its
+        'auto' KV cache, as `throughput` and `simulate` time steps with it (the answer's `engine` names it).
 
     Returns a `RooflineResult` (frozen; `.to_dict()`, `.to_frame()`), its `energy` an `Energy` (joules per token,
     power per GPU and per replica, kWh per day, the electricity share of its $/M tokens).
@@ -96,7 +98,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
                   aggregate=aggregate,
                   gpus=gpus if gpus is not None else chips, precision=precision, kv_precision=kv_precision,
                   ideal=ideal, efficiency=efficiency, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit,
-                  eplb=eplb)
+                  eplb=eplb, engine=engine)
     spec = None
     if mtp is not None:
         from chalk.analyses.step.speculative import speculative_estimate
@@ -107,7 +109,7 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=gpus if gpus is not None else chips, precision=precision,
                                     kv_precision=r.kv_precision, ideal=ideal, layout=r.layout,
-                                    aggregate=r.view == "aggregate", eplb=eplb)
+                                    aggregate=r.view == "aggregate", eplb=eplb, engine=engine)
     return r.attached(energy=estimate_energy(r, as_system(hardware).chip, usd_per_kwh=usd_per_kwh, pue=pue),
                       speculative=spec)
 

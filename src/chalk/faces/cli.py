@@ -141,6 +141,9 @@ def estimate(
                                   "time and where the time came from."),
     strict_fit: bool = typer.Option(False, "--strict-fit", help="Exit 2 if it does not fit in HBM."),
     eplb: str = EPLB_OPT,
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm (@release): time the step "
+                                         "with that engine's kernel tables and host time per step, its default KV "
+                                         "cache for 'auto', as throughput --engine does."),
     usd_per_kwh: Optional[float] = USD_PER_KWH_OPT,
     pue: Optional[float] = PUE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -156,7 +159,9 @@ def estimate(
     kw = dict(phase=phase.value, layout=layout, objective=objective, aggregate=aggregate, gpus=gpus,
               precision=precision,
               kv_precision=kv_precision, ideal=ideal, refined=not lecture_weights, sparse_law=sparse_law,
-              strict_fit=strict_fit, eplb=eplb, usd_per_kwh=usd_per_kwh, pue=pue)
+              strict_fit=strict_fit, eplb=eplb, usd_per_kwh=usd_per_kwh, pue=pue, engine=engine)
+    if engine is not None and plot is not None:
+        fail("--plot draws chalk's calibrated latency-vs-batch curve; it takes no --engine (drop one of them)")
     if "," in hardware:
         from chalk.analyses.planning.compare import compare, hardware_list
 
@@ -186,7 +191,7 @@ def estimate(
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
                                     chips=gpus, precision=precision, kv_precision=r.kv_precision, ideal=ideal,
-                                    layout=r.layout, aggregate=r.view == "aggregate", eplb=eplb)
+                                    layout=r.layout, aggregate=r.view == "aggregate", eplb=eplb, engine=engine)
     write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=gpus,
                 precision=precision, kv_precision=r.kv_precision, ideal=ideal)
     if as_json:
@@ -204,7 +209,7 @@ def estimate(
     where = (layout_words(r) if r.view == "layout"
              else "aggregate (all GPUs summed into one communication-free chip: a bound)")
     t = table(header(r.model, chip, r.chips, where, f"{r.precision} ({r.compute_precision} compute)",
-                     r.kv_precision, None, r.efficiency, r.phase, f"batch {num(r.batch)}",
+                     r.kv_precision, r.engine, r.efficiency, r.phase, f"batch {num(r.batch)}",
                      f"context {num(r.context)}", system=r.hardware),
               ["quantity", "value"])
     unit = "replica" if r.view == "layout" else "fleet"

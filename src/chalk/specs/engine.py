@@ -84,14 +84,21 @@ class EngineProfile:
             raise InputError(f"{self.id} has no KV-cache dtype for {precision!r} "
                              f"(supported: {', '.join(self.kv_cache_dtypes)})") from None
 
-    def kv_precision(self, kv_precision: str | None) -> str | None:
+    def kv_precision(self, kv_precision: str | None, model=None, precision: str | None = None) -> str | None:
         """The KV precision a deployment of this engine runs when asked for `kv_precision`: 'auto' (or None) is the
         engine's own default (`kv_cache_dtype_auto`): 'activation' engines store the KV cache at the model's
-        activation dtype, BF16, whatever the weights; 'checkpoint' engines follow the checkpoint, which chalk reads
-        as `resolve_kv_precision` does (8-bit KV beside 8-bit weights). A named precision is kept."""
-        if (kv_precision is None or str(kv_precision).strip().lower() == "auto") \
-                and self.kv_cache_dtype_auto == "activation":
+        activation dtype, BF16, whatever the weights; 'checkpoint' engines follow the checkpoint: loading `model`'s
+        own quantised checkpoint at `precision`, what it declares (`chalk.specs.checkpoints.native_kv_cache`: BF16
+        for gpt-oss's MXFP4 and DeepSeek-R1's FP8, which declare none), else 'auto' for chalk's reading of another
+        checkpoint (`resolve_kv_precision`: 8-bit KV beside 8-bit weights). A named precision is kept."""
+        if kv_precision is not None and str(kv_precision).strip().lower() != "auto":
+            return kv_precision
+        if self.kv_cache_dtype_auto == "activation":
             return "bf16"
+        if model is not None:
+            from chalk.specs.checkpoints import native_kv_cache
+
+            return native_kv_cache(model, precision) or kv_precision
         return kv_precision
 
     def kv_cache_bytes(self, hbm_bytes: float, weight_bytes: float, other_bytes: float = 0.0) -> float:

@@ -418,7 +418,8 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                     kv_precision: str | None = "auto", ideal: bool = False, cal: Calibration | None = None,
                     efficiency: RF.Efficiency | None = None, sparse_law: str | None = None,
                     strict_fit: bool = False, overhead_s: float | None = None, kernels=None,
-                    query_tokens: float = 1.0, objective: str | None = None) -> RF.RooflineResult:
+                    query_tokens: float = 1.0, objective: str | None = None,
+                    engine: str | None = None) -> RF.RooflineResult:
     """One decode step (or prefill of `batch` prompts of `context` tokens) of one replica on a real layout.
 
     batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
@@ -481,14 +482,15 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
         chips=G, efficiency=cal.label, step_time_s=sc(t), tokens_per_s=sc(tokens / t), cost_per_mtok_usd=sc(cost),
-        user_tokens_per_s=sc(user_tokens / t), view="layout", objective=None if choice is None else choice.objective)
+        user_tokens_per_s=sc(user_tokens / t), view="layout", objective=None if choice is None else choice.objective,
+        engine=engine)
 
 
 def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", layout=None, aggregate: bool = False,
              chips: int | None = None, gpus: int | None = None, precision: str | None = None,
              kv_precision: str | None = "auto", ideal: bool = False, efficiency: RF.Efficiency | None = None,
              refined: bool = True, sparse_law: str | None = None, strict_fit: bool = False,
-             eplb: str | None = None, objective: str | None = None) -> RF.RooflineResult:
+             eplb: str | None = None, objective: str | None = None, engine=None) -> RF.RooflineResult:
     """One decode step (or a prefill of `batch` prompts of `context` tokens), timed op by op on a real layout.
 
     model: a catalog id/alias, a path to a config.json (or its folder), or a ModelSpec.
@@ -502,10 +504,16 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     communication-free chip, an upper bound.
     eplb: whether the MoE layers run an expert-load balancer ('auto' (default): from the calibrated EP width;
     'on'; 'off'); the experts op's detail says which loads it was timed with.
+    engine: an engine profile ('vllm', 'sglang@0.4', ...): the step is timed with its framework's kernel tables
+    and its host time per step, and 'auto' KV is its default, as `throughput` and `simulate` time it with --engine
+    (so a fixed deployment's pure decode step is this step at its batch).
     """
     m, system = as_model(model), as_system(hardware)
     n = gpus if gpus is not None else chips
     kvp = kv_precision
+    if engine is not None and (aggregate or sparse_law is not None or not refined):
+        raise InputError("--engine times a layout's step with that engine's kernels; the aggregate view has "
+                         "neither (drop --aggregate)")
     if aggregate or sparse_law is not None or not refined:
         if eplb_mode(eplb) != "auto":
             raise InputError("--eplb applies to a layout's expert-parallel group; the aggregate view has none")
@@ -518,9 +526,31 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
         eff = efficiency or default_efficiency(ideal, m.num_layers, system.chip)
         return RF.step(m, system, batch, context, phase=phase, chips=n, precision=precision, kv_precision=kvp,
                     efficiency=eff, refined=refined, sparse_law=sparse_law, strict_fit=strict_fit)
+    cal = calibration(ideal, system.chip, eplb)
+    if engine is None:
+        return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
+                               kv_precision=kvp, ideal=ideal, strict_fit=strict_fit, cal=cal, objective=objective)
+    e = engine_step(engine, m, system, cal, precision, kvp)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
-                           kv_precision=kvp, ideal=ideal, strict_fit=strict_fit,
-                           cal=calibration(ideal, system.chip, eplb), objective=objective)
+                           kv_precision=e["kv_precision"], ideal=ideal, strict_fit=strict_fit, cal=e["cal"],
+                           objective=objective, kernels=e["kernels"], overhead_s=e["overhead_s"], engine=e["engine"])
+
+
+def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, precision, kv_precision) -> dict:
+    """What timing a step under `engine` (a name such as 'vllm@0.6', or a profile) changes, as `throughput` applies
+    it: the engine's kernel tables (`kernels`), its host time per step (`overhead_s`; None when ideal), its 'auto'
+    KV precision (`kv_precision`), the calibration labelled with its profile (`cal`) and its name (`engine`)."""
+    from chalk.analyses.step.parallel import default_kernels
+    from chalk.specs.engine import load_engine
+
+    eng = (load_engine(engine) if isinstance(engine, str) else engine).for_gpu(system.chip.hbm_bytes,
+                                                                                 chip=system.chip.id)
+    ideal = cal.label == "ideal"
+    return {"kernels": default_kernels(system.chip, cal, eng.kernel_framework, eng.kernel_version),
+            "overhead_s": None if ideal else eng.step_overhead_s,
+            "kv_precision": eng.kv_precision(kv_precision, model, precision),
+            "cal": cal if ideal else dataclasses.replace(cal, label=f"{cal.label}, {eng.id} {eng.version} profile"),
+            "engine": f"{eng.id} {eng.release}"}
 
 
 _NUMBERS = (int, float)

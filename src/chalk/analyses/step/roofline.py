@@ -105,6 +105,9 @@ class RooflineResult:
     alternative: dict | None
     #: the elementwise passes' share of the step (layout view: norms, activations, sampling, expert shuffles)
     activation_time_s: object
+    #: the engine profile the step was timed under ('vllm 0.11': its kernel tables and host time per step); None:
+    #: chalk's calibrated defaults
+    engine: str | None
 
     #: field names in order; those after `notes` have defaults (`_DEFAULTS`: a fresh dict for `range`)
     FIELDS = ("model", "hardware", "chips", "phase", "batch", "context", "precision", "compute_precision",
@@ -114,10 +117,11 @@ class RooflineResult:
               "balance_context", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_sequence",
               "memory_needed_bytes", "hbm_bytes", "max_batch_fit", "fits", "total_params", "active_params", "flops",
               "bytes_moved", "notes", "range", "view", "layout", "ops", "comm_time_s", "overhead_time_s",
-              "kernels", "energy", "speculative", "objective", "alternative", "activation_time_s")
+              "kernels", "energy", "speculative", "objective", "alternative", "activation_time_s", "engine")
     _DEFAULTS = {"notes": (), "range": None, "view": "aggregate", "layout": None, "ops": (), "comm_time_s": 0.0,
                  "overhead_time_s": 0.0, "kernels": None, "energy": None,
-                 "speculative": None, "objective": None, "alternative": None, "activation_time_s": 0.0}
+                 "speculative": None, "objective": None, "alternative": None, "activation_time_s": 0.0,
+                 "engine": None}
     _NAMES = frozenset(FIELDS)
     __slots__ = FIELDS + ("_later",)
 

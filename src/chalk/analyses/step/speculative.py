@@ -91,7 +91,8 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
                          chips: int | None = None, precision: str | None = None, kv_precision: str = "auto",
                          ideal: bool = False, *, efficiency: Efficiency | None = None, refined: bool | None = None,
                          sparse_law: str | None = None, draft_layers: float = 1.0, layout=None,
-                         aggregate: bool | None = None, eplb: str | None = None) -> SpeculativeResult:
+                         aggregate: bool | None = None, eplb: str | None = None,
+                         engine=None) -> SpeculativeResult:
     """Speculative decoding with `draft_tokens` drafts at `acceptance`, against the plain decode `result`.
 
     `result` is the plain step for the same model, hardware, batch and context (`chalk.estimate`); its view
@@ -99,7 +100,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     `eplb`: as `chalk.estimate`'s (the expert-load balancer of a layout's MoE layers).
     """
     from chalk.analyses.step.calibration import calibration
-    from chalk.analyses.step.estimate import layout_estimate
+    from chalk.analyses.step.estimate import engine_step, layout_estimate
     from chalk.specs.catalog import as_system
 
     if result.phase != "decode":
@@ -113,9 +114,12 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
     if aggregate is None:
         aggregate = result.view == "aggregate"
     if not aggregate:  # the one step model: K + 1 query tokens per sequence, its KV read once
+        cal = calibration(ideal, system.chip, eplb)
+        e = {"cal": cal} if engine is None else engine_step(engine, spec, system, cal, precision, result.kv_precision)
         v = layout_estimate(spec, system, B, L, phase="decode", layout=layout or result.layout, gpus=chips,
                             precision=precision, kv_precision=result.kv_precision, ideal=ideal,
-                            query_tokens=k + 1, cal=calibration(ideal, system.chip, eplb))
+                            query_tokens=k + 1, cal=e["cal"], kernels=e.get("kernels"),
+                            overhead_s=e.get("overhead_s"))
         t_c = np.asarray(v.compute_time_s, dtype=float)
         t_w = np.asarray(v.weight_time_s, dtype=float)
         t_kv = np.asarray(v.kv_time_s, dtype=float)

@@ -326,15 +326,7 @@ def engine_kv_precision(engine, kv_precision, model=None, precision=None):
     `precision`, stores what that checkpoint declares (`native_kv_cache`); without an engine, 'auto' stays chalk's
     reading of the checkpoint."""
     eng = _engine(engine)
-    if eng is None:
-        return kv_precision
-    kv = eng.kv_precision(kv_precision)
-    if model is not None and (kv is None or str(kv).strip().lower() == "auto") \
-            and getattr(eng, "kv_cache_dtype_auto", None) == "checkpoint":
-        from chalk.specs.checkpoints import native_kv_cache
-
-        return native_kv_cache(model, precision) or kv
-    return kv
+    return eng.kv_precision(kv_precision, model, precision) if eng is not None else kv_precision
 
 
 def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
