@@ -1378,7 +1378,8 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
              "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
     d["pipeline_stages"] = lay.pp
     d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
-                 "`estimate --batch <decode_sequences>` times the pure decode step (pure_decode_step_s); TPOT "
+                 "`estimate --batch <decode_sequences> --context <mean_decode_context>` at this layout (and "
+                 "--engine, --precision, --kv-precision) times the pure decode step (pure_decode_step_s); TPOT "
                  "averages the steps of each request's own decode (times the pipeline factor, over tokens per step), "
                  "so it sits between the pure decode step and the mean step when prompts arrive in bursts"
                  + ("; the MTP draft adds its layers to each step" if speculative is not None else ""))
