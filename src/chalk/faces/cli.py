@@ -128,7 +128,8 @@ def estimate(
                                        "scale-up domain); with --aggregate, the chips summed."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute: bf16, fp8, fp4..."),
     kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision (auto: FP8 with 8-bit "
-                                     "weights on chips with an FP8 rate, else BF16)."),
+                                     "weights on chips with an FP8 rate, else BF16; with --engine, that engine's "
+                                     "default)."),
     ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
     lecture_weights: bool = typer.Option(False, "--lecture-weights",
                                          help="Read all weights every step (the lecture's form; implies "

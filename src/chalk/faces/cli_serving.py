@@ -27,7 +27,6 @@ ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision;
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
-
 def _gpus_text(r: dict) -> str:
     """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up
     domains one replica spans where it crosses the scale-out network."""
@@ -40,6 +39,7 @@ def _gpus_text(r: dict) -> str:
     if r.get("domains", 1) > 1:
         return text + f" on {r['domains']} scale-up domains of {r['domain_chips']}"
     return text
+
 
 def register(app: typer.Typer) -> None:
     app.command("layout")(layout)

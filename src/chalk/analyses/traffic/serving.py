@@ -1180,12 +1180,12 @@ def _closed_form(fx: _Fixed, Nr):
     # exact times, until none does (Little's law then holds to rounding; a B that holds fewer leaves the rest
     # waiting, which keeps the law exact)
     for _ in range(REFINE_STEPS):
-        over = inside & (B * (1 + (ttft0 + lat) / (O * tpot)) > Nr * (1 + 1e-12))
+        h_b = B * (1 + (ttft0 + lat) / (O * tpot))  # requests in flight that B decoding hold
+        over = inside & (h_b > Nr * (1 + 1e-12))
         if not over.any():
             break
         i = np.clip(np.searchsorted(grid, B, side="left") - 1, 0, len(grid) - 1)
         lo, h_lo = grid[i], held[i]
-        h_b = B * (1 + (ttft0 + lat) / (O * tpot))
         f = np.where(h_b > h_lo, (Nr - h_lo) / np.where(h_b > h_lo, h_b - h_lo, 1.0), 0.0)
         B = np.where(over, lo + np.clip(f, 0.0, 1.0) * (B - lo), B)
         tpot, ttft0, tpot_chunk = timed(B)
