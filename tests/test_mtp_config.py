@@ -40,13 +40,15 @@ def test_acceptance_is_sourced():
         m = load_model(mid)
         assert m.mtp_layers == 1 and m.mtp_acceptance == pytest.approx(0.85)
         assert "2412.19437" in m.mtp_acceptance_source
+        assert m.mtp_acceptance_decay == pytest.approx(0.85) and "tech blog 1" in m.mtp_acceptance_decay_source
     # a config without a catalog rate states none (specs do not read the catalog); the search takes the stated
     # default, and says so
     m = load_model(FOO)
     assert m.mtp_layers == 1 and m.mtp_acceptance is None
     s = model_speculation(FOO)
-    assert s == Speculation(1, DEFAULT["default_mtp_acceptance"], 1.0, s.source) and "1 in its config" in s.source
-    assert DEFAULT["default_mtp_acceptance"] == 0.85
+    assert s == Speculation(1, DEFAULT["default_mtp_acceptance"], 1.0, s.source,
+                            DEFAULT["default_mtp_acceptance_decay"]) and "1 in its config" in s.source
+    assert DEFAULT["default_mtp_acceptance"] == 0.85 and DEFAULT["default_mtp_acceptance_decay"] == 0.85
     assert "chalk default" in s.source and "2412.19437" in s.source
     assert model_speculation(NO) is None and model_speculation("llama-3.1-70b") is None
 

@@ -1,5 +1,6 @@
 """`--mtp K` without `--acceptance` runs at one rule through every door (issue 27): the model's own MTP layers'
-sourced rate (catalog meta.yaml, else catalog/speculation.yaml: DeepSeek-V3 report, 85%), and a model without draft
+sourced rate (catalog meta.yaml, else catalog/speculation.yaml: DeepSeek-V3 report, 85%) and its sourced fall per
+further draft (issue 24: one MTP layer reused for K drafts loses acceptance with position), and a model without draft
 layers is refused in one line instead of an unsourced 0.7 in the CLI only."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 import chalk
-from chalk.analyses.traffic.serving import model_speculation, mtp_acceptance
+from chalk.analyses.traffic.serving import model_speculation, mtp_speculation
 from chalk.errors import InputError
 
 
@@ -21,10 +22,30 @@ def _cli(*args):
 
 def test_the_rule():
     own = model_speculation("deepseek-v3")
-    assert own is not None and mtp_acceptance("deepseek-v3") == own.acceptance == pytest.approx(0.85)
-    assert mtp_acceptance("llama-3.1-8b", 0.6) == 0.6
+    three = mtp_speculation("deepseek-v3", 3)
+    assert own is not None and own.draft_tokens == 1 and three.draft_tokens == 3
+    assert three.acceptance == own.acceptance == pytest.approx(0.85) and three.decay == own.decay == pytest.approx(0.85)
+    given = mtp_speculation("llama-3.1-8b", 2, 0.6)
+    assert (given.acceptance, given.decay) == (0.6, 1.0)  # a stated rate holds for every draft, as stated
     with pytest.raises(InputError, match="no MTP draft layers"):
-        mtp_acceptance("llama-3.1-8b")
+        mtp_speculation("llama-3.1-8b", 2)
+
+
+# Accepted tokens per step of DeepSeek-R1's one-layer MTP head reused for K drafts, strict acceptance: TensorRT-LLM
+# tech blog 1 (docs/source/blogs/tech_blog/blog1_Pushing_Latency_Boundaries_Optimizing_DeepSeek-R1_Performance_on_
+# NVIDIA_B200_GPUs.md @56851033, table 'Autoregressive MTP Layers'); K = 7: nebius/MTP-DeepSeek-V3-0324 model card
+# ('Original MTP', temperature 0). The two sourced figures (0.85, 0.85) give each within 5%; one rate for every draft
+# (the geometric rule) overstates K = 3 by 13% and K = 7 by 52%.
+PUBLISHED = {1: 1.92, 2: 2.58, 3: 2.82, 4: 2.99, 5: 3.01, 7: 3.20}
+
+
+@pytest.mark.parametrize("k", sorted(PUBLISHED))
+def test_tokens_per_step_match_the_published_series(k):
+    assert mtp_speculation("deepseek-r1", k).tokens_per_step == pytest.approx(PUBLISHED[k], rel=0.05)
+
+
+def test_one_rate_for_every_draft_overstates_long_drafts():
+    assert mtp_speculation("deepseek-r1", 7, 0.85).tokens_per_step > 1.5 * PUBLISHED[7]
 
 
 def test_cli_and_api_answer_alike():
@@ -34,6 +55,7 @@ def test_cli_and_api_answer_alike():
     cli = json.loads(p.stdout)
     api = chalk.estimate("deepseek-v3", "h200", batch=64, context=4096, chips=8, mtp=1)
     assert cli["speculative"]["acceptance"] == pytest.approx(api.speculative.acceptance) == pytest.approx(0.85)
+    assert cli["speculative"]["acceptance_decay"] == api.speculative.acceptance_decay == pytest.approx(0.85)
     assert cli["speculative"]["tokens_per_s"] == pytest.approx(api.speculative.tokens_per_s, rel=1e-9)
 
 

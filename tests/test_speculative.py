@@ -37,6 +37,30 @@ def test_expected_tokens_bounds_and_monotone(a, k):
     assert float(S.expected_tokens_per_step(a2, k)) >= e - 1e-12  # higher acceptance never fewer tokens
 
 
+@pytest.mark.parametrize("a,k,d,expected", [
+    (0.85, 1, 0.5, 1.85),  # the first draft never decays
+    (0.8, 3, 0.5, 1 + 0.8 + 0.64 * 0.5 + 0.512 * 0.125),  # a^i d^(i(i-1)/2): 1 + 0.8 + 0.32 + 0.064
+    (0.85, 3, 1.0, (1 - 0.85 ** 4) / 0.15),  # d = 1: the geometric rule
+])
+def test_expected_tokens_with_decay_golden(a, k, d, expected):
+    assert float(S.expected_tokens_per_step(a, k, d)) == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 1.0), st.integers(1, 16), st.floats(0.01, 1.0))
+def test_expected_tokens_with_decay_bounds_and_monotone(a, k, d):
+    e = float(S.expected_tokens_per_step(a, k, d))
+    assert 1.0 - 1e-12 <= e <= float(S.expected_tokens_per_step(a, k)) + 1e-9  # never above one rate for all
+    assert float(S.expected_tokens_per_step(a, k + 1, d)) >= e - 1e-12  # more drafts never fewer tokens
+    assert float(S.expected_tokens_per_step(a, k, min(1.0, d + 0.01))) >= e - 1e-12  # slower fall, more tokens
+    assert float(S.expected_tokens_per_step(min(1.0, a + 0.01), k, d)) >= e - 1e-12
+
+
+def test_expected_tokens_with_decay_vectorised():
+    e = S.expected_tokens_per_step(np.array([0.85, 0.85]), np.array([1, 5]), np.array([0.85, 0.85]))
+    assert e.shape == (2,) and e[0] == pytest.approx(1.85) and e[1] == pytest.approx(3.126, abs=1e-3)
+
+
 def test_expected_tokens_vectorised_and_continuous_at_one():
     a = np.array([0.5, 0.999999, 1.0])
     e = S.expected_tokens_per_step(a, 3)

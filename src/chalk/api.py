@@ -103,10 +103,11 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     if mtp is not None:
         from chalk.analyses.step.speculative import speculative_estimate
 
-        from chalk.analyses.traffic.serving import mtp_acceptance
+        from chalk.analyses.traffic.serving import mtp_speculation
 
-        acceptance = mtp_acceptance(model, acceptance)
-        spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=acceptance,
+        drafts = mtp_speculation(model, mtp, acceptance)
+        spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=drafts.acceptance,
+                                    decay=drafts.decay,
                                     chips=gpus if gpus is not None else chips, precision=precision,
                                     kv_precision=r.kv_precision, ideal=ideal, layout=r.layout,
                                     aggregate=r.view == "aggregate", eplb=eplb, engine=engine)
@@ -310,7 +311,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
 def _speculation(model, mtp, acceptance, speculative):
     """The `speculative` argument of throughput and plan from `mtp` / `acceptance` (the CLI's --mtp K
     --acceptance A) or as given; both forms at once is a contradiction."""
-    from chalk.analyses.traffic.serving import Speculation, mtp_acceptance
+    from chalk.analyses.traffic.serving import mtp_speculation
 
     if acceptance is not None and mtp is None:
         raise InputError("acceptance is the acceptance rate of mtp's draft tokens: give mtp too")
@@ -318,7 +319,7 @@ def _speculation(model, mtp, acceptance, speculative):
         return speculative
     if speculative != "auto":
         raise InputError("mtp (with acceptance) and speculative both say how to speculate: give one of them")
-    return Speculation(mtp, mtp_acceptance(model, acceptance))
+    return mtp_speculation(model, mtp, acceptance)
 
 
 @checked

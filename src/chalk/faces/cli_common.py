@@ -89,10 +89,11 @@ ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help="Per-token draft accept
                               "model's own MTP layers' sourced rate; a model without draft layers needs it).")
 
 
-def acceptance_for(mtp, acceptance, speculative=None, model=None) -> float | None:
-    """The acceptance rate `--mtp` runs at: `--acceptance`, else the model's own MTP layers' sourced rate
-    (`serving.mtp_acceptance`, the API's rule too); `--acceptance` without `--mtp`, or `--speculative` with `--mtp`
-    or `--acceptance` (it carries its own K and A), is a contradiction refused in one line, not a flag dropped."""
+def speculation_for(mtp, acceptance, speculative=None, model=None):
+    """What `--mtp K` runs (a `serving.Speculation`, None without --mtp): K drafts at `--acceptance`, else at the
+    model's own MTP layers' sourced rate and fall per further draft (`serving.mtp_speculation`, the API's rule too);
+    `--acceptance` without `--mtp`, or `--speculative` with `--mtp` or `--acceptance` (it carries its own K and A),
+    is a contradiction refused in one line, not a flag dropped."""
     from chalk.errors import InputError
 
     if speculative is not None and (mtp is not None or acceptance is not None):
@@ -101,10 +102,15 @@ def acceptance_for(mtp, acceptance, speculative=None, model=None) -> float | Non
     if acceptance is not None and mtp is None:
         raise InputError("--acceptance is the acceptance rate of --mtp's draft tokens: give --mtp K too")
     if mtp is None:
-        return acceptance
-    from chalk.analyses.traffic.serving import mtp_acceptance
+        return None
+    from chalk.analyses.traffic.serving import mtp_speculation
 
-    return mtp_acceptance(model, acceptance)
+    return mtp_speculation(model, mtp, acceptance)
+
+
+def acceptance_text(acceptance, decay=1.0) -> str:
+    """'0.85', or '0.85 falling x0.85 per further draft' where each further draft is accepted less often."""
+    return f"{acceptance:g}" if decay >= 1.0 else f"{acceptance:g} falling x{decay:g} per further draft"
 
 
 class Phase(str, Enum):

@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import typer
 
 from chalk.faces import cli_portfolio as PF
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_for, busy,
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, speculation_for, busy,
                                     console, duration, emit_json, length, num, out_file, pct, table, usd, wrote)
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
@@ -110,7 +110,7 @@ def plan(
              "disaggregated": ("disaggregated",)}.get(mode.strip().lower())
     if modes is None:
         raise InputError(f"--mode must be all, aggregated or disaggregated, got {mode[:40]!r}")
-    acceptance = acceptance_for(mtp, acceptance, model=model)
+    drafts = speculation_for(mtp, acceptance, model=model)
     from chalk.analyses.economics.energy import attach_plan_energy, energy_settings
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
@@ -119,7 +119,7 @@ def plan(
         r = run(model, hardware, users=users, rate=rate, input_len=input_len, output_len=output_len,
                 min_user_tps=min_user_tps, ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, diurnal=diurnal, prices=price,
                 engine=engine, precision=precisions, kv_precision=kv_precision,
-                speculative=Speculation(mtp, acceptance) if mtp is not None else "auto", draft_model=draft_model,
+                speculative=drafts if drafts is not None else "auto", draft_model=draft_model,
                 modes=modes, ideal=ideal, sim_requests=sim_requests, seed=seed, curves=bool(plot), eplb=eplb,
                 trace=trace, speedup=speedup, checkpoint=checkpoint)
     attach_plan_energy(r, usd_per_kwh=usd_per_kwh, pue=pue)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_for, console,
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, speculation_for, acceptance_text, console,
                                     busy, deprecated, duration, emit_json, fail, length, num, out_file, pct, progress,
                                     seconds, si, table, usd, write_plot)
 from chalk.faces.fmt import header, rate
@@ -201,7 +201,7 @@ def throughput(
     --concurrency, what that exact deployment does."""
     from chalk.analyses.traffic.serving import throughput as run
 
-    spec = _speculation(mtp, acceptance_for(mtp, acceptance, speculative, model=model), speculative)
+    spec = _speculation(speculation_for(mtp, acceptance, speculative, model=model), speculative)
     from chalk.analyses.economics.energy import energy_settings, serving_energy
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
@@ -286,10 +286,12 @@ def throughput(
     if sp:
         gain = f", {sp['gain_vs_plain']:.2f}x the best plain point" if sp["used"] and sp.get("gain_vs_plain") else ""
         rows.append(("speculative decoding", (f"used: {sp['draft_tokens']} draft token(s) at acceptance "
-                                              f"{sp['acceptance']:g} ({sp['tokens_per_step']:.2f} tokens per step"
+                                              f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])} "
+                                              f"({sp['tokens_per_step']:.2f} tokens per step"
                                               f"{gain})" if sp["used"] else
                                               f"considered ({sp['draft_tokens']} draft token(s) at acceptance "
-                                              f"{sp['acceptance']:g}), not used: no gain at this point")
+                                              f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}), "
+                                              "not used: no gain at this point")
                      + f"; {sp['source'].split(';')[0]}"))
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
@@ -436,7 +438,7 @@ def calibrate(
                     f"{pct(cv['cv_range_coverage'])} of held-out measured values over {cv['n_families']} families")
 
 
-def _speculation(mtp, acceptance, speculative):
+def _speculation(drafts, speculative):
     from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
 
@@ -451,9 +453,7 @@ def _speculation(mtp, acceptance, speculative):
         if k != int(k):
             raise InputError(f"draft tokens must be a whole number, got {parts[1]!r}")
         return Speculation(int(k), a, draft_layers=1.0)
-    if mtp is None:
-        return "auto"  # the model's own MTP draft layers where its config ships them
-    return Speculation(mtp, acceptance)
+    return "auto" if drafts is None else drafts  # "auto": the model's own MTP draft layers where its config ships them
 
 
 def _print_fixed(c, r, system):
@@ -487,7 +487,8 @@ def _print_fixed(c, r, system):
                                 + f"(prefill pool admits {num(pool)} requests/s)"))
     if r.get("speculative"):
         sp = r["speculative"]
-        rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance {sp['acceptance']}: "
+        rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance "
+                                             f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}: "
                                              f"{num(sp['tokens_per_step'])} tokens per step"))
     for k, v in rows:
         t.add_row(k, v)

@@ -86,11 +86,14 @@ class ModelSpec:
     card_total_params: float | None = None
     card_active_params: float | None = None
     notes: str = ""
-    # multi-token-prediction (draft) layers shipped beyond num_layers (`MTP_KEYS`), and the per-token acceptance
-    # of their drafts with its source (meta.yaml mtp_acceptance, else the catalog's speculation.yaml default)
+    # multi-token-prediction (draft) layers shipped beyond num_layers (`MTP_KEYS`), the per-token acceptance of
+    # their first draft and the factor it falls by per further draft (a head reused autoregressively), each with its
+    # source (meta.yaml mtp_acceptance / mtp_acceptance_decay, else the catalog's speculation.yaml defaults)
     mtp_layers: int = 0
     mtp_acceptance: float | None = None
     mtp_acceptance_source: str = ""
+    mtp_acceptance_decay: float | None = None
+    mtp_acceptance_decay_source: str = ""
 
     def __post_init__(self) -> None:
         for name in _SIZES:
@@ -102,6 +105,7 @@ class ModelSpec:
         for name in ("card_total_params", "card_active_params"):
             field_number(self, name, ge=0, optional=True)
         field_number(self, "mtp_acceptance", gt=0, lt=1, optional=True)
+        field_number(self, "mtp_acceptance_decay", gt=0, le=1, optional=True)
         for name in ("aliases", "sliding_layers", "moe_layers"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         field_choice(self, "attention", ("gqa", "mla"))
@@ -184,20 +188,22 @@ def _precision_name(name: str, where: str) -> str:
 
 
 def _mtp(cfg: dict, meta: dict, where: str) -> dict:
-    """The draft layers a config ships (`MTP_KEYS`) and their acceptance: meta.yaml's `mtp_acceptance` (with
-    `mtp_acceptance_source`), else None (the search applies the catalog default, speculation.yaml); nothing for a
-    config without them."""
+    """The draft layers a config ships (`MTP_KEYS`), their first draft's acceptance (meta.yaml's `mtp_acceptance`
+    with `mtp_acceptance_source`) and its fall per further draft (`mtp_acceptance_decay` with
+    `mtp_acceptance_decay_source`), each None where meta.yaml states none (the search applies the catalog default,
+    speculation.yaml); nothing for a config without them."""
     n = _int(cfg, *MTP_KEYS, default=0, required=False, where=where)
     if n == 0:
         return {}
-    if meta.get("mtp_acceptance") is not None:
-        a = spec_number(meta["mtp_acceptance"], f"{where}: meta mtp_acceptance", maximum=1.0)
-        src = spec_str(meta.get("mtp_acceptance_source"), f"{where}: meta mtp_acceptance_source")
-        if not src:
-            raise SpecError(f"{where}: meta mtp_acceptance needs mtp_acceptance_source (where the rate comes from)")
-    else:  # the catalog's default (speculation.yaml) is applied where the search reads it: serving.model_speculation
-        a, src = None, ""
-    return {"mtp_layers": n, "mtp_acceptance": a, "mtp_acceptance_source": src}
+    out = {"mtp_layers": n}
+    for key, maximum in (("mtp_acceptance", 1.0), ("mtp_acceptance_decay", 1.0)):
+        if meta.get(key) is not None:
+            v = spec_number(meta[key], f"{where}: meta {key}", maximum=maximum)
+            src = spec_str(meta.get(key + "_source"), f"{where}: meta {key}_source")
+            if not src:
+                raise SpecError(f"{where}: meta {key} needs {key}_source (where the figure comes from)")
+            out.update({key: v, key + "_source": src})
+    return out
 
 
 def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: str = "",

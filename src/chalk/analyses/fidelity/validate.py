@@ -175,10 +175,9 @@ def _pool(row: Row, cal: Calibration):
     return m, system, costs, tp, a, pp, ep
 
 
-#: Speculation assumed where a row ran MTP without saying how: one MTP module (DeepSeek-V3/R1 ship one) whose
-#: draft is accepted 85% of the time (DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3: "between 85%
-#: and 90%" for the second token).
-DEFAULT_MTP = (1, 0.85)
+#: Draft tokens assumed where a row ran MTP without saying how many: one per MTP module DeepSeek-V3/R1 ship (one).
+DEFAULT_MTP_DRAFTS = 1
+
 
 #: Engines named in the validation set, mapped onto chalk's engine profiles.
 ENGINE_PROFILE = {"trtllm": "trtllm", "dynamo-trtllm": "trtllm", "sglang": "sglang", "dynamo-sglang": "sglang",
@@ -186,15 +185,17 @@ ENGINE_PROFILE = {"trtllm": "trtllm", "dynamo-trtllm": "trtllm", "sglang": "sgla
 
 
 def _speculation(row: Row):
-    from chalk.analyses.traffic.serving import Speculation
+    """The speculation a row ran: its stated draft tokens (else `DEFAULT_MTP_DRAFTS`) at its stated acceptance, else
+    at the model's own MTP layers' sourced rate and fall per further draft (`serving.mtp_speculation`, what
+    `throughput --mtp K` assumes)."""
+    from chalk.analyses.traffic.serving import mtp_speculation
 
     uses = row.mtp or "-mtp" in row.id or "mtp on" in row.notes.lower() or "speculative decoding on" in \
         row.notes.lower()
     if not uses:
         return None
-    k = row.mtp or DEFAULT_MTP[0]
-    a = row.acceptance if row.acceptance and 0 < row.acceptance < 1 else DEFAULT_MTP[1]
-    return Speculation(int(k), float(a))
+    a = row.acceptance if row.acceptance and 0 < row.acceptance < 1 else None
+    return mtp_speculation(row.model, int(row.mtp or DEFAULT_MTP_DRAFTS), a)
 
 
 def _decode_gpus(row: Row) -> int | None:

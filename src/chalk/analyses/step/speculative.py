@@ -25,7 +25,8 @@ from chalk.specs.workload import positive
 ASSUMPTIONS = (
     "verification = a decode step at batch B*(k+1) for compute and weights; KV read once per sequence",
     "draft by MTP heads: one transformer block per draft token, ~1/num_layers of a step each",
-    "acceptance independent per draft token; the first rejection ends the run",
+    "each further draft accepted at decay x the rate of the one before (1: independently at one rate); the first "
+    "rejection ends the run",
 )
 
 
@@ -35,6 +36,8 @@ class SpeculativeResult:
 
     draft_tokens: int
     acceptance: float
+    #: the factor each further draft's acceptance falls by (1: every draft at `acceptance`)
+    acceptance_decay: float
     batch: object
     context: object
     tokens_per_step: float
@@ -79,12 +82,14 @@ class SpeculativeBreakeven:
         return {k: _jsonable(v) for k, v in asdict(self).items()}
 
 
-def _validate(draft_tokens, acceptance) -> tuple[int, float]:
+def _validate(draft_tokens, acceptance, decay=1.0) -> tuple[int, float, float]:
     k = int(positive("draft tokens", draft_tokens, integer=True, scalar=True))
-    a = float(acceptance)
+    a, d = float(acceptance), float(decay)
     if not (np.isfinite(a) and 0.0 <= a <= 1.0):
         raise InputError(f"acceptance must be in [0, 1], got {acceptance!r}")
-    return k, a
+    if not (np.isfinite(d) and 0.0 < d <= 1.0):
+        raise InputError(f"acceptance decay must be in (0, 1], got {decay!r}")
+    return k, a, d
 
 
 def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: int, acceptance: float,
@@ -92,8 +97,9 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
                          ideal: bool = False, *, efficiency: Efficiency | None = None, refined: bool | None = None,
                          sparse_law: str | None = None, draft_layers: float = 1.0, layout=None,
                          aggregate: bool | None = None, eplb: str | None = None,
-                         engine=None) -> SpeculativeResult:
-    """Speculative decoding with `draft_tokens` drafts at `acceptance`, against the plain decode `result`.
+                         engine=None, decay: float = 1.0) -> SpeculativeResult:
+    """Speculative decoding with `draft_tokens` drafts, the first accepted at `acceptance` and each further one at
+    `decay` times the rate of the one before, against the plain decode `result`.
 
     `result` is the plain step for the same model, hardware, batch and context (`chalk.estimate`); its view
     (a real layout, or the lecture's aggregate) is kept. `draft_layers` is the cost of one draft in main-model layers.
@@ -105,7 +111,7 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
 
     if result.phase != "decode":
         raise InputError("speculative decoding applies to decode steps, not prefill")
-    k, a = _validate(draft_tokens, acceptance)
+    k, a, d = _validate(draft_tokens, acceptance, decay)
     spec = as_model(model)
     system = as_system(hardware)
     B = np.asarray(result.batch, dtype=float)
@@ -136,10 +142,10 @@ def speculative_estimate(result: RooflineResult, model, hardware, draft_tokens: 
                                                           refined=refined, sparse_law=sparse_law)
     t_draft = S.mtp_draft_time_s(t_plain, k, spec.num_layers, draft_layers)
     t = t_verify + t_draft
-    e = float(S.expected_tokens_per_step(a, k))
+    e = float(S.expected_tokens_per_step(a, k, d))
     speedup = S.speculative_speedup(e, t_plain, t)
     return SpeculativeResult(
-        draft_tokens=k, acceptance=a, batch=result.batch, context=result.context, tokens_per_step=e,
+        draft_tokens=k, acceptance=a, acceptance_decay=d, batch=result.batch, context=result.context, tokens_per_step=e,
         verify_tokens=_scalar(S.verification_tokens(B, k)), verify_compute_time_s=_scalar(t_c),
         verify_weight_time_s=_scalar(t_w), verify_kv_time_s=_scalar(t_kv), verify_time_s=_scalar(t_verify),
         draft_time_s=_scalar(t_draft), step_time_s=_scalar(t), plain_step_time_s=_scalar(t_plain),
@@ -178,7 +184,7 @@ def speculative_breakeven(model, hardware, draft_tokens: int, acceptance: float,
     """
     from chalk.analyses.step.estimate import estimate as _est
 
-    k, a = _validate(draft_tokens, acceptance)
+    k, a, _ = _validate(draft_tokens, acceptance)
     context = float(positive("context", context, scalar=True))
     spec = as_model(model)
     kw = dict(chips=chips, precision=precision, kv_precision=kv_precision, ideal=ideal, aggregate=True)

@@ -97,62 +97,81 @@ def _grid(layouts: list[Layout], cap: int, points: int | None = None):
 
 @dataclass(frozen=True)
 class Speculation:
-    """Speculative decoding or MTP: `draft_tokens` drafts per step, each accepted with probability `acceptance`;
-    one draft costs `draft_layers` of the main model's layers (an MTP module is one block)."""
+    """Speculative decoding or MTP: `draft_tokens` drafts per step, the first accepted with probability `acceptance`
+    and each further one (given the ones before it) at `decay` times the rate of the one before (1: every draft at
+    `acceptance`); one draft costs `draft_layers` of the main model's layers (an MTP module is one block)."""
 
     draft_tokens: int
     acceptance: float
     draft_layers: float = 1.0
     #: where the acceptance comes from ('' where the caller gave it)
     source: str = ""
+    decay: float = 1.0
 
     def __post_init__(self):
-        k, a = self.draft_tokens, self.acceptance
+        k, a, d = self.draft_tokens, self.acceptance, self.decay
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k > 64:
             raise InputError(f"draft tokens (--mtp) must be a whole number from 1 to 64, got {k!r}")
         if not (isinstance(a, (int, float)) and np.isfinite(a) and 0 < a < 1):
             raise InputError(f"acceptance must be in (0, 1), got {a!r}")
+        if isinstance(d, bool) or not (isinstance(d, (int, float)) and np.isfinite(d) and 0 < d <= 1):
+            raise InputError(f"acceptance decay must be in (0, 1], got {d!r}")
 
     @property
     def tokens_per_step(self) -> float:
-        return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens))
+        return float(S.expected_tokens_per_step(self.acceptance, self.draft_tokens, self.decay))
 
 
-def model_speculation(model) -> Speculation | None:
-    """The model's own multi-token-prediction draft layers as a `Speculation`: one draft token per layer the
-    checkpoint ships (`ModelSpec.mtp_layers`, from config.json), each accepted at the catalog's sourced rate
-    (`ModelSpec.mtp_acceptance`); None for a model without draft layers. What `throughput` and `plan` search
-    with when not told otherwise (speculative='auto')."""
+def _catalog_speculation() -> dict:
+    from chalk.specs.catalog import package_path, read_yaml
+    from chalk.specs.validate import spec_number, spec_str
+
+    d = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
+    where = "catalog speculation.yaml"
+    return {"acceptance": spec_number(d["default_mtp_acceptance"], f"{where}: default_mtp_acceptance", maximum=1.0),
+            "source": spec_str(d["source"], f"{where}: source"),
+            "decay": spec_number(d["default_mtp_acceptance_decay"], f"{where}: default_mtp_acceptance_decay",
+                                 maximum=1.0),
+            "decay_source": spec_str(d["decay_source"], f"{where}: decay_source")}
+
+
+def model_speculation(model, draft_tokens: int | None = None) -> Speculation | None:
+    """The model's own multi-token-prediction draft layers as a `Speculation`: `draft_tokens` drafts (default one per
+    layer the checkpoint ships, `ModelSpec.mtp_layers` from config.json), the first accepted at the catalog's sourced
+    rate (`ModelSpec.mtp_acceptance`) and each further one at its sourced fall per draft (`mtp_acceptance_decay`),
+    the catalog's speculation.yaml defaults where the model states none; None for a model without draft layers. What
+    `throughput` and `plan` search with when not told otherwise (speculative='auto')."""
     m = as_model(model)
     if m.mtp_layers <= 0:
         return None
-    acc, src = m.mtp_acceptance, m.mtp_acceptance_source
-    if acc is None:  # no stated rate for this model: the catalog's sourced default
-        from chalk.specs.catalog import package_path, read_yaml
-        from chalk.specs.validate import spec_number, spec_str
+    acc, src, dec, dsrc = m.mtp_acceptance, m.mtp_acceptance_source, m.mtp_acceptance_decay, \
+        m.mtp_acceptance_decay_source
+    if acc is None or dec is None:  # no stated figure for this model: the catalog's sourced default
+        cat = _catalog_speculation()
+        lead = "chalk default for draft layers without a stated "
+        if acc is None:
+            acc, src = cat["acceptance"], lead + "rate: " + cat["source"]
+        if dec is None:
+            dec, dsrc = cat["decay"], lead + "fall per draft: " + cat["decay_source"]
+    k = int(min(m.mtp_layers, 64)) if draft_tokens is None else draft_tokens
+    return Speculation(k, float(acc), draft_layers=1.0, decay=float(dec),
+                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: {src}; "
+                              f"fall per further draft: {dsrc}")
 
-        d = read_yaml(package_path("catalog", "speculation.yaml"), "catalog speculation.yaml")
-        acc = spec_number(d["default_mtp_acceptance"], "catalog speculation.yaml: default_mtp_acceptance",
-                          maximum=1.0)
-        src = "chalk default for draft layers without a stated rate: " + spec_str(d["source"],
-                                                                                   "speculation.yaml: source")
-    return Speculation(int(min(m.mtp_layers, 64)), float(acc), draft_layers=1.0,
-                       source=f"the model's own MTP layers ({m.mtp_layers} in its config); acceptance: {src}")
 
-
-def mtp_acceptance(model, acceptance=None) -> float:
-    """The per-token acceptance `--mtp K` (or `mtp=`) runs at: `acceptance` as given, else the model's own MTP draft
-    layers' sourced rate (`model_speculation`: its catalog meta.yaml, else catalog/speculation.yaml's default). A
-    model without draft layers has no sourced rate to assume: InputError (give the acceptance). One rule for the
-    CLI and the API."""
+def mtp_speculation(model, draft_tokens: int, acceptance=None) -> Speculation:
+    """What `--mtp K` (or `mtp=`) runs: K drafts at `acceptance` as given (every draft at that rate), else at the model's
+    own MTP draft layers' sourced first-draft rate and fall per further draft (`model_speculation`: its catalog
+    meta.yaml, else catalog/speculation.yaml's defaults). A model without draft layers has no sourced rate to
+    assume: InputError (give the acceptance). One rule for the CLI and the API."""
     if acceptance is not None:
-        return acceptance
-    own = model_speculation(model)
+        return Speculation(draft_tokens, acceptance)
+    own = model_speculation(model, draft_tokens)
     if own is None:
         m = as_model(model)
         raise InputError(f"{m.id} has no MTP draft layers, so chalk has no sourced acceptance rate for its drafts: "
                          "give the acceptance (--acceptance A, acceptance=A) with the draft tokens")
-    return own.acceptance
+    return own
 
 
 def resolve_speculation(speculative, model) -> Speculation | None:
@@ -996,7 +1015,7 @@ def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) ->
     plain = ok & ~ev["speculative"]
     best_plain = float(np.max(np.where(plain, per_gpu, -np.inf))) if np.any(plain) else None
     return {"used": used, "draft_tokens": spec.draft_tokens, "acceptance": spec.acceptance,
-            "tokens_per_step": spec.tokens_per_step, "source": spec.source or "given",
+            "acceptance_decay": spec.decay, "tokens_per_step": spec.tokens_per_step, "source": spec.source or "given",
             "best_plain_output_tokens_per_s_per_gpu": best_plain,
             "gain_vs_plain": (float(per_gpu[i]) / best_plain) if best_plain else None}
 
@@ -1331,7 +1350,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
            "engine": eng.id if eng is not None else None, "efficiency": cal.label,
            "speculative": None if speculative is None else {
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
-               "tokens_per_step": e},
+               "acceptance_decay": speculative.decay, "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
            "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
            + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: the scheduler "
