@@ -17,7 +17,7 @@ RESULTS_OPT = typer.Option(None, "--results", help="With --portfolio: JSON-lines
 RESUME_OPT = typer.Option(False, "--resume", help="With --portfolio: reuse the candidates already in --results, "
                           "evaluate only the rest.")
 RAY_OPT = typer.Option(False, "--ray", help="Run candidates as Ray tasks: a local Ray started for the run (or the "
-                       "cluster at $RAY_ADDRESS). Needs pip install 'chalk[ray]'.")
+                       "cluster at $RAY_ADDRESS). Needs pip install 'chalk\\[ray]'.")
 RAY_ADDRESS_OPT = typer.Option(None, "--ray-address", help="Run candidates on the Ray cluster at this address "
                                "(host:port, ray://host:port or auto).")
 WORKERS_OPT = typer.Option(None, "--workers", help="With --portfolio: local processes (or local Ray CPUs with "

@@ -373,7 +373,7 @@ def calibrate(
                                     "leave-one-family-out cross-validation."),
     workers: Optional[int] = WORKERS_OPT,
     ray: bool = typer.Option(False, "--ray", help="Answer the rows on Ray actors: a local Ray (or $RAY_ADDRESS); the "
-                             "same fit and range. Needs pip install 'chalk[ray]'."),
+                             "same fit and range. Needs pip install 'chalk\\[ray]'."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster to answer the rows on."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
@@ -503,7 +503,7 @@ def validate(
                             "predicted by a fit that never saw it (a minute or more)."),
     workers: Optional[int] = WORKERS_OPT,
     ray: bool = typer.Option(False, "--ray", help="With --cv: answer the rows on Ray actors, a local Ray (or "
-                             "$RAY_ADDRESS); the same figures. Needs pip install 'chalk[ray]'."),
+                             "$RAY_ADDRESS); the same figures. Needs pip install 'chalk\\[ray]'."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --cv: the Ray cluster to use."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
