@@ -236,8 +236,8 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             f"flight per replica (cap {num(b['max_concurrency_per_replica'])}), capacity "
             f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica, headroom {pct(b['headroom'])}; "
             f"{b['precision']} weights, {b['kv_precision']} KV"
-            + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step)"
-               if b["speculative"] else ""))
+            + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step, "
+               f"{num(b['speculative']['tokens_per_step'])} tokens per step emitted)" if b["speculative"] else ""))
     for k, v in energy_rows(b.get("energy")):
         c.print(f"  {k}: {v}")
     for o in r["options"]:
