@@ -10,9 +10,9 @@ import typer
 from typer.core import TyperGroup
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, speculation_for, acceptance_text,
-                                    console, emit_json, fail, num, out_file, pct, seconds, si, table, usd, whole,
-                                    write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, acceptance_text,
+                                    console, emit_json, fail, num, out_file, pct, seconds, si, speculation_for, table,
+                                    usd, whole, write_plot)
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
@@ -191,9 +191,9 @@ def estimate(
         from chalk.analyses.step.speculative import speculative_estimate
 
         spec = speculative_estimate(r, model=model, hardware=hardware, draft_tokens=mtp, acceptance=drafts.acceptance,
-                                    decay=drafts.decay,
-                                    chips=gpus, precision=precision, kv_precision=r.kv_precision, ideal=ideal,
-                                    layout=r.layout, aggregate=r.view == "aggregate", eplb=eplb, engine=engine)
+                                    decay=drafts.decay, chips=gpus, precision=precision, kv_precision=r.kv_precision,
+                                    ideal=ideal, layout=r.layout, aggregate=r.view == "aggregate", eplb=eplb,
+                                    engine=engine)
     write_plot("latency-vs-batch", plot, model=model, hardware=hardware, context=context, chips=gpus,
                 precision=precision, kv_precision=r.kv_precision, ideal=ideal)
     if as_json:
@@ -257,7 +257,8 @@ def estimate(
     if getattr(r, "kernels", None):
         rows.append(("kernel tables", r.kernels))
     if spec is not None:
-        rows.append((f"with {mtp} draft token{'s' if mtp != 1 else ''} at acceptance {acceptance_text(drafts.acceptance, drafts.decay)}",
+        rows.append((f"with {mtp} draft token{'s' if mtp != 1 else ''} at acceptance "
+                     f"{acceptance_text(drafts.acceptance, drafts.decay)}",
                      f"{num(spec.tokens_per_step)} tokens/step, {num(spec.user_tokens_per_s)} tokens/s per user, "
                      f"{usd(spec.cost_per_mtok_usd)} per M tokens"))
     for k, v in rows:

@@ -85,8 +85,10 @@ PRECISION_OPT = typer.Option(None, "--precision", "-p", help="Weights/compute pr
 KV_PRECISION_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = fp8 when weights run at "
                                 "8 bits or fewer, else bf16.")
 
-ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help="Per-token draft acceptance rate with --mtp (default: the "
-                              "model's own MTP layers' sourced rate; a model without draft layers needs it).")
+ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help="Per-token draft acceptance rate with --mtp, the same for "
+                              "every draft (default: the model's own MTP layers' sourced rate for the first draft, "
+                              "falling by their sourced factor per further draft; a model without draft layers needs "
+                              "it).")
 
 
 def speculation_for(mtp, acceptance, speculative=None, model=None):

@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, speculation_for, acceptance_text, console,
-                                    busy, deprecated, duration, emit_json, fail, length, num, out_file, pct, progress,
-                                    seconds, si, table, usd, write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_text, busy,
+                                    console, deprecated, duration, emit_json, fail, length, num, out_file, pct,
+                                    progress, seconds, si, speculation_for, table, usd, write_plot)
 from chalk.faces.fmt import header, rate
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")

@@ -160,9 +160,9 @@ def model_speculation(model, draft_tokens: int | None = None) -> Speculation | N
 
 
 def mtp_speculation(model, draft_tokens: int, acceptance=None) -> Speculation:
-    """What `--mtp K` (or `mtp=`) runs: K drafts at `acceptance` as given (every draft at that rate), else at the model's
-    own MTP draft layers' sourced first-draft rate and fall per further draft (`model_speculation`: its catalog
-    meta.yaml, else catalog/speculation.yaml's defaults). A model without draft layers has no sourced rate to
+    """What `--mtp K` (or `mtp=`) runs: K drafts at `acceptance` as given (every draft at that rate), else at the
+    model's own MTP draft layers' sourced first-draft rate and fall per further draft (`model_speculation`: its
+    catalog meta.yaml, else catalog/speculation.yaml's defaults). A model without draft layers has no sourced rate to
     assume: InputError (give the acceptance). One rule for the CLI and the API."""
     if acceptance is not None:
         return Speculation(draft_tokens, acceptance)
