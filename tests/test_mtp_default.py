@@ -63,3 +63,19 @@ def test_a_model_without_draft_layers_needs_the_rate():
     p = _cli("estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--mtp", "2")
     assert p.returncode == 2 and "no MTP draft layers" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert _cli("estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--mtp", "2", "--acceptance", "0.6").returncode == 0
+
+
+def test_every_door_emits_the_same_tokens_per_step():
+    # estimate, throughput and plan run --mtp 3 at one rule: the model's first-draft rate falling per further draft
+    want = mtp_speculation("deepseek-r1", 3).tokens_per_step
+    assert want == pytest.approx(2.8413, abs=1e-4)  # 1 + 0.85 + 0.85^2 x 0.85 + 0.85^3 x 0.85^3
+    est = chalk.estimate("deepseek-r1", "b200", batch=4, context=2048, layout="tp=8,ep=8", mtp=3)
+    thr = chalk.throughput("deepseek-r1", "b200", layout="tp=8,ep=8", concurrency=4, input_len=1024,
+                           output_len=1024, mtp=3)
+    p = _cli("throughput", "-m", "deepseek-r1", "-H", "b200", "--layout", "tp=8,ep=8", "--concurrency", "4",
+             "--input-len", "1024", "--output-len", "1024", "--mtp", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    cli = json.loads(p.stdout)["speculative"]
+    assert est.speculative.tokens_per_step == pytest.approx(want, rel=1e-12)
+    assert thr["speculative"]["tokens_per_step"] == pytest.approx(want, rel=1e-12)
+    assert cli["tokens_per_step"] == pytest.approx(want, rel=1e-12) and cli["acceptance_decay"] == 0.85
