@@ -93,7 +93,6 @@ def plan(
     """The cheapest deployment per chip that serves a demand within latency targets, checked in a replay:
     layout, replicas, GPUs, $/hour, and the launch commands."""
     from chalk.analyses.planning.plan import plan as run
-    from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
 
     if portfolio is not None:  # several models on one fleet: chalk.faces.cli_portfolio

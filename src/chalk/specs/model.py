@@ -196,9 +196,9 @@ def _mtp(cfg: dict, meta: dict, where: str) -> dict:
     if n == 0:
         return {}
     out = {"mtp_layers": n}
-    for key, maximum in (("mtp_acceptance", 1.0), ("mtp_acceptance_decay", 1.0)):
+    for key in ("mtp_acceptance", "mtp_acceptance_decay"):
         if meta.get(key) is not None:
-            v = spec_number(meta[key], f"{where}: meta {key}", maximum=maximum)
+            v = spec_number(meta[key], f"{where}: meta {key}", maximum=1.0)
             src = spec_str(meta.get(key + "_source"), f"{where}: meta {key}_source")
             if not src:
                 raise SpecError(f"{where}: meta {key} needs {key}_source (where the figure comes from)")

@@ -20,6 +20,7 @@ from functools import lru_cache, partial
 
 
 from chalk.analyses.step.calibration import calibration
+from chalk.analyses.step.parallel import engine_overhead_s
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
                                             default_chunk_tokens, fixed_deployment, prefill_piece,
@@ -334,7 +335,7 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     op = s["op"]
     B = max(float(op["decoding_per_replica"]), 1.0)
     e = s["speculative"].tokens_per_step if s["speculative"] is not None else 1.0
-    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    ovh = engine_overhead_s(eng, cal)
     pf = 0.0 if s["mode"] == "disaggregated" else B * e * I / O  # prompt tokens per step, on average
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step

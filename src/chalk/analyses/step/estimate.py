@@ -540,14 +540,13 @@ def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, prec
     """What timing a step under `engine` (a name such as 'vllm@0.6', or a profile) changes, as `throughput` applies
     it: the engine's kernel tables (`kernels`), its host time per step (`overhead_s`; None when ideal), its 'auto'
     KV precision (`kv_precision`), the calibration labelled with its profile (`cal`) and its name (`engine`)."""
-    from chalk.analyses.step.parallel import default_kernels
+    from chalk.analyses.step.parallel import engine_kernels, engine_overhead_s
     from chalk.specs.engine import load_engine
 
     eng = (load_engine(engine) if isinstance(engine, str) else engine).for_gpu(system.chip.hbm_bytes,
                                                                                  chip=system.chip.id)
     ideal = cal.label == "ideal"
-    return {"kernels": default_kernels(system.chip, cal, eng.kernel_framework, eng.kernel_version),
-            "overhead_s": None if ideal else eng.step_overhead_s,
+    return {"kernels": engine_kernels(system.chip, cal, eng), "overhead_s": engine_overhead_s(eng, cal),
             "kv_precision": eng.kv_precision(kv_precision, model, precision),
             "cal": cal if ideal else dataclasses.replace(cal, label=f"{cal.label}, {eng.id} {eng.version} profile"),
             "engine": f"{eng.id} {eng.release}"}

@@ -343,6 +343,18 @@ def default_kernels(chip, cal: Calibration, framework: str | None = None, versio
     return kernel_profile(chip, framework, version)
 
 
+def engine_kernels(chip, cal: Calibration, engine=None):
+    """`default_kernels` for `engine`'s framework and release (an engine profile; None: chalk's main tables)."""
+    return default_kernels(chip, cal, getattr(engine, "kernel_framework", None),
+                           getattr(engine, "kernel_version", None))
+
+
+def engine_overhead_s(engine, cal: Calibration) -> float | None:
+    """The host time per step `engine` runs with (its profile's `step_overhead_s`); None without an engine or under
+    the ideal calibration (the calibration's own overhead applies)."""
+    return getattr(engine, "step_overhead_s", None) if engine is not None and cal.label != "ideal" else None
+
+
 def kernel_provenance(kernels, model=None) -> dict:
     """{'kernels': which framework and version the kernel tables come from (one line), 'notes': [...]} for the
     families `model` uses (all when None); {'kernels': 'roofline (no kernel tables)', 'notes': []} without

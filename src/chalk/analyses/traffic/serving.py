@@ -19,8 +19,9 @@ import numpy as np
 
 from chalk.analyses.step.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.records.claims import Claim
-from chalk.analyses.step.parallel import (Layout, check_reach, default_kernels, domains_to_hold, enumerate_layouts,
-                                     kernel_provenance, layout_arrays, memory_per_chip, stage_step, step_costs)
+from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, engine_kernels, engine_overhead_s,
+                                     enumerate_layouts, kernel_provenance, layout_arrays, memory_per_chip, stage_step,
+                                     step_costs)
 from chalk.analyses.records.results import ServingResult
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
@@ -372,16 +373,14 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
     o2 = float(do.second_moment) if do is not None and hasattr(do, "second_moment") else O * O
     L = I + o2 / (2 * O)
-    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
-                           getattr(eng, "kernel_version", None))
+    kern = engine_kernels(system.chip, cal, eng)
     return m, system, I, O, L, F, cal, eng, costs, kern
 
 
 def _kernel_answer(res: dict, system, cal, eng, m) -> None:
     """Say in an answer which engine release it models and which framework version its kernel tables come from
     (`kernels`, `engine_release`; a note where the tables are another version's or framework's than asked)."""
-    kern = default_kernels(system.chip, cal, getattr(eng, "kernel_framework", None),
-                           getattr(eng, "kernel_version", None))
+    kern = engine_kernels(system.chip, cal, eng)
     kp = kernel_provenance(kern, m)
     res["kernels"] = kp["kernels"]
     res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
@@ -572,7 +571,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     _check_fit(m, costs, system, cal, sizes, layouts)
     g = _grid(layouts, cal.max_seqs_per_scheduler)
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
-    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    ovh = engine_overhead_s(eng, cal)
     chunk = _chunk(eng, max_tokens)
     kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False)
     ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
@@ -1120,7 +1119,7 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
         raise FitError(f"not one sequence of {L:.0f} tokens fits beside the weights on {lay.label()}")
     q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
     Ip = I * (1 - F)
-    ovh = getattr(eng, "step_overhead_s", None) if eng is not None and cal.label != "ideal" else None
+    ovh = engine_overhead_s(eng, cal)
     chunk = _chunk(eng, max_tokens)
     piece = prefill_piece(Ip, chunk)
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
