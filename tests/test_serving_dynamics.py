@@ -270,7 +270,7 @@ def test_estimate_with_an_engine_times_its_kernels_and_host_time():
 
 def test_one_deployment_answers_alike_through_every_door():
     """`throughput --layout --concurrency`, `simulate --concurrency` (CLI and API) replay the same closed loop:
-    TTFT and TPOT, mean and p99, and throughput agree within 2%."""
+    TTFT and TPOT, mean, median and p99, and throughput agree within 2%."""
     import json
     import subprocess
     import sys
@@ -287,6 +287,7 @@ def test_one_deployment_answers_alike_through_every_door():
                                      "--layout", "tp=8", "--concurrency", "64", "--input-len", "2000", "--output-len",
                                      "500", "--json"], capture_output=True, text=True, check=True).stdout)
     pairs = [(f["ttft_s"], s.mean_ttft_s, cli["mean_ttft_s"]), (f["ttft_p99_s"], s.ttft_p99_s, cli["ttft_p99_s"]),
+             (f["ttft_p50_s"], s.ttft_p50_s, cli["ttft_p50_s"]), (f["tpot_p50_s"], s.tpot_p50_s, cli["tpot_p50_s"]),
              (f["tpot_s"], s.mean_tpot_s, cli["mean_tpot_s"]), (f["tpot_p99_s"], s.tpot_p99_s, cli["tpot_p99_s"]),
              (f["output_tokens_per_s_per_gpu"] * f["gpus"], s.output_tokens_per_s, cli["output_tokens_per_s"])]
     for a, b, c in pairs:

@@ -467,8 +467,10 @@ def _print_fixed(c, r, system):
     rows = [("output throughput", f"{num(r['output_tokens_per_s_per_gpu'])} tokens/s per GPU "
                                   f"(range {num(lo)} - {num(hi)})"),
             ("input throughput", f"{num(r['input_tokens_per_s_per_gpu'])} tokens/s per GPU"),
-            ("time per output token, mean / p99", f"{seconds(r['tpot_s'])} / {seconds(r['tpot_p99_s'])}"),
-            ("time to first token, mean / p99", f"{seconds(r['ttft_s'])} / {seconds(r['ttft_p99_s'])}"),
+            ("time per output token mean/p50/p99",
+             f"{seconds(r['tpot_s'])} / {seconds(r['tpot_p50_s'])} / {seconds(r['tpot_p99_s'])}"),
+            ("time to first token mean/p50/p99",
+             f"{seconds(r['ttft_s'])} / {seconds(r['ttft_p50_s'])} / {seconds(r['ttft_p99_s'])}"),
             ("per user", rate(r["user_tokens_per_s"], "tokens/s", "user")),
             *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
                                     r["gpus_per_replica"])

@@ -146,9 +146,9 @@ class _Kept:
 
 
 def _metric_wanted(ttft: bool):
-    from chalk.analyses.fidelity.validate import FITTED_METRICS
+    from chalk.analyses.fidelity.validate import FITTED_METRICS, TTFT_METRICS
 
-    return lambda r: r.metric in FITTED_METRICS or (ttft and r.metric == "ttft_s")
+    return lambda r: r.metric in FITTED_METRICS or (ttft and r.metric in TTFT_METRICS)
 
 
 class Answers:

@@ -41,6 +41,10 @@ FIXED_ERROR_BOUND = 0.15
 #: Metrics in the headline figures and in the calibration's objective; TTFT rows are reported as their own group.
 FITTED_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "user_tokens_per_s")
 
+#: Time-to-first-token metrics: the mean over the requests of the source's run and, where the source gives it, the
+#: median (`ttft_p50_s`); the per-request latency (`request_latency_s`) is fitted on these rows alone.
+TTFT_METRICS = ("ttft_s", "ttft_p50_s")
+
 #: Rows with this id prefix (MLPerf Inference Offline results) were held out of the last calibration refit.
 HELD_OUT_PREFIX = "mlperf"
 
@@ -266,7 +270,7 @@ def point(row: Row, engines: bool = True) -> tuple:
     if row.kind == "fixed" and row.concurrency:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, *_row_lengths(row),
                 row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
-                _decode_gpus(row) if row.disaggregated else None, row.metric == "ttft_s" and not row.num_prompts,
+                _decode_gpus(row) if row.disaggregated else None, row.metric in TTFT_METRICS and not row.num_prompts,
                 row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None)
     if row.kind == "search":
         lay = _layout(row)
@@ -385,7 +389,8 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
               "fixed_throughput": lambda o: o["kind"] == "fixed" and o["metric"] == "output_tokens_per_s_per_gpu",
               "fixed_tpot": lambda o: o["kind"] == "fixed" and o["metric"] == "tpot_s",
               "ttft": lambda o: o["metric"] == "ttft_s",
-              # issue 23's figure: the latencies of the rows that state a deployment's concurrency
+              "ttft_p50": lambda o: o["metric"] == "ttft_p50_s",
+              # issue 23's figure: the latencies of the rows that state a deployment's concurrency (mean TTFT and TPOT)
               "fixed_latency": lambda o: o["kind"] == "fixed" and o["metric"] in ("ttft_s", "tpot_s")}
     by_group = {}
     for g, pick in groups.items():

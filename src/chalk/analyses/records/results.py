@@ -29,8 +29,9 @@ class ServingResult(Result):
     Keys: output_tokens_per_s_per_gpu, input_tokens_per_s_per_gpu, user_tokens_per_s, ttft_s, tpot_s (s),
     concurrency, gpus, parallelism {tp, ep, pp, dp, attn_dp}, layout, mode ('aggregated' | 'disaggregated' |
     'fixed'), batch_per_replica, cost_per_mtok_output_usd (all GPU time), cost_per_mtok_output_decode_share_usd,
-    cost_per_mtok_input_prefill_share_usd, range, step, modes, speculative, notes; fixed mode adds ttft_p99_s,
-    tpot_p99_s, replicas, concurrency_per_replica, decoding_per_replica. Through the API: energy
+    cost_per_mtok_input_prefill_share_usd, range, step, modes, speculative, notes; fixed mode adds ttft_p50_s,
+    ttft_p99_s, tpot_p50_s, tpot_p99_s (the closed form's requests are alike: its p50s are its means), replicas,
+    concurrency_per_replica, decoding_per_replica. Through the API: energy
     (`chalk.analyses.economics.energy.Energy` as a dict: joules_per_token, power_w_per_gpu, power_w_per_fleet,
     kwh_per_day, electricity_usd_per_mtok, electricity_share_of_cost, ...).
     `.to_frame()`: one row, the scalar keys (parallelism and energy flattened); `attrs` hold model and hardware.

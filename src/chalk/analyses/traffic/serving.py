@@ -1311,6 +1311,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     out_gpu = X * O * R / gpus
     ttft_p99 = float(_ttft_p99_closed(fx, np.array([ttft0]), np.array([waiting]), np.array([X]))[0])
     tpot_p99 = max(tpot_chunk, tpot)
+    ttft_p50 = tpot_p50 = None  # the closed form's requests are all alike: its medians are its means (below)
     window = sim = None
     if simulate and not disagg and speculative is None:
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
@@ -1324,6 +1325,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         out_gpu = float(sim.output_tokens_per_s) * R / gpus
         tpot, ttft = float(sim.mean_tpot_s), float(sim.mean_ttft_s)  # TTFT on the client's clock: holds `lat`
         ttft_p99, tpot_p99 = float(sim.ttft_p99_s), float(sim.tpot_p99_s)
+        ttft_p50, tpot_p50 = float(sim.ttft_p50_s), float(sim.tpot_p50_s)
         waiting = max(Nr - float(sim.mean_concurrency) - X * lat, 0.0)
         window = sim.latency_window
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
@@ -1342,6 +1344,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
            "decoding_per_replica": B, "batch_cap_per_replica": cap,
            "output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": out_gpu * I / O,
            "ttft_s": ttft, "tpot_s": tpot, "user_tokens_per_s": 1 / tpot,
+           "ttft_p50_s": ttft if ttft_p50 is None else ttft_p50, "tpot_p50_s": tpot if tpot_p50 is None else tpot_p50,
            "ttft_p99_s": ttft_p99, "tpot_p99_s": tpot_p99, "latency_source": latency_source,
            "latency_window": window, "mean_step": None if disagg else _mean_step(
                costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim),
