@@ -70,10 +70,8 @@ class Layout:
         s = f"TP{self.tp}"
         if self.moe and self.attn_dp > 1:
             s = f"DP-attn{self.attn_dp}" + (f"xTP{self.tp}" if self.tp > 1 else "") + f" EP{self.ep}"
-        elif self.moe and self.etp > 1:
+        elif self.moe and self.ep > 1:  # the experts spread over the TP ranks (each GPU holds 1/ep of them)
             s += f" EP{self.ep}"
-        elif self.moe and self.ep > 1:
-            s += f" (experts TP-sharded x{self.ep})"
         if self.etp > 1:
             s += f" ETP{self.etp}"
         if self.pp > 1:
@@ -128,9 +126,11 @@ class ModelCosts:
         return self.sizes.model
 
     def expert_read_bytes(self, tokens):
-        """Routed-expert bytes a step over `tokens` tokens reads (expected distinct experts)."""
+        """Routed-expert bytes a step over `tokens` tokens reads (expected distinct experts), at the precisions
+        `dense_read_bytes` was read at: the checkpoint's own mix (`own_mix`, e.g. MXFP4 experts beside BF16
+        attention) or every weight at `precision`."""
         t = np.asarray(tokens, dtype=float)
-        return self.sizes.weight_bytes_read(t, self.precision) - self.dense_read_bytes
+        return self.sizes.weight_bytes_read(t, None if self.own_mix else self.precision) - self.dense_read_bytes
 
     def attention_flops(self, context):
         return self.sizes.attention_flops_per_token(context)
@@ -437,8 +437,9 @@ def pipeline_analysis(model: ModelSpec, system: System, precision: str | None = 
     microbatches = count("micro-batches", microbatches)
     cal = calibration(ideal)
     costs = step_costs(model, system, precision, kv_precision)[2]
-    tp = count("tp", tp, MAX_GPUS) if tp is not None else max(t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
-                   and (model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0))
+    tp = count("tp", tp, MAX_GPUS) if tp is not None else max(
+        t for t in _pow2_upto(min(system.chips, model.num_heads, 8)) if model.num_heads % t == 0
+        and (model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0))
     moe = model.is_moe
     rows = []
     reach = system.chips if system.chip.scaleout_bandwidth_bytes_per_s <= 0 else float("inf")
