@@ -35,7 +35,7 @@ def test_fixed_row_maps_concurrency_per_dp_rank(cp):
     assert why == ""
     assert q["kwargs"]["system_name"] == "b200_sxm" and q["kwargs"]["backend_name"] == "sglang"
     assert q["kwargs"]["gemm_quant_mode"] == "fp8_block" and q["kwargs"]["kvcache_quant_mode"] == "fp8"
-    assert q["layouts"] == [(8, 1, 1, 8, 1)]  # experts TP-sharded x8, as chalk reads a TP8 row without ep
+    assert q["layouts"] == [(8, 1, 1, 8, 1)]  # EP8 over the 8 TP ranks: a TP8 row without ep
     assert q["batch"] == 64
     dp_rows = [x for x in load_rows() if x.kind == "fixed" and (x.attn_dp or 1) > 1 and not x.disaggregated
                and x.hardware in cp.PEER_SYSTEM and x.concurrency]

@@ -84,7 +84,7 @@ def test_etp_layout_text():
     assert (lay.ep, lay.etp, lay.replica_gpus) == (4, 2, 8)
     assert lay.label() == "DP-attn8 EP4 ETP2" and lay.to_dict()["etp"] == 2
     assert make_layout(R1, "tp=8,ep=4,etp=2").ep == 4
-    assert make_layout(R1, "tp=8").label() == "TP8 (experts TP-sharded x8)"  # the default, as before
+    assert make_layout(R1, "tp=8").label() == "TP8 EP8"  # the default: experts spread over the TP ranks
     for bad in ("tp=8,etp=3", "tp=8,ep=8,etp=2", "tp=1,attn_dp=8,ep=4"):
         with pytest.raises(InputError):
             make_layout(R1, bad)

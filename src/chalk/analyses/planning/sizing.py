@@ -70,7 +70,7 @@ def _layout_text(par: dict) -> str:
 
 
 def _one_replica(label: str) -> str:
-    """A layout's label without its replica count (' x4 replicas'; 'TP8 (experts TP-sharded x8)' keeps its x8)."""
+    """A layout's label without its replica count (' x4 replicas'; 'TP8 EP8 x4 replicas' -> 'TP8 EP8')."""
     return re.sub(r" x\d+ replicas$", "", label)
 
 

@@ -172,7 +172,7 @@ def expert_slowdown(m, tokens, attn_dp, ep, cal: Calibration):
         return np.ones_like(flt(tokens)) if m.is_moe else 1.0
     copies = flt(tokens) * m.experts_per_token  # routed token copies in the step
     eta = MOE.grouped_gemm_efficiency(copies / max(m.num_experts, 1), cal.moe_gemm_half_tokens)
-    bins = where(flt(attn_dp) > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+    bins = where(flt(attn_dp) > 1, ep, 1.0)  # TP attention (no attention DP): every chip sees every token
     imbalance = MOE.max_load_factor(copies, bins) if cal.moe_load_imbalance else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         return where(eta > 0, imbalance / maximum(eta, 1e-300), 1.0)
@@ -306,8 +306,8 @@ class _Stage:
 
         def t(balanced):
             return flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size / self.etp, m.num_experts,
-                                     m.experts_per_token, self.ep, self.tm.expert_dtype, weight_precision=self.moe_weight_precision,
-                                     balanced=balanced))
+                                     m.experts_per_token, self.ep, self.tm.expert_dtype,
+                                     weight_precision=self.moe_weight_precision, balanced=balanced))
         if every(self.eplb) or not some(self.eplb):
             return t(every(self.eplb))
         return where(self.eplb, t(True), t(False))
@@ -410,7 +410,7 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
         copies = T_stage * m.experts_per_token           # routed token copies through one MoE layer of the stage
         f_exp = copies * 2 * sz.params_per_expert * n_moe / (tp * a)
         by_exp = costs.expert_read_bytes(T_stage) / (ep * st.etp * pp)
-        bins = where(a > 1, ep, 1.0)  # TP-sharded experts: every chip sees every token
+        bins = where(a > 1, ep, 1.0)  # TP attention (no attention DP): every chip sees every token
         imbalance = MOE.max_load_factor(copies, bins) if (cal.moe_load_imbalance and not ideal) else 1.0
         t_m = by_exp / tm.hbm
         if kp is not None:
