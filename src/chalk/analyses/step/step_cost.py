@@ -82,8 +82,15 @@ class StepCost:
         step carrying that chunk are both exact.
 
         Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + (T(B, L, c0) - T0) / c0 * c,
-                 T0 = T(B, L, 0), written on the StepCost's compute line with peak 1 (its coefficients are
-                 seconds); T is the token step (PP stage steps). c0 = 0: the secant over one prompt.
+                 T0 = T(B, L, 0); T is the token step (PP stage steps). c0 = 0: the secant over one prompt.
+        Written on the StepCost's compute line (peak 1: its coefficients are seconds) where a prompt token costs no
+        more than a decoding sequence, else on its memory line (bandwidth 1), whose decode term
+        (`kv_read_bytes_per_sequence`) and prompt term (`kv_write_bytes_per_token`) are apart: the compute line's one
+        per-token coefficient serves both, so where a prompt token costs more (always under attention DP: one rank
+        prefills while every rank decodes its own sequences) it charged each decoding sequence a prompt token's
+        price, ~7x the step model's slope for DeepSeek-R1 on DEP32, and its fixed time went negative (clamped:
+        away from the reference batch a decode step took microseconds). Where the tangent's fixed time would fall
+        below zero (a step curving up at `batch`), the decode slope is lowered so the reference step stays exact.
         """
         from chalk.analyses.step.calibration import calibration
         from chalk.analyses.step.estimate import make_layout
@@ -114,16 +121,23 @@ class StepCost:
         d_ctx = max((T(B, L + dl, 0.0) - T(B, max(L - dl, 1.0), 0.0)) / (L + dl - max(L - dl, 1.0)) / B, 0.0)
         dc = c0 if c0 > 0 else I
         d_tok = max((T(B, L, dc) - t0) / dc, 0.0)
-        per_seq = max(d_seq - d_ctx * L - d_tok, 0.0)  # a decoding sequence's token is counted in `tokens` too
-        ovh = max(t0 - (d_tok * B + per_seq * B + d_ctx * B * L), 0.0)
+        d_ctx = min(d_ctx, t0 / (B * L))  # the reference step's context alone never outlasts it
+        per_seq = min(max(d_seq - d_ctx * L, 0.0), (t0 - d_ctx * B * L) / B)  # the tangent, within the step
+        fixed = t0 - (per_seq * B + d_ctx * B * L)
         w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
         usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
         seqs = max(float(usable - w), 0.0) / float(kv1) * lay.attn_dp * lay.pp if float(kv1) > 0 else math.inf
-        return cls(flops_per_token=d_tok, attn_flops_per_context_token=d_ctx, attn_flops_per_sequence=per_seq,
-                   prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0, weight_dense_bytes=0.0,
-                   expert_bytes_all=0.0, log1m_expert_fraction=0.0, kv_read_bytes_per_context_token=0.0,
-                   kv_read_bytes_per_sequence=0.0, kv_write_bytes_per_token=0.0, bandwidth_bytes_per_s=1.0,
-                   overhead_s=max(ovh, 1e-9), kv_capacity_tokens=seqs * L,
+        if d_tok <= per_seq:  # the compute line: a decoding sequence's token is counted in `tokens` too
+            lines = dict(flops_per_token=d_tok, attn_flops_per_context_token=d_ctx,
+                         attn_flops_per_sequence=per_seq - d_tok, kv_read_bytes_per_context_token=0.0,
+                         kv_read_bytes_per_sequence=0.0, kv_write_bytes_per_token=0.0)
+        else:  # the memory line: decode and prompt terms apart
+            lines = dict(flops_per_token=0.0, attn_flops_per_context_token=0.0, attn_flops_per_sequence=0.0,
+                         kv_read_bytes_per_context_token=d_ctx, kv_read_bytes_per_sequence=per_seq,
+                         kv_write_bytes_per_token=d_tok)
+        return cls(**lines, prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0, weight_dense_bytes=0.0,
+                   expert_bytes_all=0.0, log1m_expert_fraction=0.0, bandwidth_bytes_per_s=1.0,
+                   overhead_s=max(fixed, 1e-9), kv_capacity_tokens=seqs * L,
                    label=f"{model.id} on {lay.label()} of {system.chip.id} ({costs.precision}, KV {kvp}; step model "
                          f"tangent at {B:.0f} sequences of {L:.0f} tokens, {cal.label})")
 
