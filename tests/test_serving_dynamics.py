@@ -459,3 +459,32 @@ def test_mode_all_keeps_to_the_gpus_given():
     assert auto["gpus"] == 4 and auto["mode_search"]["chosen"] == "aggregated"
     assert f"need {dis['gpus']} GPUs" in auto["mode_search"]["disaggregated"]["error"]
     assert any("disaggregated serving does not" in n for n in auto["notes"])
+
+
+@pytest.mark.parametrize("concurrency", [2_000, 20_000, 100_000])
+def test_littles_law_holds_far_above_the_cap(concurrency):
+    """A fixed deployment with many times its cap in flight (llama-3.1-8b on one H100 runs ~190 at 2000 in / 200
+    out; the rest queue): in flight = throughput x time in system, within 2%. The replay used to stop at 20,000
+    requests whatever the seats, so 100,000 seats were all sent at t = 0 and the run never left its warm-up (TTFT
+    682 s where the law needs ~6,860 s); it now replays at least CLOSED_LOOP_MIN_ROUNDS rounds of the seats."""
+    from chalk.analyses.traffic.serving import CLOSED_LOOP_MIN_ROUNDS
+
+    r = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=concurrency, input_len=2000,
+                         output_len=200)
+    assert r["concurrency"] > 5 * r["batch_cap_per_replica"]
+    assert r["latency_source"].startswith("simulated closed loop")
+    assert f"({max(CLOSED_LOOP_MIN_ROUNDS * concurrency, 20_000):,} requests" in r["latency_source"]
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
+    assert x * (r["ttft_s"] + r["tpot_s"] * (r["output_len"] - 1)) == pytest.approx(concurrency, rel=0.02)
+
+
+def test_littles_law_past_a_replay_the_closed_form_answers():
+    """Past CLOSED_LOOP_MAX_SEATS per replica a replay of enough rounds would pass the simulator's memory bound: the
+    closed form answers, says so, and keeps the law."""
+    from chalk.analyses.traffic.serving import CLOSED_LOOP_MAX_SEATS
+
+    n = 2 * CLOSED_LOOP_MAX_SEATS
+    r = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=n, input_len=2000, output_len=200)
+    assert r["latency_source"].startswith("closed form (")
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
+    assert x * (r["ttft_s"] + r["tpot_s"] * (r["output_len"] - 1)) == pytest.approx(n, rel=0.02)

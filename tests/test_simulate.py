@@ -475,3 +475,53 @@ def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():
     # a number is a mean, spread as throughput's replays spread it (the same requests through every door)
     m = chalk.simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", rate=2, requests=2000, input_len=10.5, output_len=40)
     assert m.input_len_mean == pytest.approx(10.5, rel=0.1) and m.output_len_mean == pytest.approx(40, rel=0.05)
+
+
+def test_an_attention_dp_replica_s_step_cost_keeps_its_decode_slope():
+    """DeepSeek-R1 on DEP32: a prompt token (one rank prefills) costs ~7x a decoding sequence (every rank decodes its
+    own). The step cost's one per-token coefficient used to serve both, so a decode step cost 7x its slope, and at a
+    large reference batch its intercept went negative (clamped): a one-sequence step took 5 us instead of ~20 ms.
+    Now exact at its reference, a one-sequence step takes >10 ms from every reference, and the tangents from 576 to
+    the cap stay within 40% of the step model's pure decode step (each batch's own exact reference step) from 1 to
+    the cap."""
+    from chalk.analyses.traffic.serving import _fixed_setup, open_loop_step_cost
+
+    fx = _fixed_setup("deepseek-r1", "gb200-nvl72", layout="tp=1,ep=32,attn_dp=32", input_len=8000, output_len=1000)
+    costs = {b: open_loop_step_cost(fx, b) for b in (1.0, 32.0, 576.0, 5000.0, 11520.0)}
+    exact = {b: sc(b, b * fx.L) for b, sc in costs.items()}  # a pure decode step at its own reference
+    for ref, sc in costs.items():
+        assert sc.overhead_s > 1e-3 and sc(1, fx.L) > 0.01, ref
+        for b in costs:
+            if ref >= 576:
+                assert sc(b, b * fx.L) == pytest.approx(exact[b], rel=0.4), (ref, b)
+
+
+def test_an_attention_dp_open_loop_settles_and_both_loops_agree():
+    """`chalk simulate -m deepseek-r1 -H gb200-nvl72 --layout tp=1,ep=32,attn_dp=32 --rate 5 --input-len 8000
+    --output-len 1000` printed a TPOT p50 of 8.33 us over 7.3M steps: the settling replays swung 576, 658, 277,
+    3347, 2, 5103 sequences and the last, unsettled one answered. Now the replay settles at its own batch, its TPOT
+    is at least a pure decode step (~18 ms), and the Python and compiled loops agree on it."""
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    run = simulate_requests("deepseek-r1", "gb200-nvl72", layout="tp=1,ep=32,attn_dp=32", rate=5, requests=4000,
+                            input_len=8000, output_len=1000)
+    r = run.result
+    assert r.tpot_p50_s > 0.015 and r.mean_step_s > 0.015 and r.n_steps < 100 * r.n_requests
+    assert run.step_cost_reference_batch == pytest.approx(r.mean_batch, rel=0.05)
+    reqs = S.poisson_requests(5, 3000, 8000, 1000, seed=3)
+    kw = dict(max_batch=11520, kv_capacity_tokens=math.inf, prefill_chunk_tokens=262_144)
+    a = S.simulate_continuous(reqs, run.replica_step_cost, loop="python", **kw)
+    b = S.simulate_continuous(reqs, run.replica_step_cost, loop="compiled", **kw)
+    assert a.summary() == b.summary()
+
+
+def test_a_prefill_backlog_inside_the_engine_is_an_overload():
+    """With a batch cap above every request, arrivals are admitted at once and queue for their prefill chunk: the
+    admission wait stays 0 while TTFT grows through the run. `overload` reads the wait for the first token (DEP32 at
+    40 requests/s printed TTFT p50 132 s with "overload": null)."""
+    cost = S.StepCost.constant(0.05)
+    reqs = S.poisson_arrivals(100, 4000, 1000, 4, seed=2)  # one 1000-token chunk per 50 ms step: 20 prompts/s
+    r = S.simulate_continuous(reqs, cost, max_batch=100_000, kv_capacity_tokens=math.inf, prefill_chunk_tokens=1000)
+    assert float(np.max(r.queue_s)) < 0.06
+    over = S.overload(r)
+    assert over is not None and over["median_wait_last_fifth_s"] > 5 * over["median_wait_first_fifth_s"]

@@ -1313,7 +1313,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     tpot_p99 = max(tpot_chunk, tpot)
     ttft_p50 = tpot_p50 = None  # the closed form's requests are all alike: its medians are its means (below)
     window = sim = None
-    if simulate and not disagg and speculative is None:
+    too_many = n_run is None and Nr > CLOSED_LOOP_MAX_SEATS and not (replay or {}).get("requests") \
+        and not (replay or {}).get("result_only")  # chalk simulate asks for the replay itself
+    if simulate and not disagg and speculative is None and not too_many:
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured
         run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
@@ -1333,7 +1335,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
             f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included)"
     else:  # the closed forms on the engine's clock, moved to the client's
         ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
-        latency_source = "closed form"
+        latency_source = "closed form" + (f" ({Nr:,.0f} requests in flight per replica: a replay of "
+                                          f"{CLOSED_LOOP_MIN_ROUNDS} rounds of them would pass "
+                                          f"{CLOSED_LOOP_MAX_SEATS * CLOSED_LOOP_MIN_ROUNDS:,} requests)"
+                                          if too_many and simulate else "")
     res = {"mode": "fixed", "model": m.id, "hardware": system.id, "precision": costs.precision,
            "kv_precision": costs.kv_precision, "layout": lay.label(), "parallelism": lay.to_dict(),
            "gpus": gpus, "replicas": R, "concurrency": N, "concurrency_per_replica": Nr,
@@ -1376,6 +1381,21 @@ LITTLE_TOLERANCE = 0.02
 #: against them (Little's law off by up to 25% on gpt-oss-20b / MI300X at 256 in flight), with 32 within ~2%.
 CLOSED_LOOP_ROUNDS = 32
 CLOSED_LOOP_REQUESTS = (400, 20_000)
+#: ... and never fewer than CLOSED_LOOP_MIN_ROUNDS rounds of the seats, whatever the bound above: the steady-state
+#: window skips two rounds at each end (`simulate.CLOSED_LOOP_EDGE_ROUNDS`), and a run with fewer requests than
+#: seats sends them all at t = 0 and never reaches a steady state (100,000 in flight on llama-3.1-8b / H100 replayed
+#: 20,000 requests: TTFT 682 s where Little's law needs 6,860 s). Past CLOSED_LOOP_MAX_SEATS seats per replica
+#: (those rounds would pass `simulate.MAX_REQUESTS`) the closed form answers.
+CLOSED_LOOP_MIN_ROUNDS = 6
+CLOSED_LOOP_MAX_SEATS = 1_000_000 // CLOSED_LOOP_MIN_ROUNDS
+
+
+def closed_loop_requests_for(concurrency: float) -> int:
+    """Requests a closed-loop replay of `concurrency` seats per replica replays by default: CLOSED_LOOP_ROUNDS rounds
+    of its seats within CLOSED_LOOP_REQUESTS, and at least CLOSED_LOOP_MIN_ROUNDS rounds."""
+    c = max(int(round(float(concurrency))), 1)
+    return int(max(min(max(CLOSED_LOOP_ROUNDS * c, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]),
+                   CLOSED_LOOP_MIN_ROUNDS * c))
 
 
 def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim=None) -> dict:
@@ -1422,8 +1442,7 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
 
     sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
                            precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
-    n = int(requests) if requests is not None else \
-        int(min(max(CLOSED_LOOP_ROUNDS * concurrency, CLOSED_LOOP_REQUESTS[0]), CLOSED_LOOP_REQUESTS[1]))
+    n = int(requests) if requests is not None else closed_loop_requests_for(concurrency)
     clients = max(int(round(concurrency)), 1)
     reqs = sim.closed_loop_requests(clients, n, input_len, output_len, seed)
     return sim.simulate_continuous(reqs, sc, max_batch=max(int(min(seats, clients)), 1), kv_capacity_tokens=math.inf,
@@ -1469,8 +1488,8 @@ def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None =
     return sim.on_client_clock(r, fx.lat if client_latency_s is None else client_latency_s)
 
 
-#: An open-loop replay's step cost is linear around the batch the replay settles at: replayed again around the
-#: mean batch of the last replay until it moves less than SETTLE_TOLERANCE (at most SETTLE_ROUNDS replays).
+#: An open-loop replay's step cost is linear around the batch the replay settles at: replayed again around a
+#: batch nearer the replay's own until the two differ by less than SETTLE_TOLERANCE (at most SETTLE_ROUNDS replays).
 SETTLE_TOLERANCE = 0.002
 SETTLE_ROUNDS = 8
 
@@ -1478,22 +1497,47 @@ SETTLE_ROUNDS = 8
 def settled_replay(fx: _Fixed, replay, rate: float):
     """(SimulationResult, its step cost, the batch it is linear around) of an open-loop replay at `rate` requests/s
     per replica whose step cost is linear around the batch the replay itself settles at: `replay(step_cost)` first
-    around the batch at which the closed form serves `rate` (`fx.x_grid`; the cap past its reach), then around
-    each replay's mean batch (to a whole sequence) in turn, until it moves less than SETTLE_TOLERANCE (at most
+    around the batch at which the closed form serves `rate` (`fx.x_grid`; the cap past its reach), then around the
+    next guess at the batch b whose replay's mean batch g(b) is b, until |g(b) - b| <= SETTLE_TOLERANCE * b (at most
     SETTLE_ROUNDS replays). The step model is exact at its reference batch; the start depends on the deployment and
     the rate alone, so every door that replays a deployment's open loop at a rate (`throughput`'s Poisson tail
     search, `chalk simulate --rate/--trace`, `plan`'s replay of a replica) walks the same replays to the same
-    answer."""
+    answer.
+    The guess is g(b) itself until two replays bracket the root (one with g(b) > b, one below), then the secant of
+    log g(b) - log b inside the bracket (Illinois): near the replica's capacity the mean batch swings further than
+    the reference moved (a cheaper step drains the batch), so plain iteration oscillated with a growing swing
+    (DeepSeek-R1 on DEP32 at 5 requests/s: 576, 658, 277, 3347, 2, 5103 sequences) and answered from the last,
+    unsettled replay. Returns the replay nearest its own reference batch."""
     x = float(rate)
     start = float(np.interp(x, fx.x_grid, fx.grid)) if x < fx.x_grid[-1] else float(fx.cap)
-    b = float(max(round(start), 1))  # a whole number of sequences
-    for i in range(SETTLE_ROUNDS):
+    top = max(float(fx.cap), 1.0)
+    b = float(min(max(round(start), 1), top))  # a whole number of sequences
+    ends = {}  # the bracket: +1 -> [log b, gap] of a replay whose batch grew, -1 -> one whose batch fell
+    last = 0  # the side the previous replay replaced
+    best = None
+    for _ in range(SETTLE_ROUNDS):
         sc = open_loop_step_cost(fx, b)
         r = replay(sc)
-        new = float(max(round(float(r.mean_batch)), 1))
-        if abs(new - b) <= SETTLE_TOLERANCE * b or i == SETTLE_ROUNDS - 1:
-            return r, sc, b
-        b = new
+        g = float(min(max(round(float(r.mean_batch)), 1), top))
+        gap = math.log(g) - math.log(b)
+        if best is None or abs(gap) < best[0]:
+            best = (abs(gap), r, sc, b)
+        if abs(g - b) <= SETTLE_TOLERANCE * b:
+            break
+        side = 1 if gap > 0 else -1
+        if side == last and -side in ends:  # Illinois: the other end stayed twice, its weight halves
+            ends[-side][1] *= 0.5
+        ends[side], last = [math.log(b), gap], side
+        if len(ends) < 2:
+            nb = g
+        else:  # the secant of the gap in log b between the bracket's ends, kept inside it
+            (l0, g0), (l1, g1) = ends[1], ends[-1]
+            nb = math.exp(l0 + min(max(g0 / (g0 - g1), 0.05), 0.95) * (l1 - l0))
+        nb = float(min(max(round(nb), 1), top))
+        if nb == b:
+            break
+        b = nb
+    return best[1], best[2], best[3]
 
 
 def replica_step_cost(model, system, layout, batch, input_len, output_len, *, context=None, chunk=None, **kw):

@@ -124,6 +124,9 @@ def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = Non
 
 #: Requests an open-loop simulation settles its step cost on (`serving.settled_replay`) before a longer run.
 SETTLE_REQUESTS = 16_000
+#: A default Poisson run replays at least STEADY_ROUNDS times the requests the closed form holds in flight at its
+#: rate (and settles on SETTLE_STEADY_ROUNDS times them): fewer never leave the warm-up.
+STEADY_ROUNDS, SETTLE_STEADY_ROUNDS = 10, 4
 
 
 def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
@@ -193,9 +196,21 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
                             lat, notes, engine, fx)
+    settle = SETTLE_REQUESTS
+    if tr is None and concurrency is None and n is None and scheduler == "continuous":
+        # the default run is long enough to reach a steady state: STEADY_ROUNDS times the requests the closed form
+        # holds in flight at this rate (10,000 requests of 1,000 tokens at 20/s on DEP32 all finished after the
+        # last arrival: every request was warm-up, the window's rates read 0)
+        in_flight = float(np.interp(float(rate), fx.x_grid, fx.held)) if float(rate) < fx.x_grid[-1] else \
+            float(fx.held[-1])
+        n = int(min(max(10_000, math.ceil(STEADY_ROUNDS * in_flight)), sim.MAX_REQUESTS))
+        settle = int(min(max(SETTLE_REQUESTS, math.ceil(SETTLE_STEADY_ROUNDS * in_flight)), n))
+        if n > 10_000:
+            notes.append(f"{n:,} requests replayed ({STEADY_ROUNDS}x the ~{in_flight:,.0f} the closed form holds in "
+                         "flight at this rate, so the run reaches its steady state; --requests sets it)")
     total = (n or (len(tr) if tr is not None else 10_000))  # requests replayed in all: the run and its settling
     limits = dict(max_batch=max_batch, prefill_chunk=prefill_chunk, kv_capacity_tokens=kv_capacity_tokens,
-                  client_latency_s=lat, loop=sim.loop_for(total + SETTLE_ROUNDS * min(total, SETTLE_REQUESTS)))
+                  client_latency_s=lat, loop=sim.loop_for(total + SETTLE_ROUNDS * min(total, settle)))
     if scheduler == "continuous" and concurrency is None:
         notes.append(_engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat))
     if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
@@ -247,7 +262,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         res = sim.simulate_continuous(held(), sc, max_batch=cap_b, kv_capacity_tokens=kv_capacity_tokens,
                                       prefill_chunk_tokens=prefill_chunk, closed_loop=True, client_latency_s=lat)
     else:
-        k = min(len(i_len), SETTLE_REQUESTS)
+        k = min(len(i_len), settle)
         at = rate if tr is None else len(i_len) / max(float(arrivals[-1] - arrivals[0]), 1e-9)  # requests/s
         res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **limits), at)
         if k < len(i_len):
