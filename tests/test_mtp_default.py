@@ -79,3 +79,13 @@ def test_every_door_emits_the_same_tokens_per_step():
     assert est.speculative.tokens_per_step == pytest.approx(want, rel=1e-12)
     assert thr["speculative"]["tokens_per_step"] == pytest.approx(want, rel=1e-12)
     assert cli["tokens_per_step"] == pytest.approx(want, rel=1e-12) and cli["acceptance_decay"] == 0.85
+
+
+@pytest.mark.parametrize("k", [0, -1, 65])
+def test_a_bad_draft_count_says_so_before_a_missing_rate(k):
+    """--mtp 0 on a model without draft layers used to fail on the missing acceptance rate, not on the range."""
+    from chalk.analyses.traffic.serving import mtp_speculation
+    from chalk.errors import InputError
+
+    with pytest.raises(InputError, match="from 1 to 64"):
+        mtp_speculation("llama-3.1-8b", k)

@@ -332,3 +332,14 @@ def test_plan_trace_states_the_unlimited_prefix_reuse_and_refuses_mixed_demand(t
         chalk.plan("llama-3.1-8b", "h100-sxm", trace=MOON_SYN, rate=5)
     with pytest.raises(ChalkError):
         chalk.plan("llama-3.1-8b", "h100-sxm", trace=_write(tmp_path, "x\n"))
+
+
+def test_simulate_refuses_a_rate_beside_a_trace():
+    """A trace brings its own arrival times: --rate beside it was silently ignored (and the overload warning said
+    to lower it); it is one line and exit 2, naming --speedup."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--trace",
+                        str(TRACES / "azure-2023-code.csv"), "--rate", "0.5"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--speedup" in p.stderr and len(p.stderr.strip().splitlines()) == 1

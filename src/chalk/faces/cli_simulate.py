@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
         scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
                                             help="'train': a batch departs every --period; 'continuous': "
                                             "requests join and leave the batch at every step."),
-        rate: float = typer.Option(100.0, "--rate", help="Poisson arrival rate at this replica, requests/s."),
+        rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrival rate at this replica, requests/s "
+                                             "(default 100; a --trace brings its own arrival times: --speedup)."),
         requests: Optional[int] = typer.Option(None, "--requests", "-n", help="Number of requests (default 10,000; "
                                                "with --trace: its first N, default all)."),
         input_len: str = typer.Option("512", "--input-len", callback=length("--input-len"),
@@ -87,6 +88,10 @@ def register(app: typer.Typer) -> None:
             raise InputError("--period is the train scheduler's time between departures: give it with --scheduler "
                              "train (the continuous scheduler takes a step as soon as the last one ends)")
         period_s = period if ms is None else deprecated("--period-ms", "--period (e.g. 20ms)", ms, None)
+        if rate is not None and trace is not None:
+            raise InputError("--rate sets a Poisson rate, but a --trace brings its own arrival times: give "
+                             "--speedup X to replay it X times faster")
+        rate = 100.0 if rate is None else rate
 
         with busy(as_json, "simulating the requests"):
             run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
@@ -149,4 +154,5 @@ def register(app: typer.Typer) -> None:
                 f"offered, {num(over['served_requests_per_s'])} served; the queue grows through the run (median wait "
                 f"{seconds(over['median_wait_first_fifth_s'])} for the first fifth of arrivals, "
                 f"{seconds(over['median_wait_last_fifth_s'])} for the last), so the latencies above measure the run's "
-                f"length, not a steady state. Lower --rate, raise --max-batch or add replicas.")
+                f"length, not a steady state. Lower {'--speedup' if trace else '--rate'}, raise --max-batch or add "
+                "replicas.")

@@ -111,8 +111,7 @@ class Speculation:
 
     def __post_init__(self):
         k, a, d = self.draft_tokens, self.acceptance, self.decay
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k > 64:
-            raise InputError(f"draft tokens (--mtp) must be a whole number from 1 to 64, got {k!r}")
+        _check_draft_tokens(k)
         if not (isinstance(a, (int, float)) and np.isfinite(a) and 0 < a < 1):
             raise InputError(f"acceptance must be in (0, 1), got {a!r}")
         if isinstance(d, bool) or not (isinstance(d, (int, float)) and np.isfinite(d) and 0 < d <= 1):
@@ -160,6 +159,11 @@ def model_speculation(model, draft_tokens: int | None = None) -> Speculation | N
                               f"fall per further draft: {dsrc}")
 
 
+def _check_draft_tokens(k) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k > 64:
+        raise InputError(f"draft tokens (--mtp) must be a whole number from 1 to 64, got {k!r}")
+
+
 def mtp_speculation(model, draft_tokens: int, acceptance=None) -> Speculation:
     """What `--mtp K` (or `mtp=`) runs: K drafts at `acceptance` as given (every draft at that rate), else at the
     model's own MTP draft layers' sourced first-draft rate and fall per further draft (`model_speculation`: its
@@ -167,6 +171,7 @@ def mtp_speculation(model, draft_tokens: int, acceptance=None) -> Speculation:
     assume: InputError (give the acceptance). One rule for the CLI and the API."""
     if acceptance is not None:
         return Speculation(draft_tokens, acceptance)
+    _check_draft_tokens(draft_tokens)  # a bad K says so before the missing rate does
     own = model_speculation(model, draft_tokens)
     if own is None:
         m = as_model(model)
