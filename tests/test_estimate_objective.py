@@ -260,3 +260,13 @@ def test_frame_names_both_layouts():
     f = chalk.estimate("llama-3.3-70b", "h100-sxm", np.array([1.0, 2.0]), 4096, gpus=2, precision="fp8").to_frame()
     assert list(f["layout"]) == ["TP1", "TP1"] and list(f["alternative_layout"]) == ["TP2", "TP2"]
     assert list(f["objective"]) == ["cost", "cost"]
+
+
+def test_a_layout_wider_than_the_gpus_given_is_refused():
+    """`estimate --layout tp=8 --gpus 4` answered for 8 GPUs without a word; it is one typed line now."""
+    from chalk.api import estimate
+    from chalk.errors import InputError
+
+    with pytest.raises(InputError, match="takes 8 GPUs, more than the 4 given"):
+        estimate("llama-3.1-70b", "h100-sxm", layout="tp=8", gpus=4)
+    assert estimate("llama-3.1-70b", "h100-sxm", layout="tp=4", gpus=8).chips == 4

@@ -339,7 +339,7 @@ def _engine(r: dict) -> str | None:
 
 #: What throughput says when no per-user floor was given (also in its JSON, as "objective").
 NO_FLOOR = ("answered: the most output tokens/s per GPU, with no per-user speed floor ({user} tokens/s per user); "
-            "give --min-user-tps N (or --tpot-p99) for a point every user gets at least N tokens/s at")
+            "give --min-user-tps N (or --tpot-p99) for the best point at which every user gets at least N tokens/s")
 
 
 def modes_table(modes: list):
@@ -489,7 +489,7 @@ def _print_fixed(c, r, system):
                                 + f"(prefill pool admits {num(pool)} requests/s)"))
     if r.get("speculative"):
         sp = r["speculative"]
-        rows.append(("speculative decoding", f"{sp['draft_tokens']} drafts at acceptance "
+        rows.append(("speculative decoding", f"{sp['draft_tokens']} draft{'s' if sp['draft_tokens'] != 1 else ''} at acceptance "
                                              f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}: "
                                              f"{num(sp['tokens_per_step'])} tokens per step"))
     for k, v in rows:

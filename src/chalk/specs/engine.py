@@ -302,8 +302,7 @@ def load_engine(name: str) -> EngineProfile:
     if version is not None:
         i = _match(entries, version)
         if i is None:
-            raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)],
-                                   releases)
+            raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)])
     return _profile(entries[i], eid, releases, newest=i == 0)
 
 

@@ -451,6 +451,9 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
             r = choice.timed.get(lay)
     else:
         lay = layout if isinstance(layout, Layout) else make_layout(model, layout)
+        if gpus is not None and lay.replica_gpus > n_avail:
+            raise InputError(f"layout {lay.label()} takes {lay.replica_gpus} GPUs, more than the {n_avail} given "
+                             "(--gpus)")
     G = lay.replica_gpus
     n = count("chips", G, MAX_GPUS)
 
