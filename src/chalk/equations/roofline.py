@@ -55,13 +55,15 @@ def rate_scaled_time_factor(compute_s, memory_s, compute_scale, memory_scale):
     memory-bound ones.
     Assumes: the kernel's efficiency relative to the roofline (what the measured table holds) carries over; only
     the rates it is measured against change. 0 where both times are 0. f lies between s_c and s_m; it is clipped
-    there, which removes only rounding (a subnormal time divided by its scale loses bits).
+    there, which removes only rounding. The times are taken relative to the larger first, so a subnormal time
+    divided by its scale neither loses its bits nor underflows.
     """
     t_scaled = maximum(compute_s, memory_s)
-    t_base = maximum(flt(compute_s) / compute_scale, flt(memory_s) / memory_scale)
-    f = np.clip(t_scaled / np.where(t_base > 0, t_base, 1.0), np.minimum(compute_scale, memory_scale),
+    unit = np.where(t_scaled > 0, t_scaled, 1.0)
+    t_base = maximum(flt(compute_s) / unit / compute_scale, flt(memory_s) / unit / memory_scale)  # the larger is 1
+    f = np.clip(1.0 / np.where(t_base > 0, t_base, 1.0), np.minimum(compute_scale, memory_scale),
                 np.maximum(compute_scale, memory_scale))
-    return where(t_base > 0, f, 0.0)
+    return where(t_scaled > 0, f, 0.0)
 
 
 def cost_per_token_usd(step_s, usd_per_chip_s, chips, tokens_per_step):
