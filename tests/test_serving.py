@@ -31,8 +31,12 @@ def test_result_keys_and_consistency(nvl72):
     assert lo < r["output_tokens_per_s_per_gpu"] < hi
     assert r["input_tokens_per_s_per_gpu"] == pytest.approx(2 * r["output_tokens_per_s_per_gpu"])
     assert r["user_tokens_per_s"] == pytest.approx(1 / r["tpot_s"])
-    # concurrency / TPOT = output tokens/s of the deployment
-    assert r["concurrency"] / r["tpot_s"] / r["gpus"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=1e-9)
+    # the sequences decoding / TPOT = output tokens/s of the deployment; in flight = requests/s x time in system
+    # (Little's law: the decoding ones and those waiting for their first token)
+    dec = r["batch_per_replica"] * r["parallelism"]["dp"]
+    assert dec / r["tpot_s"] / r["gpus"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=1e-9)
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
+    assert r["concurrency"] == pytest.approx(x * (r["ttft_s"] + r["output_len"] * r["tpot_s"]), rel=1e-9)
     assert r["gpus"] <= 72 and r["cost_per_mtok_output_usd"] > 0
     # one cost under one key: the main answer and the speed-up-1 mode are the same point, all GPU time
     same = next(mo for mo in r["modes"] if mo["speedup"] == 1.0)

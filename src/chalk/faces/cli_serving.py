@@ -269,10 +269,13 @@ def throughput(
                    + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
               if "output_tokens_per_s_per_replica" in r else ()),
             ("time per output token", seconds(r["tpot_s"])),
-            ("time to first token", seconds(r["ttft_s"])),
+            ("time to first token", seconds(r["ttft_s"]) + (" (closed form: a lone prompt's prefill + the request "
+                                                             "latency)" if str(r.get("latency_source", "")).startswith(
+                                                                 "closed form") else "")),
             *((("p99 TPOT / TTFT", f"{seconds(r['tpot_p99_s'])} / {seconds(r['ttft_p99_s'])}: "
                 + r["tail_latency_source"]),) if r.get("tail_latency_source") else ()),
-            ("concurrency", f"{num(r['concurrency'])} sequences"),
+            ("concurrency", f"{num(r['concurrency'])} requests in flight "
+                            f"({num(r['batch_per_replica'] * par['dp'])} decoding)"),
             ("GPUs", _gpus_text(r)),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),

@@ -668,6 +668,10 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     else:
         ratio = np.zeros_like(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"]
+    # TTFT on the client's clock, as a fixed deployment and every replay report it: the engine's (a lone prompt's
+    # prefill) plus the calibrated per-request latency outside its steps
+    engine_ttft = ev["ttft_s"]
+    ev["ttft_s"] = engine_ttft + cal.request_latency_s
     ok = ev["fits"].copy()
     if not np.any(ok):
         raise FitError(_no_fit(m, costs, s.sizes, system, cal))
@@ -676,7 +680,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         ok &= ev["user_tokens_per_s"] >= min_user_tps
     if max_ttft_s:
         ok &= ev["ttft_s"] <= max_ttft_s
-    ev["ttft_p99_s"] = ev["ttft_s"] * s.ttft_p99_ratio
+    ev["ttft_p99_s"] = engine_ttft * s.ttft_p99_ratio + cal.request_latency_s
     if s.tpot_p99_s:
         ok &= ev["tpot_p99_s"] <= s.tpot_p99_s
     if s.ttft_p99_s:
@@ -688,6 +692,9 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
                        + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
                        + (f"; p99 TPOT <= {s.tpot_p99_s} s asked" if s.tpot_p99_s else "")
                        + (f"; p99 TTFT <= {s.ttft_p99_s} s asked" if s.ttft_p99_s else "")
+                       + (f": every TTFT includes the calibrated {cal.request_latency_s * 1e3:.0f} ms per request "
+                          "outside the engine's steps" if s.ttft_p99_s and s.ttft_p99_s <= cal.request_latency_s
+                          or max_ttft_s and max_ttft_s <= cal.request_latency_s else "")
                        + ("" if speculative else "; --mtp may reach further") + ")")
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
@@ -730,10 +737,14 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
         res.update(tail)
         res["tpot_p99_s"], res["ttft_p99_s"] = tail["tpot_p99_s_replayed"], tail["ttft_p99_s_replayed"]
+    else:
+        res["latency_source"] = ("closed form: a lone prompt's prefill plus the calibrated per-request latency, "
+                                 "as `--layout --concurrency` gives with simulate=False; the replayed closed loop "
+                                 "(prompts queueing for their prefill chunks) is that command's answer")
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
     res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
     if pareto:
-        res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system) for j in front]
+        res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system, O) for j in front]
     return ServingResult(res)
 
 
@@ -1572,6 +1583,12 @@ def _cost_per_mtok(system: System, per_gpu_rate):
         return system.chip.price_usd_per_s / np.asarray(per_gpu_rate, dtype=float) * 1e6
 
 
+def _in_flight(decoding, ttft, O, tpot) -> float:
+    """Requests in flight at `decoding` sequences decoding (Little's law, as a fixed deployment holds them): those and
+    the ones waiting for their first token, X * TTFT with X = decoding / (O * TPOT) requests/s."""
+    return float(decoding) * (1.0 + float(ttft) / (O * float(tpot)))
+
+
 def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated) -> dict:
     lay = layouts[int(g["idx"][i])]
     out_gpu = float(per_gpu[i])
@@ -1594,7 +1611,8 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
             if k.endswith("_s") or k.endswith("_bytes") or k == "flops"}
     d = {"output_tokens_per_s_per_gpu": out_gpu, "input_tokens_per_s_per_gpu": in_gpu,
          "user_tokens_per_s": float(ev["user_tokens_per_s"][i]), "ttft_s": float(ev["ttft_s"][i]),
-         "tpot_s": float(ev["tpot_s"][i]), "concurrency": float(g["B"][i] * lay.dp), "gpus": gpus,
+         "tpot_s": float(ev["tpot_s"][i]), "gpus": gpus,
+         "concurrency": _in_flight(g["B"][i] * lay.dp, ev["ttft_s"][i], O, ev["tpot_s"][i]),
          "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "attn_dp": lay.attn_dp,
                          "etp": lay.etp},
          "layout": lay.label(), "mode": "disaggregated" if disaggregated else "aggregated",
@@ -1646,12 +1664,13 @@ def whole_pools(decode_replica_gpus: int, prefill_replica_gpus: int, prefill_per
     return best[1], best[2]
 
 
-def _frontier_point(j, g, ev, per_gpu, layouts, system) -> dict:
+def _frontier_point(j, g, ev, per_gpu, layouts, system, O) -> dict:
     lay = layouts[int(g["idx"][j])]
     return {"user_tokens_per_s": float(ev["user_tokens_per_s"][j]), "output_tokens_per_s_per_gpu": float(per_gpu[j]),
             "cost_per_mtok_output_usd": float(_cost_per_mtok(system, per_gpu[j])), "layout": lay.label(),
             "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp},
-            "concurrency": float(g["B"][j] * lay.dp), "ttft_s": float(ev["ttft_s"][j])}
+            "concurrency": _in_flight(g["B"][j] * lay.dp, ev["ttft_s"][j], O, ev["tpot_s"][j]),
+            "ttft_s": float(ev["ttft_s"][j])}
 
 
 def speed_price_multiples(user, per_gpu, base_user, base_per_gpu, speedups=SPEEDUPS):
