@@ -504,3 +504,20 @@ def test_a_searched_point_states_the_ttft_its_fixed_deployment_does():
                          input_len=2000, output_len=200, gpus=r["gpus"], simulate=False)
     assert r["ttft_s"] == pytest.approx(f["ttft_s"], rel=0.02) and r["tpot_s"] == pytest.approx(f["tpot_s"], rel=0.02)
     assert r["ttft_s"] > 0.2 and r["latency_source"].startswith("closed form")
+
+
+@pytest.mark.parametrize("gpus", [8, 16, 32])
+def test_a_disaggregated_answer_counts_one_deployment(gpus):
+    """A disaggregated answer's GPUs, layout, replicas and requests in flight describe one deployment: its decode
+    replicas (as many as --gpus holds) and the prefill replicas that keep up with them. The whole deployment stayed
+    at one decode replica (40 GPUs) while the layout said x2 and x4 and the concurrency counted them; Little's law
+    now holds on the fleet's own figures."""
+    r = throughput("llama-3.1-70b", "h100-sxm", input_len=2000, output_len=200, min_user_tps=20, disaggregated=True,
+                   gpus=gpus)
+    k = r["parallelism"]["dp"]
+    assert r["decode_gpus"] == gpus == k * r["parallelism"]["tp"] and r["decode_replicas"] == k
+    assert r["gpus"] == r["decode_gpus"] + r["prefill_gpus"]
+    assert r["prefill_gpus"] == r["prefill"]["replicas"] * r["prefill"]["parallelism"]["tp"]
+    assert r["prefill_gpus"] >= r["decode_gpus"] * r["prefill"]["gpus_per_decode_gpu"] - 1e-9
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
+    assert r["concurrency"] == pytest.approx(x * (r["ttft_s"] + r["output_len"] * r["tpot_s"]), rel=1e-6)

@@ -1629,10 +1629,18 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
         d["prefill"] = {"layout": pool["layout"].label(), "parallelism": pool["layout"].to_dict(),
                         "input_tokens_per_s_per_gpu": pool["input_tokens_per_s_per_gpu"],
                         "gpus_per_decode_gpu": float(ratio[i]), "ttft_s": pool["ttft_s"]}
-        # the smallest whole deployment: decode replicas and the prefill replicas that keep up with them
+        # the whole deployment: the layout's decode replicas (the smallest whole number of them where it has one)
+        # and the prefill replicas that keep up with them; its layout, replicas and requests in flight are theirs
         k, p = whole_pools(lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i]))
+        if lay.dp > 1:
+            k = lay.dp
+            p = max(int(math.ceil(k * lay.replica_gpus * float(ratio[i]) / pool["layout"].replica_gpus - 1e-9)), 1)
         dec_g, pre_g = k * lay.replica_gpus, p * pool["layout"].replica_gpus
         whole = float(ev["output_per_gpu"][i]) * dec_g / (dec_g + pre_g)
+        dec_lay, pre_lay = dataclasses.replace(lay, dp=k), dataclasses.replace(pool["layout"], dp=p)
+        d["prefill"].update(layout=pre_lay.label(), parallelism=pre_lay.to_dict(), replicas=p)
+        d.update(layout=dec_lay.label(), parallelism={**d["parallelism"], "dp": k}, decode_replicas=k,
+                 concurrency=_in_flight(g["B"][i] * k, ev["ttft_s"][i], O, ev["tpot_s"][i]))
         d.update(gpus=dec_g + pre_g, decode_gpus=dec_g, prefill_gpus=pre_g, output_tokens_per_s_per_gpu=whole,
                  input_tokens_per_s_per_gpu=whole * I / O,
                  cost_per_mtok_output_usd=float(_cost_per_mtok(system, whole)),
