@@ -492,7 +492,8 @@ def _print_fixed(c, r, system):
                                 + f"(prefill pool admits {num(pool)} requests/s)"))
     if r.get("speculative"):
         sp = r["speculative"]
-        rows.append(("speculative decoding", f"{sp['draft_tokens']} draft{'s' if sp['draft_tokens'] != 1 else ''} at acceptance "
+        drafts = "draft" if sp["draft_tokens"] == 1 else "drafts"
+        rows.append(("speculative decoding", f"{sp['draft_tokens']} {drafts} at acceptance "
                                              f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}: "
                                              f"{num(sp['tokens_per_step'])} tokens per step"))
     for k, v in rows:
