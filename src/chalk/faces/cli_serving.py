@@ -474,6 +474,8 @@ def _print_fixed(c, r, system):
              f"{seconds(r['tpot_s'])} / {seconds(r['tpot_p50_s'])} / {seconds(r['tpot_p99_s'])}"),
             ("time to first token mean/p50/p99",
              f"{seconds(r['ttft_s'])} / {seconds(r['ttft_p50_s'])} / {seconds(r['ttft_p99_s'])}"),
+            ("latencies from", r["latency_source"] + (" (its requests are alike: p50 = mean)"
+                                                      if r["latency_source"].startswith("closed form") else "")),
             ("per user", rate(r["user_tokens_per_s"], "tokens/s", "user")),
             *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
                                     r["gpus_per_replica"])
