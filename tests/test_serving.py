@@ -148,3 +148,12 @@ def test_batch_grid_reaches_the_cap_in_small_steps():
         big = s[s >= 16]
         assert np.all(big[1:] / big[:-1] <= sv.BATCH_GRID_STEP + 0.05)  # 15% apart (rounding aside)
     assert len(np.unique(sv._grid(lays, 2048)["B"])) > len(np.unique(sv._grid(lays, 256)["B"])) >= 30
+
+
+def test_a_request_too_long_for_memory_blames_its_kv_cache_not_the_weights():
+    """16 GB of weights fit an H100; a 1e12-token request's KV cache does not: the one line says which (it used to
+    say the weights do not fit)."""
+    with pytest.raises(FitError, match="weights fit, but one request's KV cache of 1,000,000,000,100 tokens"):
+        sv.throughput("llama-3.1-8b", "h100-sxm", input_len=1e12, output_len=100)
+    with pytest.raises(FitError, match=r"\(812 GB of bf16 weights\) does not fit any layout on 2 x h100-sxm"):
+        sv.throughput("llama-3.1-405b", "h100-sxm", input_len=100, output_len=100, gpus=2)

@@ -615,11 +615,18 @@ def _prefill_pool_or_fail(m, system, layouts, points, max_ttft_s) -> dict:
     return pool
 
 
-def _no_fit(m, costs, sizes, system, cal) -> str:
+def _no_fit(m, costs, sizes, system, cal, context=None) -> str:
+    """Why nothing fits: the weights alone, or, where they fit the most GPUs searched, one request's KV cache of
+    `context` tokens beside them."""
     total = costs.dense_weight_bytes + costs.expert_weight_bytes
-    return (f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit any layout on "
-            f"{'/'.join(map(str, sizes))} x {system.chip.id} "
-            f"({system.chip.hbm_bytes * (1 - cal.memory_reserve) / 1e9:.0f} GB usable per chip)")
+    usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    on = f"any layout on {'/'.join(map(str, sizes))} x {system.chip.id} ({usable / 1e9:.0f} GB usable per chip)"
+    if context is not None and total / max(sizes) <= usable:
+        kv = float(costs.kv_bytes(float(context)))
+        return (f"{m.id}'s {total / 1e9:.0f} GB of {costs.precision} weights fit, but one request's KV cache of "
+                f"{float(context):,.0f} tokens ({kv / 1e9:,.3g} GB of {costs.kv_precision}) does not fit beside them "
+                f"on {on}")
+    return f"{m.id} ({total / 1e9:.0f} GB of {costs.precision} weights) does not fit {on}"
 
 
 def _chunk(eng, max_tokens=None):
@@ -674,7 +681,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     ev["ttft_s"] = engine_ttft + cal.request_latency_s
     ok = ev["fits"].copy()
     if not np.any(ok):
-        raise FitError(_no_fit(m, costs, s.sizes, system, cal))
+        raise FitError(_no_fit(m, costs, s.sizes, system, cal, context=I + O))
     feasible = ok.copy()
     if min_user_tps:
         ok &= ev["user_tokens_per_s"] >= min_user_tps
