@@ -42,7 +42,8 @@ FIXED_ERROR_BOUND = 0.15
 FITTED_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "user_tokens_per_s")
 
 #: Time-to-first-token metrics: the mean over the requests of the source's run and, where the source gives it, the
-#: median (`ttft_p50_s`); the per-request latency (`request_latency_s`) is fitted on these rows alone.
+#: median (`ttft_p50_s`). The per-request latency (`request_latency_s`) is fitted on the means alone
+#: (`calibrate._fit_latencies`); the medians are judged.
 TTFT_METRICS = ("ttft_s", "ttft_p50_s")
 
 #: Rows with this id prefix (MLPerf Inference Offline results) were held out of the last calibration refit.

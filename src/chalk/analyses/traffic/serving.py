@@ -23,6 +23,7 @@ from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, 
                                      enumerate_layouts, kernel_provenance, layout_arrays, memory_per_chip, stage_step,
                                      step_costs)
 from chalk.analyses.records.results import ServingResult
+from chalk.analyses.traffic.simulate import MAX_REQUESTS
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
@@ -856,7 +857,6 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
     best = {k: best[k] for k in shapes.values()}
     top = sorted(best, key=lambda k: -per_gpu[best[k]])[:ARRIVAL_LAYOUTS]
     top = [k for k in top if per_gpu[best[k]] >= ARRIVAL_SCREEN_SHARE * per_gpu[best[top[0]]]]
-    lat = s.cal.request_latency_s
     setups = {}  # layout index -> (its fixed setup, its saturation rate): a refinement replays a layout again
     loop = sim.loop_for(ARRIVAL_REQUESTS * ARRIVAL_LAYOUTS * (ARRIVAL_STEPS + 2))  # the search's replays in all
 
@@ -936,11 +936,9 @@ def _arrival_tail(s: _Search, ok, per_gpu, speculating, min_user_tps: float | No
             found = (float(r.output_tokens_per_s) / s.layouts[k].replica_gpus, k, r, rate, tp99, tt99)
             tried.append({"layout": s.layouts[k].label() + " (refined)", "arrival_rate_per_replica": rate,
                           "output_tokens_per_s_per_gpu": found[0], "tpot_p99_s": tp99, "ttft_p99_s": tt99})
-    if found is None:
-        why = (f"; every TTFT includes the calibrated {lat * 1e3:.0f} ms per request outside the engine's steps"
-               if s.ttft_p99_s and s.ttft_p99_s <= lat else "")
+    if found is None:  # (a p99 TTFT at or below the latency never gets here: the screen rules it out, saying why)
         raise FitError(f"no layout of {s.m.id} on {s.system.chip.id} met the p99 targets under Poisson arrivals at "
-                       f"any rate tried{why} (down to 1/{ARRIVAL_BRACKET:g} of what the closed-form screen's point "
+                       f"any rate tried (down to 1/{ARRIVAL_BRACKET:g} of what the closed-form screen's point "
                        f"serves; tried " + "; ".join(f"{t['layout']}: TPOT p99 {t['tpot_p99_s'] * 1e3:.1f} ms, "
                                                      f"TTFT p99 {t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
     out, k, r, rate, tp99, tt99 = found
@@ -1410,7 +1408,7 @@ CLOSED_LOOP_REQUESTS = (400, 20_000)
 #: 20,000 requests: TTFT 682 s where Little's law needs 6,860 s). Past CLOSED_LOOP_MAX_SEATS seats per replica
 #: (those rounds would pass `simulate.MAX_REQUESTS`) the closed form answers.
 CLOSED_LOOP_MIN_ROUNDS = 6
-CLOSED_LOOP_MAX_SEATS = 1_000_000 // CLOSED_LOOP_MIN_ROUNDS
+CLOSED_LOOP_MAX_SEATS = MAX_REQUESTS // CLOSED_LOOP_MIN_ROUNDS
 
 
 def closed_loop_requests_for(concurrency: float) -> int:
@@ -1638,10 +1636,9 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
                         "gpus_per_decode_gpu": float(ratio[i]), "ttft_s": pool["ttft_s"]}
         # the whole deployment: the layout's decode replicas (the smallest whole number of them where it has one)
         # and the prefill replicas that keep up with them; its layout, replicas and requests in flight are theirs
-        k, p = whole_pools(lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i]))
-        if lay.dp > 1:
-            k = lay.dp
-            p = max(int(math.ceil(k * lay.replica_gpus * float(ratio[i]) / pool["layout"].replica_gpus - 1e-9)), 1)
+        Gd, Gp, r = lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i])
+        k = lay.dp if lay.dp > 1 else whole_pools(Gd, Gp, r)[0]
+        p = prefill_replicas(k, Gd, Gp, r)
         dec_g, pre_g = k * lay.replica_gpus, p * pool["layout"].replica_gpus
         whole = float(ev["output_per_gpu"][i]) * dec_g / (dec_g + pre_g)
         dec_lay, pre_lay = dataclasses.replace(lay, dp=k), dataclasses.replace(pool["layout"], dp=p)
@@ -1660,6 +1657,13 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
 WHOLE_POOL_REPLICAS = 16
 
 
+def prefill_replicas(k: int, decode_replica_gpus: int, prefill_replica_gpus: int,
+                     prefill_per_decode_gpu: float) -> int:
+    """Prefill replicas that keep up with `k` decode replicas: ceil(k G_d r / G_p), at least one."""
+    r = max(float(prefill_per_decode_gpu), 0.0)
+    return max(int(math.ceil(k * int(decode_replica_gpus) * r / int(prefill_replica_gpus) - 1e-9)), 1)
+
+
 def whole_pools(decode_replica_gpus: int, prefill_replica_gpus: int, prefill_per_decode_gpu: float):
     """(decode replicas, prefill replicas) of the smallest whole disaggregated deployment whose prefill pool keeps up
     with its decode pool and wastes least: over k = 1..WHOLE_POOL_REPLICAS decode replicas, p = ceil(k G_d r / G_p)
@@ -1670,7 +1674,7 @@ def whole_pools(decode_replica_gpus: int, prefill_replica_gpus: int, prefill_per
     Gd, Gp, r = int(decode_replica_gpus), int(prefill_replica_gpus), max(float(prefill_per_decode_gpu), 0.0)
     best = None
     for k in range(1, WHOLE_POOL_REPLICAS + 1):
-        p = max(int(math.ceil(k * Gd * r / Gp - 1e-9)), 1)
+        p = prefill_replicas(k, Gd, Gp, r)
         waste = (k * Gd + p * Gp) / (k * Gd * (1 + r)) - 1
         if best is None or waste < best[0] - 1e-12:
             best = (waste, k, p)

@@ -122,6 +122,8 @@ def simulation_step_cost(model, hardware, *, layout=None, gpus: int | None = Non
     return sc, lay, lay_text, lay_source, fx
 
 
+#: Requests a simulation replays when neither --requests nor a trace says how many (at least; see STEADY_ROUNDS).
+DEFAULT_REQUESTS = 10_000
 #: Requests an open-loop simulation settles its step cost on (`serving.settled_replay`) before a longer run.
 SETTLE_REQUESTS = 16_000
 #: A default Poisson run replays at least STEADY_ROUNDS times the requests the closed form holds in flight at its
@@ -203,12 +205,12 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         # last arrival: every request was warm-up, the window's rates read 0)
         in_flight = float(np.interp(float(rate), fx.x_grid, fx.held)) if float(rate) < fx.x_grid[-1] else \
             float(fx.held[-1])
-        n = int(min(max(10_000, math.ceil(STEADY_ROUNDS * in_flight)), sim.MAX_REQUESTS))
+        n = int(min(max(DEFAULT_REQUESTS, math.ceil(STEADY_ROUNDS * in_flight)), sim.MAX_REQUESTS))
         settle = int(min(max(SETTLE_REQUESTS, math.ceil(SETTLE_STEADY_ROUNDS * in_flight)), n))
-        if n > 10_000:
+        if n > DEFAULT_REQUESTS:
             notes.append(f"{n:,} requests replayed ({STEADY_ROUNDS}x the ~{in_flight:,.0f} the closed form holds in "
                          "flight at this rate, so the run reaches its steady state; --requests sets it)")
-    total = (n or (len(tr) if tr is not None else 10_000))  # requests replayed in all: the run and its settling
+    total = n or (len(tr) if tr is not None else DEFAULT_REQUESTS)  # requests replayed in all: the run, its settling
     limits = dict(max_batch=max_batch, prefill_chunk=prefill_chunk, kv_capacity_tokens=kv_capacity_tokens,
                   client_latency_s=lat, loop=sim.loop_for(total + SETTLE_ROUNDS * min(total, settle)))
     if scheduler == "continuous" and concurrency is None:
@@ -219,10 +221,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if tr is not None:
         arrivals, i_len, o_len = tr.arrival_s, tr.input_len, tr.output_len
     elif concurrency is not None:
-        r0 = sim.closed_loop_requests(max_batch, n or 10_000, din, dout, seed)
+        r0 = sim.closed_loop_requests(max_batch, n or DEFAULT_REQUESTS, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
     else:  # lengths drawn as throughput's open loop draws them (a mean spread as a closed loop spreads it)
-        r0 = sim.poisson_requests(rate, n or 10_000, din, dout, seed)
+        r0 = sim.poisson_requests(rate, n or DEFAULT_REQUESTS, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
     cut = 0
     if m.max_context:
