@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from chalk.analyses.step import kernels as KS  # noqa: E402
 from chalk.specs.catalog import load_chip, write_compiled_catalog  # noqa: E402
+from chalk.specs.precision import bytes_per_element  # noqa: E402
 
 PKG = "aiconfigurator-core"
 OUT = ROOT / "src" / "chalk" / "catalog" / "kernels"
@@ -116,9 +117,10 @@ SOURCE_DIRS = {"gemm": ("gemm", "gemm_perf"), "mha_decode": ("attention", "gener
                "moe_balanced": ("moe", "moe_perf")}
 GEMM_DT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 MOE_DT = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
-#: element bytes of the stored weights per table key (w4a16: MXFP4 weights, 4 bits + an 8-bit scale per 32, run
-#: with 16-bit activations on chips without an FP4 rate)
-KEY_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.53125}
+#: element bytes of the stored weights per table key, as chalk sizes them at run time (fp4: NVFP4, 4.5 bits; w4a16:
+#: MXFP4 weights, 4 bits + an 8-bit scale per 32, run with 16-bit activations on chips without an FP4 rate)
+KEY_BYTES = {"bf16": bytes_per_element("bf16"), "fp8": bytes_per_element("fp8"), "fp4": bytes_per_element("nvfp4"),
+             "w4a16": bytes_per_element("mxfp4")}
 KV_DT = {"bfloat16": "bf16", "fp8": "fp8"}
 PREFER = {"gemm": ["fp8", "fp8_block"], "moe": ["fp8_block", "fp8"]}  # which table dtype stands for chalk's fp8
 #: which rows of each table were used (recorded in index.yaml)

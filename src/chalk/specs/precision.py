@@ -14,8 +14,12 @@ from dataclasses import dataclass
 
 from chalk.errors import UnknownNameError
 
-#: Bytes per element. mxfp4 is OCP microscaling FP4: 4-bit elements plus one 8-bit scale per
-#: 32 elements = 4.25 bits (OCP MX spec v1.0; gpt-oss stores its MoE weights this way).
+#: Bytes per element. fp4 is NVFP4, the FP4 that chips with an FP4 rate are quoted and served at: 4-bit E2M1
+#: elements plus one FP8 (E4M3) scale per 16 elements = 4.5 bits, and one FP32 scale per tensor (NVIDIA, Blackwell,
+#: June 2025; https://modal.com/llm-almanac/block-quants: "blocks are 16 elements ... the block scale uses full FP8
+#: E4M3 ... A second per-tensor FP32 scale"). mxfp4 is OCP microscaling FP4: 4-bit elements plus one 8-bit scale
+#: per 32 elements = 4.25 bits (OCP MX spec v1.0; gpt-oss stores its MoE weights this way, and AMD's FP4 checkpoints
+#: are MXFP4).
 BYTES_PER_ELEMENT: dict[str, float] = {
     "fp32": 4.0,
     "tf32": 4.0,
@@ -23,7 +27,7 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "fp16": 2.0,
     "fp8": 1.0,
     "int8": 1.0,
-    "fp4": 0.5,
+    "fp4": 4.5 / 8,
     "mxfp4": 4.25 / 8,
 }
 
