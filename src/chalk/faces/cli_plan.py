@@ -233,9 +233,8 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
             f"{usd(b['usd_per_mtok_output'])} per M output tokens; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica at the demand ("
-            + ("Little's law at the latency of the " if "/s" in b["demand_unit"] else "of the ")
-            + f"{num(b['max_concurrency_per_replica'])} that meet the targets"
-            + (": an upper bound" if "/s" in b["demand_unit"] else "") + "), capacity "
+            + ("Little's law at that load's own latency; " if "/s" in b["demand_unit"] else "")
+            + f"at most {num(b['max_concurrency_per_replica'])} meet the targets), capacity "
             f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica, headroom {pct(b['headroom'])}; "
             f"{b['precision']} weights, {b['kv_precision']} KV"
             + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step, "

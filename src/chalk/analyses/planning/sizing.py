@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
+import numpy as np
 
 from chalk.analyses.step.calibration import calibration
 from chalk.analyses.step.parallel import engine_overhead_s
@@ -270,6 +271,24 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     return s
 
 
+def _in_flight_for_rate(ask: Ask, system: System, c: dict, rate: float) -> float:
+    """Requests in flight per replica at which one replica completes `rate` requests/s: Little's law at that load's
+    own end-to-end time, N = rate x e2e(N), where e2e(N) = N / (the closed form's completions at N). A replica's
+    completions grow with the requests it holds, so N is the first whole number of them (1 to the candidate's cap)
+    that completes `rate`, less the fraction of the last step it does not need (linear between whole numbers);
+    below one request, rate x e2e(1). Where even the cap completes less (the replicas carry the rate with Poisson
+    headroom, so only by rounding), the cap's latency answers: rate x e2e(cap)."""
+    cap = max(int(c["cap"]), 1)
+    G, O = c["replica_gpus"], ask.O
+    x = np.asarray(_curve(ask, system, c)(np.arange(1, cap + 1))["output_tokens_per_s_per_gpu"], dtype=float) * G / O
+    k = int(np.searchsorted(x, rate))  # x is non-decreasing: the first index whose completions reach the rate
+    if k >= cap:
+        return float(F.requests_in_flight(rate, c["e2e_at_cap_s"]))
+    if k == 0:
+        return float(F.requests_in_flight(rate, 1.0 / x[0]))
+    return float(k + (rate - x[k - 1]) / (x[k] - x[k - 1]))
+
+
 def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict:
     """The candidate at R replicas (and P prefill replicas): its operating point, GPUs and dollars.
     `op_at(n)`: the operating point at n requests in flight per replica (default: the whole fixed-deployment
@@ -277,9 +296,7 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     `best` asks the whole answer for the one it keeps (`lite` marks a candidate costed so)."""
     d = ask.demand
     G = c["replica_gpus"]
-    n_mean = d.users / R if d.kind == "users" else None
-    if n_mean is None:  # rate: requests in flight per replica by Little's law at the cap's latency, then refined
-        n_mean = float(F.requests_in_flight(d.rate / R, c["e2e_at_cap_s"]))
+    n_mean = d.users / R if d.kind == "users" else _in_flight_for_rate(ask, system, c, d.rate / R)
     n_op = max(int(round(n_mean)), 1)
     op = op_at(n_op) if op_at is not None else _fixed(ask, system, c, n_op)
     x = _per_replica_rate(op, G, ask.O)
