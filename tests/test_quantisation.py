@@ -172,6 +172,16 @@ def test_weight_only_names_spell_their_size():
             canonical(bad)
 
 
+def test_block_scaled_fp4_counts_its_scales():
+    """NVFP4 stores one FP8 (E4M3) scale per 16 four-bit elements (4.5 bits), MXFP4 one 8-bit scale per 32 (4.25
+    bits): a DeepSeek-R1 FP4 checkpoint's 671e9 parameters weigh 377 GB at NVFP4, not the 335 GB of bare 4-bit."""
+    assert bytes_per_element("fp4") == bytes_per_element("nvfp4") == pytest.approx((4 + 8 / 16) / 8)
+    assert bytes_per_element("mxfp4") == pytest.approx((4 + 8 / 32) / 8)
+    fp4, fp8 = (estimate("deepseek-r1", "b200", precision=p, layout="tp=8", batch=1, context=1000).weight_bytes
+                for p in ("fp4", "fp8"))
+    assert fp4 / fp8 == pytest.approx(0.5625) and fp4 == pytest.approx(377.45e9, rel=1e-4)
+
+
 # --------------------------------------------------------------------------- what it is sized and timed as
 def test_a_4_bit_70b_fits_one_h100_and_says_what_it_sized():
     r = estimate(str(GPTQ_70B), "h100-sxm")
