@@ -218,6 +218,33 @@ def test_plan_sizes_the_4_bit_70b_as_4_bit():
     assert best["precision"] == "w4a16-gptq-g128-zp" and best["replica_gpus"] == 1
 
 
+BNB4 = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+        "bnb_4bit_use_double_quant": True}
+
+
+def test_engines_that_cannot_load_the_checkpoint_are_neither_sized_nor_launched(tmp_path):
+    """TensorRT-LLM documents no bitsandbytes recipe, and vLLM's supported-hardware table marks bitsandbytes (and
+    GPTQ, AWQ) unsupported on AMD GPUs (catalog engines' `unsupported_checkpoints`): a bitsandbytes 8B is planned
+    with vLLM and SGLang on an H100 and with SGLang alone on an MI300X, and asking for TensorRT-LLM is one line."""
+    from chalk.analyses.planning.plan import plan
+    from chalk.specs.engine import load_engine
+
+    (tmp_path / "config.json").write_text(json.dumps(_cfg("llama-3.1-8b", BNB4)))
+    r = plan(str(tmp_path), "h100-sxm,mi300x", users=16, input_len=1000, output_len=200, modes=("aggregated",),
+             sim_requests=1000, curves=False)
+    got = {(o["hardware"], o["engine"]) for o in r["options"]}
+    assert got == {("h100-sxm", "vllm"), ("h100-sxm", "sglang"), ("mi300x", "sglang")}
+    for o in r["options"]:
+        assert "trtllm" not in o["launch"] and (o["hardware"] != "mi300x" or "vllm" not in o["launch"])
+    assert load_engine("vllm").refuses("gptq", "AMD") and load_engine("vllm").refuses("gptq", "NVIDIA") is None
+    for cmd in (["throughput", "--input-len", "1000", "--output-len", "200"],
+                ["plan", "--users", "16", "--input-len", "1000", "--output-len", "200"]):
+        p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *cmd, "-m", str(tmp_path), "-H", "h100-sxm",
+                            "--engine", "trtllm"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "does not load bitsandbytes checkpoints" in p.stderr
+
+
 def test_the_kv_cache_follows_the_math_not_the_stored_bits():
     from chalk.specs.catalog import resolve_hardware
 

@@ -65,6 +65,21 @@ class EngineProfile:
     release: str = ""                 # the release this profile answers to in --engine NAME@VERSION ('0.11')
     releases: tuple[str, ...] = ()    # every release of this engine in the catalog, newest first
     newest: bool = True               # the newest release (its kernels: the package's main tables)
+    #: checkpoint quantisation methods (a config.json's `quantization_config.quant_method`) the engine does not
+    #: load, each with the chip vendors it refuses them on ('all': every vendor): (method, vendors) pairs
+    unsupported_checkpoints: tuple = ()
+
+    def refuses(self, method: str | None, vendor: str) -> str | None:
+        """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
+        (the catalog's `unsupported_checkpoints`, with the source it was read from)."""
+        if not method:
+            return None
+        v = str(vendor).lower()
+        for m, vendors in self.unsupported_checkpoints:
+            if m == str(method).lower() and (vendors == "all" or v in vendors):
+                where = "" if vendors == "all" else f" on {vendor} chips"
+                return f"{self.label} does not load {m} checkpoints{where} (its documentation; catalog {self.id}.yaml)"
+        return None
 
     @property
     def label(self) -> str:
@@ -306,6 +321,18 @@ def load_engine(name: str) -> EngineProfile:
     return _profile(entries[i], eid, releases, newest=i == 0)
 
 
+def _unsupported(entries, where: str) -> tuple:
+    """`unsupported_checkpoints` entries ({method, vendors: all | [vendor, ...]}) as (method, vendors) pairs."""
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("method"), str):
+            raise SpecError(f"{where}: unsupported_checkpoints entries need a 'method' (a quant_method name)")
+        vs = e.get("vendors", "all")
+        vendors = "all" if vs == "all" else tuple(str(v).lower() for v in (vs if isinstance(vs, list) else [vs]))
+        out.append((e["method"].lower(), vendors))
+    return tuple(out)
+
+
 def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
     where = f"catalog engine {eid}.yaml" + ("" if newest else f" (release {(_release_ids(d) or ('?',))[0]})")
     missing = [k for k in _REQUIRED if k not in d]
@@ -329,7 +356,8 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             kv_cache_dtypes=MappingProxyType(dict(d.get("kv_cache_dtypes", {}))),
             kv_cache_dtype_auto=str(d.get("kv_cache_dtype_auto", "checkpoint")),
             speculative=MappingProxyType(dict(d.get("speculative", {}))), rules=rules,
-            release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest)
+            release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest,
+            unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
     if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):

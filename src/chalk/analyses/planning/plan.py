@@ -114,11 +114,11 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     for name, system in zip(names, systems):
-        runs = _engines(system)
+        runs = _engines(system, m)
         if engine is not None and engine not in runs:
-            unavailable += [{"hardware": _name(name), "mode": mode, "engine": engine,
-                             "why": f"{engine} does not run on {system.chip.vendor} chips (chalk launches "
-                                    f"{', '.join(runs)} there)"} for mode in modes]
+            why = _refused(engine, system, m) if engine in _engines(system) else \
+                f"{engine} does not run on {system.chip.vendor} chips (chalk launches {', '.join(runs)} there)"
+            unavailable += [{"hardware": _name(name), "mode": mode, "engine": engine, "why": why} for mode in modes]
             continue
         for eng in (engine,) if engine is not None else runs:
             ask_e = dataclasses.replace(ask, engine=eng)
@@ -171,8 +171,19 @@ def _name(h) -> str:
     return str(getattr(h, "id", h))
 
 
-def _engines(system) -> tuple:
-    return ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
+def _engines(system, model=None) -> tuple:
+    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`), less those that cannot load
+    `model`'s checkpoint (its quantisation method: `EngineProfile.refuses`)."""
+    runs = ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
+    return tuple(e for e in runs if _refused(e, system, model) is None)
+
+
+def _refused(engine: str, system, model) -> str | None:
+    """Why `engine` cannot serve `model`'s checkpoint on `system`'s chips, or None."""
+    from chalk.specs.engine import load_engine
+
+    fmt = getattr(model, "weight_format", None)
+    return load_engine(engine).refuses(fmt.method, system.chip.vendor) if fmt is not None else None
 
 
 def _price(system, given: dict) -> dict:
@@ -374,7 +385,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
 
-    engines = (ask.engine,) if ask.engine else _engines(system)
+    engines = (ask.engine,) if ask.engine else _engines(system, ask.model)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:
@@ -537,7 +548,7 @@ def _unmet(ask, systems, options, unavailable) -> str:
                 f"replicas: best measured p99 TPOT {_ms(sim['tpot_p99_s'])}, p99 TTFT {_ms(sim['ttft_p99_s'])} "
                 f"on {o['hardware']} ({o['mode']}, {o['layout']})")
     if best_speed[1] is None:
-        why = "; ".join(f"{u['hardware']}: {u['why']}" for u in unavailable[:3])
+        why = "; ".join(list(dict.fromkeys(f"{u['hardware']}: {u['why']}" for u in unavailable))[:3])
         return f"no candidate can serve {ask.model.id}: {why}"
     msg = f"no candidate meets {' and '.join(want) or 'the targets'}: best reachable {best_speed[0]:.1f} tok/s " \
           f"per user (TPOT {_ms(1 / best_speed[0])}) on {best_speed[1]}"

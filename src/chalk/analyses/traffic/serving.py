@@ -365,6 +365,10 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
         raise InputError(f"cache hit fraction must be in [0, 1), got {cache_hit!r}")
     cal = with_eplb(calibration_override or calibration(ideal, system.chip), eplb)
     eng = _engine(engine)
+    fmt = getattr(m, "weight_format", None)
+    refused = eng.refuses(fmt.method, system.chip.vendor) if eng is not None and fmt is not None else None
+    if refused:
+        raise InputError(f"{refused}: choose another --engine")
     if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
         eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     if eng is not None and cal.label != "ideal":
