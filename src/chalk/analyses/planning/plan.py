@@ -51,8 +51,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     multipliers of the demand (a CSV path or numbers): the fleet is sized for the peak hour and the day is
     costed with and without autoscaling. `precision`: one or several weight precisions to choose from (None:
     the checkpoint's; 'explore': the checkpoint's and each narrower one a candidate chip runs natively,
-    `explored_precisions`, the default of the CLI and the API); `speculative`: allow speculative decoding / MTP ('auto', the default: the model's own MTP
-    draft layers where its config ships them; None: none); `modes`: 'aggregated', 'disaggregated'.
+    `explored_precisions`, the default of the CLI and the API); `speculative`: allow speculative decoding / MTP
+    ('auto', the default: the model's own MTP draft layers where its config ships them; None: none); `modes`:
+    'aggregated', 'disaggregated'.
     `eplb`: whether MoE layouts run an expert-load balancer ('auto' (default): from the calibrated EP width; 'on';
     'off'), for the search, the sizing and the replay alike.
     `trace`: a request trace file (`chalk.analyses.planning.trace_demand`) giving the rate (its busiest minute) and the
