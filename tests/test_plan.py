@@ -565,16 +565,18 @@ def test_a_plans_replay_counts_ttft_on_the_clients_clock():
     assert sim["ttft_p50_s"] > calibration(False).request_latency_s
 
 
-@pytest.mark.parametrize("rate", [3.0, 10.0])
+@pytest.mark.parametrize("rate", [0.5, 3.0, 10.0])
 def test_requests_in_flight_at_a_rate_obey_littles_law_at_their_own_latency(rate):
     """A rate demand's requests in flight per replica are rate x end-to-end time at that very load (Little's law),
-    not at the latency of the most requests a replica may hold: llama-3.1-8b on one H100 at 10 requests/s holds
-    ~21.5 (the replay's own figure was 22.5), where the cap's latency said 62."""
+    with the TTFT and TPOT each option reports, aggregated or disaggregated (whose TTFT counts the request latency
+    as the aggregated one and the replay do), below one request per replica too: llama-3.1-8b on one H100 at 10
+    requests/s holds ~21.3 (the replay's own figure was 22.5), where the cap's latency said 62."""
     r = plan("llama-3.1-8b", "h100-sxm", rate=rate, input_len=2000, output_len=200, tpot_p99_s=0.05,
-             ttft_p99_s=2.0, modes=("aggregated",), curves=False, sim_requests=2000)
-    o = r["options"][0]
-    p = o["predicted"]
-    e2e = p["ttft_s"] + (200 - 1) * p["tpot_s"]
-    n = o["concurrency_per_replica"]
-    assert n == pytest.approx(rate / o["replicas"] * e2e, rel=0.03)
-    assert n < 0.5 * o["max_concurrency_per_replica"]
+             ttft_p99_s=2.0, curves=False, sim_requests=2000)
+    assert {o["mode"] for o in r["options"]} == {"aggregated", "disaggregated"}
+    for o in r["options"]:
+        p = o["predicted"]
+        e2e = p["ttft_s"] + (200 - 1) * p["tpot_s"]
+        n = o["concurrency_per_replica"]
+        assert n == pytest.approx(rate / o["replicas"] * e2e, rel=0.03), (o["engine"], o["mode"])
+        assert n < 0.5 * o["max_concurrency_per_replica"]

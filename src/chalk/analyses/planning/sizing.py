@@ -271,22 +271,36 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     return s
 
 
+def _ttft(c: dict, op, lat: float):
+    """(mean TTFT, p99 TTFT) that candidate `c` predicts at operating point `op` (numbers, or arrays over a curve):
+    aggregated, the closed form's (its prefill chunks and queue, the request latency included); disaggregated, one
+    prompt alone on the prefill pool with its KV transfer, one decode step, and the request latency `lat` outside
+    the engines (as the replay counts it, `replay`'s client_latency_s)."""
+    if c["mode"] == "aggregated":
+        return op["ttft_s"], op["ttft_p99_s"]
+    t = c["prefill"]["lone_prompt_s"] + op["tpot_s"] + lat
+    return t, t
+
+
 def _in_flight_for_rate(ask: Ask, system: System, c: dict, rate: float) -> float:
-    """Requests in flight per replica at which one replica completes `rate` requests/s: Little's law at that load's
-    own end-to-end time, N = rate x e2e(N), where e2e(N) = N / (the closed form's completions at N). A replica's
-    completions grow with the requests it holds, so N is the first whole number of them (1 to the candidate's cap)
-    that completes `rate`, less the fraction of the last step it does not need (linear between whole numbers);
-    below one request, rate x e2e(1). Where even the cap completes less (the replicas carry the rate with Poisson
-    headroom, so only by rounding), the cap's latency answers: rate x e2e(cap)."""
+    """Requests in flight per replica at which one replica serves `rate` requests/s: Little's law at that load's own
+    end-to-end time, N = rate x e2e(N), e2e = TTFT + (O - 1) x TPOT as the candidate predicts them at N (`_ttft`; the
+    closed form). N - rate x e2e(N) grows with N while the replica keeps up, so N is found between the whole numbers
+    (1 to the candidate's cap) where it turns positive (linear between them); below one request, rate x e2e(1).
+    Where even the cap does not keep up (the replicas carry the rate with Poisson headroom, so only by rounding),
+    the cap's latency answers: rate x e2e(cap), as the replica count was sized."""
     cap = max(int(c["cap"]), 1)
-    G, O = c["replica_gpus"], ask.O
-    x = np.asarray(_curve(ask, system, c)(np.arange(1, cap + 1))["output_tokens_per_s_per_gpu"], dtype=float) * G / O
-    k = int(np.searchsorted(x, rate))  # x is non-decreasing: the first index whose completions reach the rate
+    n = np.arange(1, cap + 1, dtype=float)
+    op = _curve(ask, system, c)(n)
+    e2e = np.asarray(_ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s)[0], dtype=float) \
+        + (ask.O - 1) * np.asarray(op["tpot_s"], dtype=float)
+    g = n - rate * e2e
+    k = int(np.argmax(g >= 0)) if np.any(g >= 0) else cap
     if k >= cap:
         return float(F.requests_in_flight(rate, c["e2e_at_cap_s"]))
     if k == 0:
-        return float(F.requests_in_flight(rate, 1.0 / x[0]))
-    return float(k + (rate - x[k - 1]) / (x[k] - x[k - 1]))
+        return float(F.requests_in_flight(rate, e2e[0]))
+    return float(k + (0.0 - g[k - 1]) / (g[k] - g[k - 1]))
 
 
 def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict:
@@ -305,15 +319,15 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     price = system.chip.price_usd_per_hour
     usd_h = float(F.fleet_usd_per_hour(gpus, price))
     cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
-    ttft = float(op["ttft_p99_s"]) if c["mode"] == "aggregated" else c["prefill"]["lone_prompt_s"] + float(op["tpot_s"])
+    ttft_mean, ttft = (float(t) for t in _ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s))
     return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
             "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
             "headroom": float(F.headroom(R, cap_units, d.value)), "usd_per_gpu_hour": price,
             "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
             "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * ask.O)),
-            "predicted": {"tpot_s": float(op["tpot_s"]), "ttft_s": float(op["ttft_s"]) if c["mode"] == "aggregated"
-                          else ttft, "ttft_p99_s": ttft, "user_tokens_per_s": float(op["user_tokens_per_s"])}}
+            "predicted": {"tpot_s": float(op["tpot_s"]), "ttft_s": ttft_mean, "ttft_p99_s": ttft,
+                          "user_tokens_per_s": float(op["user_tokens_per_s"])}}
 
 
 def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
