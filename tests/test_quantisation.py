@@ -237,6 +237,19 @@ def test_engines_that_cannot_load_the_checkpoint_are_neither_sized_nor_launched(
     for o in r["options"]:
         assert "trtllm" not in o["launch"] and (o["hardware"] != "mi300x" or "vllm" not in o["launch"])
     assert load_engine("vllm").refuses("gptq", "AMD") and load_engine("vllm").refuses("gptq", "NVIDIA") is None
+    # the user's own checkpoint folder is what the launch loads: its method counts too; a chip where no engine can
+    # load the checkpoint says so instead of blaming the targets
+    from chalk.errors import FitError
+
+    with pytest.raises(FitError, match="TensorRT-LLM .* does not load bitsandbytes checkpoints"):
+        plan("llama-3.1-8b", "h100-sxm", users=16, input_len=1000, output_len=200, engine="trtllm",
+             checkpoint=str(tmp_path), curves=False, sim_requests=1000)
+    gptq = tmp_path / "gptq"
+    gptq.mkdir()
+    (gptq / "config.json").write_text(json.dumps(_cfg("llama-3.1-8b", {"quant_method": "gptq", "bits": 4,
+                                                                       "group_size": 128})))
+    with pytest.raises(FitError, match="no candidate can serve .* does not load gptq checkpoints on Google chips"):
+        plan(str(gptq), "tpu-v6e", users=16, input_len=1000, output_len=200, curves=False, sim_requests=1000)
     for cmd in (["throughput", "--input-len", "1000", "--output-len", "200"],
                 ["plan", "--users", "16", "--input-len", "1000", "--output-len", "200"]):
         p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", *cmd, "-m", str(tmp_path), "-H", "h100-sxm",

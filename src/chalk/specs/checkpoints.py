@@ -79,6 +79,24 @@ def user_checkpoint(value: str) -> str:
     return text
 
 
+def checkpoint_quant_method(checkpoint: str | None) -> str | None:
+    """The quantisation method (`quantization_config`'s, lower case) of a user's local checkpoint folder whose
+    config.json declares one; None for a repo id, a folder without a readable config.json, or an unquantised one."""
+    import json
+
+    from chalk.specs.quantisation import quant_method
+
+    cfg = Path(checkpoint) / "config.json" if checkpoint else None
+    if cfg is None or not cfg.is_file():
+        return None
+    try:
+        q = json.loads(cfg.read_text()).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    m = quant_method(q) if isinstance(q, dict) else None
+    return m.strip().lower() if isinstance(m, str) else None
+
+
 def stored_precision(model) -> str | None:
     """The precision a model's own checkpoint stores its weights at (its quantised format where its config has
     one; MoE experts' where they differ, as gpt-oss's MXFP4); None for a model chalk cannot read."""

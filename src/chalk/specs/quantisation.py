@@ -279,6 +279,17 @@ READERS = {"gptq": _gptq, "awq": _awq, "bitsandbytes": _bnb, "compressed-tensors
            "fp8": _fp8}
 
 
+def quant_method(q: dict):
+    """A `quantization_config`'s method as given (`quant_method`; an FP8 config without one, `fmt: e4m3`, is 'fp8';
+    a bitsandbytes one, `load_in_4bit` / `load_in_8bit`, is 'bitsandbytes'); None where it names none."""
+    method = q.get("quant_method")
+    if method is None and q.get("fmt") == "e4m3":
+        method = "fp8"
+    if method is None and ("load_in_4bit" in q or "load_in_8bit" in q):
+        method = "bitsandbytes"
+    return method
+
+
 def weight_format_from_config(cfg: dict, layers: dict[str, int], where: str = "config.json") -> WeightFormat | None:
     """The stored weight format a config.json's `quantization_config` describes (None: none, the weights are
     stored at `torch_dtype`). `layers`: each parameter group's layer count (for per-layer module lists)."""
@@ -287,11 +298,7 @@ def weight_format_from_config(cfg: dict, layers: dict[str, int], where: str = "c
         return None
     if not isinstance(q, dict):
         raise SpecError(f"{where}: quantization_config must be a mapping, got {short(q)}")
-    method = q.get("quant_method")
-    if method is None and q.get("fmt") == "e4m3":
-        method = "fp8"
-    if method is None and ("load_in_4bit" in q or "load_in_8bit" in q):
-        method = "bitsandbytes"
+    method = quant_method(q)
     key = str(method).strip().lower() if isinstance(method, str) else None
     if key not in READERS:
         raise SpecError(f"{where}: quantization_config quant_method {short(method)} is not one chalk sizes "

@@ -114,13 +114,20 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
+    n_refused = 0  # unavailable candidates whose engine cannot load the checkpoint
     for name, system in zip(names, systems):
-        runs = _engines(system, m)
+        runs = _engines(system, m, checkpoint)
+        refused = {e: _refused(e, system, m, checkpoint) for e in _engines(system) if e not in runs}
         if engine is not None and engine not in runs:
-            why = _refused(engine, system, m) if engine in _engines(system) else \
+            why = refused.get(engine) or \
                 f"{engine} does not run on {system.chip.vendor} chips (chalk launches {', '.join(runs)} there)"
             unavailable += [{"hardware": _name(name), "mode": mode, "engine": engine, "why": why} for mode in modes]
+            n_refused += len(modes) if engine in refused else 0
             continue
+        if engine is None and refused:  # engines that cannot load the checkpoint: said, not sized
+            unavailable += [{"hardware": _name(name), "mode": mode, "engine": e, "why": w}
+                            for e, w in refused.items() for mode in modes]
+            n_refused += len(refused) * len(modes)
         for eng in (engine,) if engine is not None else runs:
             ask_e = dataclasses.replace(ask, engine=eng)
             for mode in modes:
@@ -132,6 +139,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                     unavailable.append({"hardware": _name(name), "mode": mode, "engine": eng, "why": why})
                     continue
                 jobs.append((name, ask_e, system, s))
+    if not jobs and unavailable and n_refused == len(unavailable):  # no engine here can load the checkpoint
+        raise FitError(_cannot_serve(m.id, unavailable))
     # replayed: the candidates that can still be the cheapest (all of them with replay_all)
     replayed = S.verify_finalists([(a, system, s) for _, a, system, s in jobs], every=replay_all)
     options, sized = [], []
@@ -172,19 +181,23 @@ def _name(h) -> str:
     return str(getattr(h, "id", h))
 
 
-def _engines(system, model=None) -> tuple:
+def _engines(system, model=None, checkpoint: str | None = None) -> tuple:
     """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`), less those that cannot load
-    `model`'s checkpoint (its quantisation method: `EngineProfile.refuses`)."""
+    `model`'s checkpoint or the user's own `checkpoint` folder (their quantisation method: `EngineProfile.refuses`)."""
     runs = ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
-    return tuple(e for e in runs if _refused(e, system, model) is None)
+    return tuple(e for e in runs if _refused(e, system, model, checkpoint) is None)
 
 
-def _refused(engine: str, system, model) -> str | None:
-    """Why `engine` cannot serve `model`'s checkpoint on `system`'s chips, or None."""
+def _refused(engine: str, system, model, checkpoint: str | None = None) -> str | None:
+    """Why `engine` cannot serve `model`'s checkpoint (or the user's own `checkpoint` folder, which the launch
+    loads) on `system`'s chips, or None."""
+    from chalk.specs.checkpoints import checkpoint_quant_method
     from chalk.specs.engine import load_engine
 
     fmt = getattr(model, "weight_format", None)
-    return load_engine(engine).refuses(fmt.method, system.chip.vendor) if fmt is not None else None
+    methods = (checkpoint_quant_method(checkpoint), fmt.method if fmt is not None else None)
+    eng = load_engine(engine)
+    return next((why for why in (eng.refuses(m, system.chip.vendor) for m in methods) if why), None)
 
 
 def _price(system, given: dict) -> dict:
@@ -386,7 +399,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
 
-    engines = (ask.engine,) if ask.engine else _engines(system, ask.model)
+    engines = (ask.engine,) if ask.engine else _engines(system, ask.model, checkpoint)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:
@@ -520,6 +533,12 @@ def _notes(options, systems, curve) -> list[str]:
     return n
 
 
+def _cannot_serve(model_id: str, unavailable) -> str:
+    """One line: no candidate can serve the model, with the first three distinct reasons."""
+    why = "; ".join(list(dict.fromkeys(f"{u['hardware']}: {u['why']}" for u in unavailable))[:3])
+    return f"no candidate can serve {model_id}: {why}"
+
+
 def _unmet(ask, systems, options, unavailable) -> str:
     """One line: no candidate meets the targets; the best reachable per-user speed / TTFT, and where."""
     t = ask.demand
@@ -549,8 +568,7 @@ def _unmet(ask, systems, options, unavailable) -> str:
                 f"replicas: best measured p99 TPOT {_ms(sim['tpot_p99_s'])}, p99 TTFT {_ms(sim['ttft_p99_s'])} "
                 f"on {o['hardware']} ({o['mode']}, {o['layout']})")
     if best_speed[1] is None:
-        why = "; ".join(list(dict.fromkeys(f"{u['hardware']}: {u['why']}" for u in unavailable))[:3])
-        return f"no candidate can serve {ask.model.id}: {why}"
+        return _cannot_serve(ask.model.id, unavailable)
     msg = f"no candidate meets {' and '.join(want) or 'the targets'}: best reachable {best_speed[0]:.1f} tok/s " \
           f"per user (TPOT {_ms(1 / best_speed[0])}) on {best_speed[1]}"
     if best_ttft[1] is not None and t.ttft_p99_s:
