@@ -218,6 +218,15 @@ def test_plan_sizes_the_4_bit_70b_as_4_bit():
     assert best["precision"] == "w4a16-gptq-g128-zp" and best["replica_gpus"] == 1
 
 
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_naming_the_checkpoints_own_precision_sizes_the_checkpoint_as_stored(model):
+    """gpt-oss stores MXFP4 experts beside BF16 attention and embeddings: --precision mxfp4 is that checkpoint (65.19
+    GB for the 120b), not every weight re-quantised to MXFP4 (62.07 GB), and times the same step."""
+    own, named = (estimate(model, "b200", precision=p, layout="tp=1", batch=8, context=1000) for p in (None, "mxfp4"))
+    assert named.weight_bytes == own.weight_bytes and named.step_time_s == own.step_time_s
+    assert model != "gpt-oss-120b" or own.weight_bytes == pytest.approx(65.19e9, rel=1e-3)
+
+
 BNB4 = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
         "bnb_4bit_use_double_quant": True}
 
