@@ -281,3 +281,25 @@ def test_cross_validation_same_on_ray():
     sa, sb = (json.dumps(x, sort_keys=True, default=str) for x in (one, two))
     i = next((k for k, (p, q) in enumerate(zip(sa, sb)) if p != q), None)
     assert sa == sb, (sa[max(0, (i or 0) - 300):(i or 0) + 80], sb[max(0, (i or 0) - 300):(i or 0) + 80])
+
+
+def test_a_model_given_as_a_config_folder_is_planned_from_that_folder(tmp_path):
+    """A portfolio's model may be a config.json folder, as plan's -m: its candidates plan that checkpoint (here a
+    bitsandbytes 8B, which TensorRT-LLM cannot load) instead of failing on the folder's name as a catalog id; the
+    candidate key follows the config's bytes."""
+    cfg = json.loads((ROOT / "src/chalk/catalog/models/llama-3.1-8b/config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    folder = tmp_path / "my-bnb-8b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    pf = P.load({"models": [{"name": "q", "model": str(folder), "users": 16, "input_len": 1000, "output_len": 200,
+                             "modes": ["aggregated"]}], "chips": ["h100-sxm"], "settings": {"sim_requests": 1000}})
+    assert pf["models"][0]["model"] == str(folder.resolve())
+    cands = P.candidates(pf)
+    key = cands[0]["key"]
+    rec = P.evaluate(cands[0])
+    assert rec["status"] == "ok" and rec["option"]["engine"] in ("vllm", "sglang")
+    assert rec["option"]["precision"].startswith("w4a16-nf4")
+    cfg["num_hidden_layers"] = 30
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert P.candidates(pf)[0]["key"] != key

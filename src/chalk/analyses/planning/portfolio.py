@@ -110,7 +110,10 @@ def load(source) -> dict:
         from chalk.analyses.planning.plan import _modes
 
         modes = list(_modes(modes))
-        out_models.append({"name": name, "model": spec.id, "chips": mine, "precisions": list(dict.fromkeys(precisions)),
+        # a catalog model by its id; a config.json (or its folder) by its path, which plan() reads again
+        given = Path(str(m["model"]).strip())
+        ref = str(given.resolve()) if given.exists() else spec.id  # as load_model reads it: a path that exists
+        out_models.append({"name": name, "model": ref, "chips": mine, "precisions": list(dict.fromkeys(precisions)),
                            "engines": engines, "modes": modes,
                            "demand": {k: v for k, v in demand.items() if v is not None}})
     systems = {c: as_system(c) for c in sorted(all_chips)}  # an unknown chip fails here, by name
@@ -241,7 +244,9 @@ def _key(c) -> str:
     for f in ("trace", "diurnal"):
         if isinstance(d.get(f), str):  # the file's bytes, not only its name
             d[f] = [d[f], _digest(d[f])]
-    body = json.dumps([c["model"], c["chip"], c["precision"], c["engine"], c["mode"], d], sort_keys=True)
+    cfg = Path(c["model"]) / "config.json" if Path(c["model"]).is_dir() else Path(c["model"])
+    model = [c["model"], _digest(str(cfg))] if cfg.is_file() else c["model"]  # a config's bytes, as a trace's
+    body = json.dumps([model, c["chip"], c["precision"], c["engine"], c["mode"], d], sort_keys=True)
     return f"{c['name']}|{c['chip']}|{c['precision'] or 'default'}|{c['engine'] or 'any'}|{c['mode']}|" + \
         hashlib.sha256(body.encode()).hexdigest()[:12]
 
