@@ -521,3 +521,39 @@ def test_a_disaggregated_answer_counts_one_deployment(gpus):
     assert r["prefill_gpus"] >= r["decode_gpus"] * r["prefill"]["gpus_per_decode_gpu"] - 1e-9
     x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
     assert r["concurrency"] == pytest.approx(x * (r["ttft_s"] + r["output_len"] * r["tpot_s"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("model, hw, layout, engine", [
+    ("gpt-oss-120b", "h200", "tp=2", "sglang"), ("gpt-oss-120b", "h200", "tp=2", "vllm"),
+    ("deepseek-r1", "h200", "tp=8", "sglang"), ("llama-3.1-70b", "h100-sxm", "tp=4", "trtllm")])
+def test_the_replay_times_steps_with_the_engines_kernels_as_the_closed_form_does(model, hw, layout, engine):
+    """The replayed closed loop's step cost comes from the engine's own kernel tables, as the closed form's steps do:
+    gpt-oss-120b on 2 x H200 with SGLang replayed at 24.2 ms per token (chalk's main tables) where the closed form
+    said 15.6 ms. At 64 in flight the two agree to a few percent."""
+    kw = dict(layout=layout, concurrency=64, input_len=1000, output_len=500, engine=engine)
+    sim, closed = (fixed_deployment(model, hw, simulate=s, **kw) for s in (True, False))
+    assert sim["latency_source"].startswith("simulated") and closed["latency_source"] == "closed form"
+    assert sim["tpot_s"] == pytest.approx(closed["tpot_s"], rel=0.04)
+    assert sim["output_tokens_per_s_per_gpu"] == pytest.approx(closed["output_tokens_per_s_per_gpu"], rel=0.05)
+
+
+def test_a_disaggregated_fixed_deployment_is_replayed_with_its_prefill_pool():
+    """A fixed disaggregated deployment goes through the same request-level engine model: its decode replica's
+    closed loop, each prompt first queued for its share of the prefill pool, gives a distribution (p50 < p99) and
+    Little's law holds on it; its TPOT and throughput stay those of the closed form to a few percent."""
+    kw = dict(layout="tp=2", concurrency=64, input_len=2000, output_len=700, gpus=8, decode_gpus=6,
+              prefill_layout="tp=2", engine="sglang", precision="mxfp4")
+    sim, closed = (fixed_deployment("gpt-oss-120b", "h200", simulate=s, **kw) for s in (True, False))
+    assert sim["latency_source"].startswith("simulated") and sim["latency_window"] is not None
+    assert sim["ttft_p50_s"] < sim["ttft_p99_s"] and closed["ttft_p50_s"] == closed["ttft_p99_s"]
+    assert sim["tpot_s"] == pytest.approx(closed["tpot_s"], rel=0.05)
+    x = sim["output_tokens_per_s_per_gpu"] * sim["gpus"] / 700
+    assert sim["ttft_s"] + sim["tpot_s"] * 699 == pytest.approx(64 / x, rel=0.04)
+    # one prefill worker for seven decode replicas and 8K prompts: prompts queue for the pool, which sets the pace;
+    # the replay's queue and the closed form's agree (TTFT 126 s both), and output is the pool's rate
+    kw = dict(layout="tp=1", concurrency=512, input_len=8000, output_len=700, gpus=8, decode_gpus=7,
+              prefill_layout="tp=1", engine="sglang", precision="mxfp4")
+    sim, closed = (fixed_deployment("gpt-oss-120b", "h200", simulate=s, **kw) for s in (True, False))
+    assert sim["ttft_p50_s"] == pytest.approx(closed["ttft_s"], rel=0.03) and sim["ttft_p50_s"] > 60
+    pool = sim["prefill_pool_requests_per_s"] * 700 / 8
+    assert sim["output_tokens_per_s_per_gpu"] == pytest.approx(pool, rel=0.03)

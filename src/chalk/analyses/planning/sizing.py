@@ -360,7 +360,7 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
 def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     """The simulator's step cost for one speculating replica of `s` at its operating point (the step model's
     tangent at the speculative pace); plans that do not speculate replay through `serving.settled_replay`."""
-    _, _, I, O, L, _, cal, eng, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
+    _, _, I, O, L, _, cal, eng, costs, kern = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
                                                           s["precision"], ask.kv_precision, ask.ideal, None,
                                                           ask.engine, None, ask.eplb)
     op = s["op"]
@@ -376,7 +376,7 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
         (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
     sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
                                   prefill_tokens=c_step, prefill_rank_tokens=c_rank, precision=s["precision"],
-                                  kv_precision=costs.kv_precision, cal=cal, overhead_s=ovh)
+                                  kv_precision=costs.kv_precision, cal=cal, overhead_s=ovh, kernels=kern)
     n_op = max(int(round(s["in_flight_per_replica"])), 1)
     plain_s = s if s["speculative"] is None else {**s, "speculative": None}
     t0 = float(op["tpot_s"]) if s["speculative"] is None else float(_fixed(ask, system, plain_s, n_op)["tpot_s"])

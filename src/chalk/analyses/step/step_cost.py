@@ -74,7 +74,8 @@ class StepCost:
     def from_step_model(cls, model, system, layout, *, batch: float, context: float, prompt_len: float,
                         prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None,
                         precision: str | None = None, kv_precision: str | None = "auto",
-                        cal=None, ideal: bool = False, overhead_s: float | None = None) -> StepCost:
+                        cal=None, ideal: bool = False, overhead_s: float | None = None,
+                        kernels=None) -> StepCost:
         """The one step model (`chalk.analyses.step.step_model`) on one replica `layout`, as the simulator's linear step
         cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
         there (pure decode), in prompt tokens its secant from none to `prefill_tokens` (a step carrying one
@@ -102,7 +103,9 @@ class StepCost:
         cal = cal or calibration(ideal)
         lay = make_layout(model, layout)
         _, kvp, costs = step_costs(model, system, precision, kv_precision)
-        kern = default_kernels(system.chip, cal) or False
+        # the engine's own kernel tables where the caller has them (`parallel.engine_kernels`), as its closed form
+        # times the same steps; else chalk's main tables
+        kern = (default_kernels(system.chip, cal) if kernels is None else kernels) or False
         B = float(positive("batch", batch, scalar=True))
         L = float(positive("context", context, scalar=True))
         I = float(positive("prompt length", prompt_len, scalar=True))

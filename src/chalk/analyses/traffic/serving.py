@@ -1186,6 +1186,19 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
                   times=times, grid=grid, held=held, x_grid=x_grid)
 
 
+def _pool_share(fx: _Fixed, seats: float, lone_s: float) -> tuple:
+    """One decode replica's share of a fixed disaggregated deployment's prefill pool, as the request simulator takes
+    it (servers, prompt tokens/s per server, seconds per prompt token of a prompt alone): its workers (the prefill
+    GPUs over the prefill layout's) spread over the R decode replicas, at least one, sharing the pool's rate
+    (`x_pool` requests/s per replica of Ip-token prompts); a prompt alone takes `lone_s` (one prompt through one
+    worker). A pool with no rate limit gives every seat a server."""
+    workers = (fx.gpus - fx.decode_gpus) / max(fx.pre.replica_gpus, 1)
+    if not np.isfinite(fx.x_pool):
+        return max(int(round(seats)), 1), 1e30, max(lone_s, 0.0) / max(fx.Ip, 1.0)
+    servers = max(int(round(workers / fx.R)), 1)
+    return servers, fx.x_pool * max(fx.Ip, 1.0) / servers, max(lone_s, 0.0) / max(fx.Ip, 1.0)
+
+
 def _fixed_concurrency(concurrency, R: int) -> int:
     """Requests in flight, checked: a whole number >= 1 and at least one per replica."""
     if isinstance(concurrency, bool):
@@ -1340,12 +1353,15 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     window = sim = None
     too_many = n_run is None and Nr > CLOSED_LOOP_MAX_SEATS and not (replay or {}).get("requests") \
         and not (replay or {}).get("result_only")  # chalk simulate asks for the replay itself
-    if simulate and not disagg and speculative is None and not too_many:
+    if simulate and speculative is None and not too_many:
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
-        # every latency, so in flight = throughput x time per request (Little's law) holds as measured
+        # every latency, so in flight = throughput x time per request (Little's law) holds as measured; a
+        # disaggregated replica's prompts first queue for its share of the prefill pool
         run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
+        if disagg:
+            run["prefill_pool"] = _pool_share(fx, Nr, float(ttft0 - tpot * e))
         sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O,
-                                    **{**run, **(replay or {})})
+                                    kernels=kern, **{**run, **(replay or {})})
         if replay is not None and replay.get("result_only"):
             return sim
         X, B = float(sim.requests_per_s), float(sim.mean_batch)
@@ -1454,7 +1470,8 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
 
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
                           input_len, output_len, seed: int = 0, requests: int | None = None,
-                          client_latency_s: float | None = None, window: str = "steady", result_only: bool = False):
+                          client_latency_s: float | None = None, window: str = "steady", result_only: bool = False,
+                          prefill_pool: tuple | None = None, kernels=None):
     """One replica's closed loop replayed in the request simulator: `concurrency` client seats (requests in
     flight), at most `seats` of them running in the engine (the scheduler cap and KV room; the rest wait in its
     queue), step times from the step model's linear form at `batch` decoding sequences of `context` tokens
@@ -1462,11 +1479,17 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window).
     `requests`, `client_latency_s`, `window`: a caller's own (`chalk simulate --concurrency` replays through here,
     so it answers as `throughput --layout --concurrency` does); defaults: CLOSED_LOOP_ROUNDS per seat, the
-    calibrated request latency, the steady state."""
+    calibrated request latency, the steady state. `prefill_pool`: a disaggregated decode replica's share of its
+    prefill pool (`simulate_continuous`'s): prompts are prefilled there first, and the replica's steps charge
+    nothing for them (`fleet.decode_only`)."""
+    from chalk.analyses.traffic import fleet
     from chalk.analyses.traffic import simulate as sim
 
     sc = replica_step_cost(m, system, lay, batch, input_len, output_len, context=context, chunk=chunk,
-                           precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s)
+                           precision=costs.precision, kv_precision=costs.kv_precision, cal=cal, overhead_s=overhead_s,
+                           kernels=kernels)
+    if prefill_pool is not None:
+        sc, chunk = fleet.decode_only(sc), None
     n = int(requests) if requests is not None else closed_loop_requests_for(concurrency)
     clients = max(int(round(concurrency)), 1)
     reqs = sim.closed_loop_requests(clients, n, input_len, output_len, seed)
@@ -1475,7 +1498,7 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
                                    closed_loop=True,  # each attention-DP rank has its own chunk budget
                                    concurrency=clients, window=window,
                                    client_latency_s=cal.request_latency_s if client_latency_s is None
-                                   else client_latency_s)
+                                   else client_latency_s, prefill_pool=prefill_pool)
 
 
 def open_loop_step_cost(fx: _Fixed, batch: float):
@@ -1483,7 +1506,7 @@ def open_loop_step_cost(fx: _Fixed, batch: float):
     model on its layout, linear around `batch` decoding sequences, with its engine's step overhead and chunk."""
     return replica_step_cost(fx.m, fx.system, fx.lay, batch, *fx.lengths, context=fx.L,
                              chunk=fx.chunk, precision=fx.costs.precision, kv_precision=fx.costs.kv_precision,
-                             cal=fx.cal, overhead_s=fx.ovh)
+                             cal=fx.cal, overhead_s=fx.ovh, kernels=fx.kern)
 
 
 def replica_chunk_tokens(fx: _Fixed) -> int | None:

@@ -585,7 +585,8 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                         kv_capacity_tokens: float | None = None,
                         prefill_chunk_tokens: int | None = None, closed_loop: bool = False,
                         client_latency_s: float = 0.0, concurrency: int | None = None, window: str = "steady",
-                        keep_requests: bool | None = None, loop: str = "auto") -> SimulationResult:
+                        keep_requests: bool | None = None, loop: str = "auto",
+                        prefill_pool: tuple | None = None) -> SimulationResult:
     """Continuous batching (Orca/vLLM) with optional chunked prefill (Sarathi-Serve).
 
     At each step start, waiting requests are admitted FCFS while fewer than `max_batch` run and
@@ -605,6 +606,12 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     held) keeps the per-request arrays; a run without them keeps only the requests in flight and the histograms.
     `loop`: 'python' (the reference loop), 'compiled' (the same loop compiled with numba, `chalk[fast]`; identical
     answers) or 'auto' (compiled for runs of at least COMPILED_MIN_REQUESTS requests when numba is installed).
+    `prefill_pool`: a disaggregated deployment's closed loop (servers, prompt tokens/s per server, seconds per
+    prompt token of a prompt alone): each request, once it reaches the engines (`client_latency_s` after its send),
+    is prefilled first-come first-served on the earliest free of `servers` prefill servers, holding it P / rate and
+    done after max(P / rate, P x lone) (`fleet.replay`'s rule for an open loop), and only then joins this engine,
+    whose step cost should then charge nothing for prompt tokens (`fleet.decode_only`); TTFT counts the pool's wait
+    and prefill. The reference loop runs it.
     """
     req = _check_requests(requests, stream=True)
     B = positive("max_batch", max_batch, integer=True)
@@ -621,6 +628,16 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     keep = isinstance(req, Requests) if keep_requests is None else bool(keep_requests)
     if cap <= 0:
         raise InputError(f"no HBM is left for the KV cache ({step_cost.label}); use more chips or lower precision")
+    pool = None
+    if prefill_pool is not None:
+        if not closed_loop:
+            raise InputError("prefill_pool is a closed loop's (an open loop's prefill delays are known up front: "
+                             "fleet.replay)")
+        servers, mu, lone = prefill_pool
+        pool = ([0.0] * positive("prefill servers", servers, integer=True, scalar=True),
+                float(positive("prefill tokens/s", mu, scalar=True)),
+                float(positive("prefill seconds per token", lone, allow_zero=True, scalar=True)))
+        loop = "python"
     lo, hi = steady_window(n, seats, window)
     wa, wb = (lo, hi - 1) if window == "steady" else (-1, -1)
     sc = step_cost
@@ -648,6 +665,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     # keeps no arrays folds each chunk into `stream` once all its requests have finished, and drops it
     source = req.chunks(CHUNK_REQUESTS)
     arr, P, O, need, cch = [], [], [], [], []
+    snd = []  # each request's send on the client's clock (an arrival less the latency, or before its prefill pool)
     admit, first, finish = [], [], []
     left, sizes = deque(), deque()  # unfinished requests, and requests, per chunk held
     kept = []  # (arrival, P, O, cached) arrays of the chunks read, when keeping them
@@ -663,6 +681,10 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         al = a_.tolist()
         if closed_loop:  # the first `seats` requests are sent at t = 0, each later one when a seat frees
             al = [0.0 if loaded + j < seats else math.inf for j in range(k)]
+        snd.extend([a - send_lag for a in al])
+        if pool is not None:  # the first wave reaches the prefill pool at t = 0, in order
+            pl = p_.tolist()
+            al = [_prefilled(0.0, pl[j]) if loaded + j < seats else math.inf for j in range(k)]
         arr.extend(al)
         P.extend(p_.tolist())
         O.extend(o_.tolist())
@@ -677,6 +699,15 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
             kept.append((a_, p_, o_, c_))
         loaded += k
 
+    def _prefilled(reach: float, p: float) -> float:
+        """When a prompt of p tokens that reaches the prefill pool at `reach` is prefilled: FCFS on the earliest free
+        server, which it holds p / rate (the pool's rate, prompts batched); it is done no sooner than a prompt alone
+        takes (`fleet.replay`'s rule)."""
+        free, mu, lone = pool
+        start = reach if reach > free[0] else free[0]
+        heapq.heapreplace(free, start + p / mu)
+        return start + max(p / mu, p * lone)
+
     def fold():
         nonlocal base, held0
         left.popleft()
@@ -684,9 +715,9 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         held0 += k
         if stream is not None:
             ad = np.array(admit[:k])
-            stream.fold(base, np.array(arr[:k]) - send_lag, ad, np.array(first[:k]), np.array(finish[:k]),
+            stream.fold(base, np.array(snd[:k]), ad, np.array(first[:k]), np.array(finish[:k]),
                         np.array(O[:k]))
-            for lst in (arr, P, O, need, cch, admit, first, finish):
+            for lst in (arr, snd, P, O, need, cch, admit, first, finish):
                 del lst[:k]
             base += k
 
@@ -839,7 +870,9 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                 if closed_loop and sent < n:  # the freed seat sends the next request `lat` later
                     if sent == loaded:
                         load()
-                    arr[sent - base] = t + lat
+                    reach = t + lat
+                    arr[sent - base] = reach if pool is None else _prefilled(reach, P[sent - base])
+                    snd[sent - base] = reach - send_lag
                     sent += 1
                 left[(i - held0) // CHUNK_REQUESTS] -= 1
             while left and left[0] == 0:
@@ -847,7 +880,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     while left and left[0] == 0:
         fold()
 
-    send = np.array(arr) - send_lag if keep else None
+    send = np.array(snd) if keep else None
     return _continuous_result(lo, hi, n, common, snap_a=snap_a, snap_b=snap_b, cached_total=cached_total,
                               prompt_total=prompt_total, step=step, busy=busy, step_sum=step_sum, area=area,
                               dec_sum=dec_sum, pf_sum=pf_sum, n_done=n_done, tok_out=tok_out, tok_in=tok_in,
