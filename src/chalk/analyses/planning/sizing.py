@@ -361,8 +361,8 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     """The simulator's step cost for one speculating replica of `s` at its operating point (the step model's
     tangent at the speculative pace); plans that do not speculate replay through `serving.settled_replay`."""
     _, _, I, O, L, _, cal, eng, costs, kern = _serving_setup(ask.model, system, ask.input_len, ask.output_len,
-                                                          s["precision"], ask.kv_precision, ask.ideal, None,
-                                                          ask.engine, None, ask.eplb)
+                                                             s["precision"], ask.kv_precision, ask.ideal, None,
+                                                             ask.engine, None, ask.eplb)
     op = s["op"]
     B = max(float(op["decoding_per_replica"]), 1.0)
     e = s["speculative"].tokens_per_step if s["speculative"] is not None else 1.0

@@ -1303,9 +1303,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     replayed closed loop hands each freed seat on that much later). Mean TTFT adds the wait of requests beyond
     the cap.
     `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
-    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill; without
-    it (or with speculation, or disaggregated) they are the closed forms: TTFT of the p99 prompt, TPOT of a step that
-    carries a whole prefill chunk. TTFT adds the calibrated per-request latency outside the GPU steps.
+    simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill (a
+    disaggregated deployment's behind its prefill pool's queue, `_pool_share`); without it (or with speculation) they
+    are the closed forms: TTFT of the p99 prompt, TPOT of a step that carries a whole prefill chunk. TTFT adds the
+    calibrated per-request latency outside the GPU steps.
     `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
     of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
     (`_prefill_pool_requests_per_s`): requests beyond it wait for their prompt; TTFT is one prompt's prefill on the
@@ -1318,7 +1319,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
     N`). Throughput (output over the run's span), mean TTFT and mean TPOT are then the run's own, its cold start
     (the first wave's prompts queue behind each other's prefill) and ramp-down included, as the benchmark reports
-    them; the closed forms (disaggregated, speculation) add the first wave's queue to the mean TTFT.
+    them; the closed form (speculation) adds the first wave's queue to the mean TTFT.
     """
     fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, gpus=gpus,
                       precision=precision, kv_precision=kv_precision, ideal=ideal,
@@ -1401,8 +1402,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "acceptance_decay": speculative.decay, "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
            "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
-           + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: the scheduler "
-               f"cap / KV memory allows {cap:.0f} in flight"] if waiting >= max(0.5, LITTLE_TOLERANCE * Nr) else [])
+           + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: "
+               + ("for the prefill pool (queued or being prefilled; the decode scheduler / KV memory allows "
+                  f"{cap:.0f} in flight)" if disagg else f"the scheduler cap / KV memory allows {cap:.0f} in flight")]
+              if waiting >= max(0.5, LITTLE_TOLERANCE * Nr) else [])
            + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
                "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
                "without decoding"] if lat > 0 else [])}
