@@ -395,10 +395,12 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
         k = slope * B / max(t_lin - sc.overhead_s, 1e-12)
         sc = dataclasses.replace(sc, overhead_s=max(icept, 1e-9), **{f: getattr(sc, f) * k for f in (
             "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence")})
-    if s["speculative"] is not None:  # one simulated step = one token per sequence, at the speculative pace
+    if s["speculative"] is not None:  # one simulated step = one token per sequence, at the speculative pace:
+        # every term of the step, on whichever line `from_step_model` wrote it (compute, or memory where a prompt
+        # token costs more than a decoding sequence: always under attention DP), runs k times as long
         k = float(op["tpot_s"]) / t0
-        sc = dataclasses.replace(sc, **{f: getattr(sc, f) * k for f in (
-            "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence", "overhead_s")})
+        sc = dataclasses.replace(sc, peak_flops_per_s=sc.peak_flops_per_s / k,
+                                 bandwidth_bytes_per_s=sc.bandwidth_bytes_per_s / k, overhead_s=sc.overhead_s * k)
     return fleet.decode_only(sc) if s["mode"] == "disaggregated" else sc
 
 
