@@ -592,3 +592,22 @@ def test_a_speculating_plans_replay_runs_at_the_speculative_pace():
     o = r["options"][0]
     assert o["speculative"] and o["speculative"]["draft_tokens"] >= 1
     assert o["simulated"]["tpot_p50_s"] == pytest.approx(o["predicted"]["tpot_s"], rel=0.06)
+
+
+def test_exploring_sizes_each_chip_at_the_precisions_it_runs_natively(monkeypatch):
+    """precision='explore' (the CLI's default) tries the checkpoint's own precision and each narrower one a chip has a
+    native rate for, per chip: an H100 beside a B200 is no longer sized at FP4 because the B200 runs FP4 (its FP4
+    would be weight-only, W4A16 on Hopper)."""
+    from chalk.analyses.planning import sizing as S
+
+    tried, best = {}, S.best
+
+    def spy(ask, system, mode):
+        tried.setdefault(system.chip.id, set()).update(ask.precisions)
+        return best(ask, system, mode)
+
+    monkeypatch.setattr(S, "best", spy)
+    r = plan("llama-3.1-8b", "h100-sxm,b200", users=64, input_len=1000, output_len=200, precision="explore",
+             modes=("aggregated",), engine="vllm", curves=False, sim_requests=1000)
+    assert tried["h100-sxm"] == {None, "fp8"} and tried["b200"] == {None, "fp8", "fp4"}
+    assert "fp4" in " ".join(r["precisions_explored"])

@@ -88,6 +88,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     curve = read_diurnal(diurnal) if diurnal is not None else None
     modes = _modes(modes)
     precisions = _precisions(precision, model, hardware)
+    exploring = isinstance(precision, str) and precision.strip().lower() == "explore"
     sim_requests = count("sim_requests", sim_requests, maximum=1_000_000)
     seed = int(positive("seed", seed, integer=True, allow_zero=True, maximum=2**32))
     if speculative is not None and not isinstance(speculative, (Speculation, str)):
@@ -128,8 +129,12 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
             unavailable += [{"hardware": _name(name), "mode": mode, "engine": e, "why": w}
                             for e, w in refused.items() for mode in modes]
             n_refused += len(refused) * len(modes)
+        # exploring: each chip tries the precisions it has a native rate for (an H100 beside a B200 is not sized at
+        # FP4 because the B200 runs it), besides the checkpoint's own
+        ask_s = ask if not exploring else dataclasses.replace(ask, precisions=tuple(
+            p for p in ask.precisions if p is None or p in system.chip.flops_per_s))
         for eng in (engine,) if engine is not None else runs:
-            ask_e = dataclasses.replace(ask, engine=eng)
+            ask_e = dataclasses.replace(ask_s, engine=eng)
             for mode in modes:
                 try:
                     s, why = S.best(ask_e, system, mode)
@@ -227,7 +232,8 @@ SERVING_PRECISIONS = ("bf16", "fp8", "fp4")
 
 def explored_precisions(model, hardware) -> list:
     """plan's default `precision` ('explore', every door): the checkpoint's own (None) and each narrower
-    SERVING_PRECISIONS entry some candidate chip has a native rate for."""
+    SERVING_PRECISIONS entry some candidate chip has a native rate for (plan then sizes each chip at those of them
+    it has a native rate for, besides the checkpoint's own)."""
     from chalk.specs.catalog import as_model, resolve_hardware
     from chalk.specs.demand import candidate_list
     from chalk.specs.precision import bytes_per_element
