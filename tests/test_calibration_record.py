@@ -81,12 +81,14 @@ def test_the_refit_is_the_record():
     TPU decode loops XLA compiles whole) made measured H200 decode steps 24% slower than estimated and was not
     shipped. The range was resized again (x0.65 to x1.30) once MTP drafts lost acceptance with position (issue 24)
     and the JAX TPU rows got their int8 KV cache; a refit from the shipped fit after the MTP change moved six
-    parameters and cross-validated worse (15.05% against 13.68% held out), so it was not shipped either."""
+    parameters and cross-validated worse (15.05% against 13.68% held out), so it was not shipped either. Resized once
+    more (x0.63 to x1.30, 80.7% held in) once replays timed steps with the engine's kernel tables and NVFP4 weighed
+    4.5 bits; the refit tried then reached 13.63% held out but a p90 of 57.2% against 53.4%, and was not shipped."""
     assert VALUES == {
         "compute": 0.35, "memory": 0.9, "overhead_fixed_s": 0.001, "overhead_per_layer_s": 1.0e-05,
         "moe_shuffle_passes": 16.0, "overlap": 0.5, "max_seqs_per_scheduler": 512, "kv_reserve_output_fraction": 1.0,
         "amd_compute": 0.5, "amd_memory": 1.0, "dp_prefill_alignment": 0.0, "overhead_per_seq_s": 0.0,
-        "eplb_min_ep": 16.0, "residual_low": -0.483, "residual_high": 0.303, "use_kernel_tables": True,
+        "eplb_min_ep": 16.0, "residual_low": -0.461, "residual_high": 0.262, "use_kernel_tables": True,
         "request_latency_s": 0.2}
     assert DOC["fit"]["rows_in_objective"] == 631 and len(DOC["fit"]["families"]) == 14
 
