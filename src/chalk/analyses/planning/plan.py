@@ -116,9 +116,10 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     n_refused = 0  # unavailable candidates whose engine cannot load the checkpoint
+    methods = _checkpoint_methods(m, checkpoint)  # read once: the user's folder's config.json and the model's own
     for name, system in zip(names, systems):
-        runs = _engines(system, m, checkpoint)
-        refused = {e: _refused(e, system, m, checkpoint) for e in _engines(system) if e not in runs}
+        refused = _refusals(system, methods)
+        runs = tuple(e for e in _engines(system) if e not in refused)
         if engine is not None and engine not in runs:
             why = refused.get(engine) or \
                 f"{engine} does not run on {system.chip.vendor} chips (chalk launches {', '.join(runs)} there)"
@@ -186,23 +187,35 @@ def _name(h) -> str:
     return str(getattr(h, "id", h))
 
 
-def _engines(system, model=None, checkpoint: str | None = None) -> tuple:
-    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`), less those that cannot load
-    `model`'s checkpoint or the user's own `checkpoint` folder (their quantisation method: `EngineProfile.refuses`)."""
+def _engines(system, methods: tuple = ()) -> tuple:
+    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`), less those that cannot load a
+    checkpoint quantised with any of `methods` (`_checkpoint_methods`, `_refusals`)."""
     runs = ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
-    return tuple(e for e in runs if _refused(e, system, model, checkpoint) is None)
+    refused = _refusals(system, methods) if methods else {}
+    return tuple(e for e in runs if e not in refused)
 
 
-def _refused(engine: str, system, model, checkpoint: str | None = None) -> str | None:
-    """Why `engine` cannot serve `model`'s checkpoint (or the user's own `checkpoint` folder, which the launch
-    loads) on `system`'s chips, or None."""
+def _checkpoint_methods(model, checkpoint: str | None = None) -> tuple:
+    """The quantisation methods an engine must load: the user's own `checkpoint` folder's (which the launch loads)
+    and `model`'s own checkpoint's; None where either declares none."""
     from chalk.specs.checkpoints import checkpoint_quant_method
-    from chalk.specs.engine import load_engine
 
     fmt = getattr(model, "weight_format", None)
-    methods = (checkpoint_quant_method(checkpoint), fmt.method if fmt is not None else None)
-    eng = load_engine(engine)
-    return next((why for why in (eng.refuses(m, system.chip.vendor) for m in methods) if why), None)
+    return checkpoint_quant_method(checkpoint), fmt.method if fmt is not None else None
+
+
+def _refusals(system, methods: tuple) -> dict:
+    """engine -> why it cannot load a checkpoint quantised with one of `methods` on `system`'s chips, for each engine
+    chalk runs there that refuses (`EngineProfile.refuses`)."""
+    from chalk.specs.engine import load_engine
+
+    out = {}
+    for e in ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang")):
+        eng = load_engine(e)
+        why = next((w for w in (eng.refuses(m, system.chip.vendor) for m in methods) if w), None)
+        if why:
+            out[e] = why
+    return out
 
 
 def _price(system, given: dict) -> dict:
@@ -405,7 +418,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
 
-    engines = (ask.engine,) if ask.engine else _engines(system, ask.model, checkpoint)
+    engines = (ask.engine,) if ask.engine else _engines(system, _checkpoint_methods(ask.model, checkpoint))
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:

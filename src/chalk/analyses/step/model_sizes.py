@@ -131,7 +131,7 @@ class ModelSizes:
                 "norms": self.norm_params}
 
     # ------------------------------------------------------------------ bytes
-    def _own(self, precision: str | None) -> str | None:
+    def as_stored(self, precision: str | None) -> str | None:
         """`precision`, or None (the checkpoint's own mix) where it names the checkpoint's own precision: asking
         gpt-oss for mxfp4 is its checkpoint as stored (BF16 attention, MXFP4 experts), not every weight at MXFP4."""
         if precision is not None and canonical(precision) == self.default_precision():
@@ -141,7 +141,7 @@ class ModelSizes:
     def _precisions(self, precision: str | None) -> tuple[float, float]:
         """Bytes per element for (non-expert weights, routed-expert weights); the checkpoint's own mix for None
         (routed experts a checkpoint keeps unquantised counted at its 16-bit dtype)."""
-        precision = self._own(precision)
+        precision = self.as_stored(precision)
         if precision is not None:
             b = bytes_per_element(precision)
             return b, b
@@ -170,7 +170,7 @@ class ModelSizes:
 
     def group_bytes_per_element(self, group: str, precision: str | None = None) -> float:
         """Bytes per stored element of a parameter group: `precision`'s, or the checkpoint's own (None)."""
-        precision = self._own(precision)
+        precision = self.as_stored(precision)
         if precision is not None:
             return bytes_per_element(precision)
         if self._kept is not None:
@@ -180,7 +180,7 @@ class ModelSizes:
 
     def _dense_bytes(self, precision: str | None, lookup: bool = True) -> float:
         """Bytes of every weight but the routed experts (less the input-embedding lookup unless `lookup`)."""
-        precision = self._own(precision)
+        precision = self.as_stored(precision)
         skip = 0.0 if lookup or self.model.tie_word_embeddings else self.embedding_params
         if precision is None and self._kept is not None:
             kept = self._kept
@@ -193,7 +193,7 @@ class ModelSizes:
 
     def weight_bytes(self, precision: str | None = None) -> float:
         """Bytes of all weights at `precision` (None: the checkpoint's own mix)."""
-        precision = self._own(precision)
+        precision = self.as_stored(precision)
         if precision is None and self._kept is not None:
             return self._dense_bytes(None) + self.routed_expert_params * self._kept["experts"]
         main, expert = self._precisions(precision)
@@ -207,7 +207,7 @@ class ModelSizes:
         layer, the expected distinct experts the tokens touch, E * (1 - (1 - k/E)^B).
         """
         tokens = flt(tokens)
-        precision = self._own(precision)
+        precision = self.as_stored(precision)
         if not refined:
             return _like(tokens, self.weight_bytes(precision))
         main, expert = self._precisions(precision)

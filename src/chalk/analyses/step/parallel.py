@@ -156,12 +156,10 @@ def model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> M
 @lru_cache(maxsize=128)
 def _model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> ModelCosts:
     sz = sizes(model)
-    own = sz.default_precision()
-    prec = canonical(precision) if precision is not None else own
+    prec = canonical(precision) if precision is not None else sz.default_precision()
     # None keeps the checkpoint's own mix (e.g. gpt-oss: bf16 + mxfp4 experts), and so does asking for the
-    # checkpoint's own precision by name: --precision mxfp4 on gpt-oss is the checkpoint as stored, not every weight
-    # re-quantised to MXFP4
-    wp = None if prec == own else prec
+    # checkpoint's own precision by name (`ModelSizes.as_stored`)
+    wp = sz.as_stored(prec) if precision is not None else None
     kvp = canonical(kv_precision)
     total = sz.weight_bytes(wp)
     dense_read = float(sz.weight_bytes_read(0.0, wp))
