@@ -67,6 +67,26 @@ def test_rows_are_sourced_and_broad():
     assert len({r.id for r in rows}) == len(rows)
 
 
+def test_no_source_family_dominates():
+    """issue 24 item 1: at least 12 independent source families, none above MAX_FAMILY_SHARE (20%) of the rows, over
+    all rows and over the fitted-metric rows `validate --cv` judges (scripts/balance_rows.py keeps it; at 2026-11-27:
+    837 rows, 17 families, the largest trtllm-docs at 20.0% of the fitted-metric rows and inferencex at 20.0% of
+    all). A row the balance moved out is kept in surplus.csv and is not read."""
+    from collections import Counter
+
+    from chalk.analyses.fidelity.validate import FITTED_METRICS, MAX_FAMILY_SHARE
+    from chalk.specs.catalog import package_path
+
+    rows = load_rows()
+    fams = Counter(r.family for r in rows)
+    fitted = Counter(r.family for r in rows if r.metric in FITTED_METRICS)
+    assert len(fams) >= 12 and len(fitted) >= 12
+    assert max(fams.values()) <= MAX_FAMILY_SHARE * len(rows), fams.most_common(2)
+    assert max(fitted.values()) <= MAX_FAMILY_SHARE * sum(fitted.values()), fitted.most_common(2)
+    surplus = {r["id"] for r in csv.DictReader(package_path("validation", "surplus.csv").open())}
+    assert surplus and not surplus & {r.id for r in rows}
+
+
 def test_moe_rows_of_the_trtllm_00f3768_table_ran_attention_dp():
     """That table's MoE columns ("TP8") ran `trtllm-bench --tp 8 --ep 8` with attention DP (the document's command
     for MoE models): recorded as DEP8, so chalk predicts the deployment that was measured."""
@@ -105,7 +125,8 @@ def test_headline_is_throughput_and_tpot_and_ttft_is_its_own_group(report):
     g = report["groups"]
     assert g["ttft"]["n"] == sum(o["metric"] == "ttft_s" for o in rows) >= 40
     assert g["fixed_throughput"]["n"] >= 30 and g["fixed_tpot"]["n"] >= 30
-    assert g["ttft_p50"]["n"] == sum(o["metric"] == "ttft_p50_s" for o in rows) >= 40
+    # 37 since the balance of 2026-11-27 moved three InferenceX runs to surplus.csv (was 40)
+    assert g["ttft_p50"]["n"] == sum(o["metric"] == "ttft_p50_s" for o in rows) >= 35
 
 
 def test_median_ttft_rows_pair_a_mean_row_of_the_same_run(report):
@@ -118,7 +139,7 @@ def test_median_ttft_rows_pair_a_mean_row_of_the_same_run(report):
 
     rows = {r.id: r for r in load_rows()}
     med = [r for r in rows.values() if r.metric == "ttft_p50_s"]
-    assert len(med) >= 40
+    assert len(med) >= 35
     pred = {o["id"]: o["predicted"] for o in report["rows"]}
     for r in med:
         mean = rows[r.id.removesuffix("-p50")]

@@ -34,6 +34,10 @@ from chalk.specs.catalog import load_model, package_path, read_yaml, resolve_har
 #: `chalk validate` regresses past it.
 MEDIAN_ERROR_BOUND = 0.15
 
+#: Most of the validation set one source family may hold (issue 24), over all rows and over the fitted-metric rows
+#: `validate --cv` judges; scripts/balance_rows.py keeps it.
+MAX_FAMILY_SHARE = 0.20
+
 #: Bound on the fixed-deployment groups' median |error| (throughput per GPU, mean TPOT): issue 10's target. The
 #: shipped fit reaches 0.094 and 0.115.
 FIXED_ERROR_BOUND = 0.15
