@@ -360,6 +360,31 @@ def test_no_gemm_gets_slower_when_it_reads_fewer_weight_bytes(chip, seed):
         prev = t
 
 
+@settings(max_examples=40, deadline=None)
+@given(chip=st.sampled_from(chip_ids()), seed=st.integers(0, 2**31))
+def test_narrow_weights_under_wider_math_stay_bounded_by_full_width(chip, seed):
+    """QA sweep 2026-11-27: MXFP4 experts under 16-bit math (the mixed-input table, measured on 2,880-wide experts)
+    took 4.1 s for a DeepSeek-V3 step on H100 against 9.8 ms at BF16, the table read ~1,000x past the 16-bit time at
+    shapes it never measured. A mixed-input MoE layer stays within MIXED_INPUT_MAX_SLOWDOWN of the 16-bit one;
+    an integer weight-only layer, and a GEMM whose weights are narrower than its math (FP4 weights under FP8 math on
+    a chip without an FP4 rate), never above the full-width time at that math."""
+    from chalk.analyses.step.kernels import MIXED_INPUT_MAX_SLOWDOWN
+
+    kp = kernel_profile(load_chip(chip))
+    rng = np.random.default_rng(seed)
+    tokens = np.round(2.0 ** rng.uniform(0, 15, 32))
+    h, i = float(2 ** rng.integers(10, 14)), float(2 ** rng.integers(9, 13))
+    E, k, ep = float(2 ** rng.integers(5, 9)), float(2 ** rng.integers(1, 4)), float(2 ** rng.integers(0, 4))
+    full = kp.moe_time_s(tokens, h, i, E, k, ep, "bf16")
+    mixed = kp.moe_time_s(tokens, h, i, E, k, ep, "bf16", weight_precision="mxfp4")
+    assert np.all(mixed <= MIXED_INPUT_MAX_SLOWDOWN * full * (1 + 1e-9)), (chip, float(np.max(mixed / full)))
+    gptq = kp.moe_time_s(tokens, h, i, E, k, ep, "bf16", weight_precision=canonical("w4a16-gptq-g128-zp"))
+    assert np.all(gptq <= np.minimum(full, mixed) * (1 + 1e-9))
+    m, n, kk = (np.round(2.0 ** rng.uniform(lo, 16, 64)) for lo in (0, 6, 6))
+    for math_p, w in (("fp8", "fp4"), ("bf16", "fp8"), ("bf16", "fp4")):
+        assert np.all(kp.gemm_time_s(m, n, kk, math_p, w) <= kp.gemm_time_s(m, n, kk, math_p) * (1 + 1e-9)), (chip, w)
+
+
 def _qwen3_moe(q: dict | None):
     return model_from_config(_cfg("qwen3-30b-a3b", q), id="qwen3-30b-a3b" + ("-q" if q else ""))
 

@@ -77,6 +77,12 @@ EXPONENTS = {"gemm": (1, 1, 1), "mha_decode": (1, 1, 0, 1), "mha_prefill": (1, 2
              "mla_prefill": (1, 2, 1), "moe": (1, 1, 1, 1)}
 for _d in (MONOTONE, VARYING, EXPONENTS):
     _d["moe_balanced"] = _d["moe"]
+#: Most a mixed-input MoE layer (4-bit MXFP4 weights under 16-bit math, table key w4a16) may take over the same layer
+#: with 16-bit weights. The distilled mixed-input tables, on the expert shapes they were measured on (MXFP4 checkpoints:
+#: hidden and intermediate 2,880), run 4.1x (H100) to 7.2x (B200) the 16-bit time at 64K tokens, where dequantising
+#: every loaded weight dominates; read at other expert shapes the table went to 45-1,000x (a 7,168-wide, 256-expert
+#: layer on H100), which no kernel does. 8 bounds the measured ratios.
+MIXED_INPUT_MAX_SLOWDOWN = 8.0
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
 
@@ -663,6 +669,10 @@ class GemmShape(_Shape):
         w = profile.wider_math(self.precision)
         self._wider = None if w is None else (profile.gemm_shape(n, k, w) if _numbers((n, k))
                                                else GemmShape(profile, n, k, w))
+        # weights stored narrower than the math (weight-only, or FP4 weights under FP8 math): never slower than the
+        # same GEMM with full-width weights at that math, which reads more (issue 24: fewer bytes never slower)
+        self._full = None if weight_precision is None or self.elem_bytes >= bytes_per_element(self.precision) \
+            else (profile.gemm_shape(n, k, dtype) if _numbers((n, k)) else GemmShape(profile, n, k, dtype))
 
     def __call__(self, m):
         """Seconds for one GEMM of `m` rows (a number or an array). One number is remembered (the shape is fixed,
@@ -681,7 +691,8 @@ class GemmShape(_Shape):
         n, k, p = self.n, self.k, self.precision
         t = self._lookup((m, n, k), self._key)
         t = self.profile._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, self.elem_bytes), p)
-        return t if self._wider is None else minimum(t, self._wider.time(m))
+        t = t if self._wider is None else minimum(t, self._wider.time(m))
+        return t if self._full is None else minimum(t, self._full.time(m))
 
 
 class AttentionShape(_Shape):
@@ -973,10 +984,23 @@ class KernelProfile:
         key = self._moe_table_key(p, eb, weight_precision)
         fam = "moe_balanced" if balanced and self._balanced_moe(key or dtype_key(p)) else "moe"
         t, passes = self._time(fam, p, eb, (c / el, el, h, i), table_key=key)
-        t = t + K.moe_routing_bytes(T, k, h, passes) / bw
-        t = self._floor(t, fl, by, p)
+        t = self._floor(t + K.moe_routing_bytes(T, k, h, passes) / bw, fl, by, p)
         w = self.wider_math(p)  # never slower than the wider math's experts (`wider_math`)
-        return t if w is None else minimum(t, self.moe_time_s(T, h, i, E, k, ep, w, balanced=balanced))
+        t = t if w is None else minimum(t, self.moe_time_s(T, h, i, E, k, ep, w, balanced=balanced))
+        if weight_precision is None or eb >= bytes_per_element(p):
+            return t
+        # experts stored narrower than the math (issue 24: fewer bytes never slower): an integer weight-only format
+        # (the 16-bit table at its narrow read) never takes longer than at full width, nor, under 16-bit math and no
+        # wider than MXFP4, than the same layer with MXFP4 weights; the mixed-input kernels themselves dequantise
+        # every weight they load, and their measured table is slower than 16-bit experts at many tokens, so it keeps
+        # that, bounded by MIXED_INPUT_MAX_SLOWDOWN where it is read far from the shapes it was measured on
+        full = self.moe_time_s(T, h, i, E, k, ep, p, balanced=balanced)
+        if key is not None:
+            return minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)
+        t = minimum(t, full)
+        if dtype_key(p) == "bf16" and eb <= bytes_per_element("mxfp4"):  # the MXFP4 layer reads no fewer bytes
+            t = minimum(t, self.moe_time_s(T, h, i, E, k, ep, p, weight_precision="mxfp4", balanced=balanced))
+        return t
 
     @staticmethod
     def _moe_table_key(p: str, eb: float, weight_precision) -> str | None:
