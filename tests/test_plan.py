@@ -136,6 +136,28 @@ def test_plan_launches_the_expert_load_balancer_its_sizing_assumed(deepseek):
     assert off["options"][0]["usd_per_mtok_output"] >= deepseek["options"][0]["usd_per_mtok_output"] * 0.999
 
 
+def test_launch_gives_the_engine_the_memory_the_plan_was_sized_on(deepseek):
+    """QA sweep 2026-11-27: the sizing read each engine's memory fraction at its defaults on the chip while the launch
+    recomputed SGLang's for the option's layout (graph memory per DP-attention rank): DeepSeek-R1 over two H100 nodes
+    was sized on 0.824 of each GPU and launched with --mem-fraction-static 0.282, too little for its weights. Every
+    launched SGLang fraction is now the sized one, and a note says where the engine's own default is lower."""
+    import re
+
+    from chalk.specs.engine import load_engine
+
+    sized = load_engine("sglang").for_gpu(as_system("gb200-nvl72").chip.hbm_bytes, chip="gb200")
+    seen = 0
+    for o in deepseek["options"]:
+        if o["engine"] == "sglang":
+            fr = {float(x) for x in re.findall(r"--mem-fraction-static ([0-9.]+)", o["launch"]["sglang"])}
+            assert fr == {sized.kv_cache_memory_fraction}, (o["layout"], fr)
+            seen += 1
+            if any(p["attn_dp"] > 1 for p in [o["parallelism"]] + ([o["prefill"]["parallelism"]] if o["prefill"]
+                                                                     else [])):
+                assert any("was sized on" in n for n in o["launch_notes"]), o["launch_notes"]
+    assert seen
+
+
 def test_rate_demand_with_length_distributions():
     r = plan("llama-3.1-8b", "h100-sxm", rate=40, input_len="lognormal:mean=1000,p99=6000",
              output_len="lognormal:mean=300,p99=1500", tpot_p99_s=0.02, ttft_p99_s=2.0, sim_requests=5000,

@@ -447,7 +447,9 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
         parts, mine = [], []
         try:
             for role, par, seqs, n in pools:
-                prof = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
+                prof, note = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
+                if note and note not in notes:
+                    notes.append(f"{e} {role}: {note}")
                 d0 = dep(par, seqs, role)
                 head = f"# {role}: run {n} of these" + ("" if role == "prefill" else " (decode pool)" if
                                                             role == "decode" else " behind a least-loaded router")
@@ -485,11 +487,26 @@ def _nodes(par, system) -> int:
 
 
 def _profile(prof, system, par, speculative: bool):
+    """(the engine's defaults for this layout on the chip, a note or None). The memory fraction stays the one the
+    sizing read (`serving`: the engine's defaults on the chip, `for_gpu` at TP 1), so the launch gives the engine the
+    weights-and-KV memory the plan was sized on; where the engine's own default for the layout is lower (SGLang
+    reserves graph memory per DP-attention rank: 0.28 of an H100 at DP16), the note says so."""
+    hbm, chip = system.chip.hbm_bytes, system.chip.id
     try:
-        return prof.for_gpu(system.chip.hbm_bytes, tp=par["tp"] * par["attn_dp"], pp=par["pp"], dp=par["attn_dp"],
-                            attn_dp=par["attn_dp"] > 1, speculative=speculative, chip=system.chip.id)
+        sized = prof.for_gpu(hbm, chip=chip)
     except ChalkError:
-        return prof
+        return prof, None
+    try:
+        mine = prof.for_gpu(hbm, tp=par["tp"] * par["attn_dp"], pp=par["pp"], dp=par["attn_dp"],
+                            attn_dp=par["attn_dp"] > 1, speculative=speculative, chip=chip)
+    except ChalkError:
+        mine = sized
+    f, own = float(sized.kv_cache_memory_fraction), float(mine.kv_cache_memory_fraction)
+    note = None if own >= f - 1e-9 else (
+        f"the launch sets the memory fraction the plan was sized on ({f:.3f} of each GPU for weights and KV cache); "
+        f"{prof.name}'s own default for this layout, {own:.3f}, would hold {own * hbm / 1e9:.1f} GB of the "
+        f"{f * hbm / 1e9:.1f} GB sized; lower it only with fewer sequences per replica")
+    return dataclasses.replace(mine, kv_cache_memory_fraction=f), note
 
 
 def _max_model_len(ask) -> int:
