@@ -317,6 +317,33 @@ def test_plan_sizes_a_fleet_for_the_azure_conversation_trace():
     assert d["options"][0]["gpus"] >= 1 and any("busiest 60 s" in n for n in d["notes"])
 
 
+def test_plan_trace_launch_admits_the_traces_longest_request():
+    """QA sweep 2026-11-27: the launch's --max-model-len was the 99.9th-percentile prompt plus output (7,168 for the
+    Azure conversation trace), so the trace's 7 longer requests (up to 14,089 prompt tokens) would be refused by the
+    engine it launched. A bounded (empirical) length distribution now admits its longest request."""
+    import re
+
+    _need(AZURE_CONV)
+    rc, out, err = run("plan", "--trace", str(AZURE_CONV), "-m", "llama-3.1-70b", "-H", "h100-sxm", "--mode",
+                       "aggregated", "--engine", "vllm", "--json")
+    assert rc == 0, err
+    t = read_trace(AZURE_CONV)
+    longest = int(np.max(t.input_len) + np.max(t.output_len))
+    lens = {int(x) for x in re.findall(r"--max-model-len (\d+)", json.dumps(json.loads(out)["options"]))}
+    assert lens and min(lens) >= longest, (lens, longest)
+
+
+def test_requests_beyond_the_context_are_said_to_be():
+    """QA sweep 2026-11-27: `plan` and `throughput` sized 201K-token requests for a 128K-context model without a word,
+    and the plan launched vLLM with --max-model-len 131072, which refuses every one of them. They are timed (measured
+    runs past a config's context exist: TensorRT-LLM's Llama-2-70B at 128 + 4,096) and a note says so."""
+    for cmd in (("plan", "--users", "10", "--no-launch"), ("throughput",)):
+        rc, out, err = run(*cmd, "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "200000", "--output-len",
+                           "1000", "--json")
+        assert rc == 0, err
+        assert any("131,072-token context" in n for n in json.loads(out)["notes"]), cmd
+
+
 def test_plan_trace_states_the_unlimited_prefix_reuse_and_refuses_mixed_demand(tmp_path):
     import chalk
     from chalk.analyses.planning.trace_demand import demand_from_trace

@@ -21,7 +21,7 @@ from chalk.analyses.traffic.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
-from chalk.analyses.traffic.serving import Speculation, _length, resolve_speculation, throughput
+from chalk.analyses.traffic.serving import Speculation, _length, context_note, resolve_speculation, throughput
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
 from chalk.specs.catalog import as_model, as_system
@@ -178,6 +178,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                                                     for p in precisions))
     if from_trace is not None:
         res["notes"] = from_trace["notes"] + res["notes"]
+    ctx = context_note(m, I, O)
+    if ctx:
+        res["notes"] = [ctx] + res["notes"]
     if curves:
         res["curves"] = _curves(ask, systems, names, options, sized, demand)
     return res
@@ -510,10 +513,15 @@ def _profile(prof, system, par, speculative: bool):
 
 
 def _max_model_len(ask) -> int:
-    """Longest request the launch admits: the 99.9th-percentile prompt plus output, rounded up to 1,024."""
+    """Longest request the launch admits, rounded up to 1,024 and at most the model's context: the longest prompt
+    plus the longest output where the lengths are bounded (a trace's, an empirical distribution's), else their
+    99.9th percentiles (an engine refuses a longer request: a trace's longest must pass)."""
     def hi(spec, mean):
         q = getattr(spec, "quantile", None)
-        v = float(q(0.999)) if q else float(mean)
+        if not q:
+            return float(mean)
+        v = float(q(1.0))
+        v = v if math.isfinite(v) else float(q(0.999))
         return v if math.isfinite(v) else float(mean) * 10
     n = int(math.ceil((hi(ask.input_len, ask.I) + hi(ask.output_len, ask.O)) / 1024.0) * 1024)
     limit = getattr(ask.model, "max_context", None)

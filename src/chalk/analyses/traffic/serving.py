@@ -338,6 +338,18 @@ def _length(name: str, spec):
     return float(d.mean), d
 
 
+def context_note(m, I: float, O: float) -> str | None:
+    """A note where requests of `I` prompt and `O` output tokens (means) run past `m`'s context (its config's
+    max_position_embeddings): engines that hold to it (vLLM, SGLang) refuse them; measured runs past it exist
+    (TensorRT-LLM built with a longer max_seq_len: Llama-2-70B at 128 + 4,096 on H200), so they are timed, not
+    refused (a sampled distribution's tail past the context is truncated, `simulate`)."""
+    if m.max_context and I + O > m.max_context:
+        return (f"input {I:,.0f} + output {O:,.0f} = {I + O:,.0f} tokens per request is beyond {m.id}'s "
+                f"{m.max_context:,}-token context (max_position_embeddings): vLLM and SGLang refuse such requests; "
+                "an engine built for a longer sequence extrapolates the position encoding")
+    return None
+
+
 def _engine(engine):
     if engine is None:
         return None
@@ -739,7 +751,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal, m, res["parallelism"]),
+               notes=_notes(system, cal, m, res["parallelism"], (I, O)),
                engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
     res["tpot_p99_s"], res["ttft_p99_s"] = float(ev["tpot_p99_s"][i]), float(ev["ttft_p99_s"][i])
@@ -1401,7 +1413,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
                "acceptance_decay": speculative.decay, "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
-           "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
+           "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp}, (I, O))
            + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: "
                + ("for the prefill pool (queued or being prefilled; the decode scheduler / KV memory allows "
                   f"{cap:.0f} in flight)" if disagg else f"the scheduler cap / KV memory allows {cap:.0f} in flight")]
@@ -1753,10 +1765,14 @@ def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
     return rows
 
 
-def _notes(system: System, cal: Calibration, model=None, par: dict | None = None) -> list[str]:
-    """Assumptions an answer rests on: an assumed price, the ideal roofline, and for an MoE model on a layout
-    (`model`, its parallelism `par`) the expert loads its kernels were timed with."""
+def _notes(system: System, cal: Calibration, model=None, par: dict | None = None, lengths=None) -> list[str]:
+    """Assumptions an answer rests on: an assumed price, the ideal roofline, for an MoE model on a layout (`model`,
+    its parallelism `par`) the expert loads its kernels were timed with, and requests (`lengths`: mean prompt and
+    output tokens) past the model's context (`context_note`)."""
     n = []
+    ctx = context_note(model, *lengths) if model is not None and lengths is not None else None
+    if ctx:
+        n.append(ctx)
     ep = float(par["ep"]) if par is not None and par["attn_dp"] > 1 else None  # experts over an EP group
     if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:
         if cal.balances_experts(ep, par["attn_dp"]):
