@@ -127,6 +127,10 @@ def test_checkpoints_chalk_already_sized_are_unchanged():
     ({"quant_method": "gptq", "bits": 1e9, "group_size": 128}, "bits must be one of"),
     ({"quant_method": "gptq", "bits": "four", "group_size": 128}, "bits must be one of"),
     ({"quant_method": "gptq", "bits": 4, "group_size": -5}, "group_size must be a positive whole number"),
+    # QA sweep 2026-11-27: 0 was read as per channel and 5-bit compressed-tensors weights as w5a16
+    ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "group_size must be a positive whole number"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 5, "type": "int"}}}},
+     "num_bits must be one of 2, 3, 4, 8"),
     ({"quant_method": "awq", "bits": 4, "group_size": 1.5}, "group_size must be a positive whole number"),
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": "yes"}, "zero_point must be true or false"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}, "exactly one of"),
@@ -150,6 +154,21 @@ def test_unknown_schemes_and_malformed_configs_are_refused_in_one_line(q, says):
     with pytest.raises(SpecError) as e:
         _fmt(q)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [("num_key_value_heads", 0), ("max_position_embeddings", 0)])
+def test_a_zero_count_in_config_json_is_refused(key, value):
+    """QA sweep 2026-11-27: num_key_value_heads 0 was read as multi-head attention (KV per token 8x Llama-3.1-70B's)
+    and max_position_embeddings 0 as no context limit; both are refused in one line, and absent keys keep their
+    defaults (one KV head per head; no limit)."""
+    cfg = _cfg("llama-3.1-70b")
+    cfg[key] = value
+    with pytest.raises(SpecError) as e:
+        model_from_config(cfg, id="bad")
+    assert key in str(e.value) and "\n" not in str(e.value)
+    del cfg[key]
+    m = model_from_config(cfg, id="plain")
+    assert (m.num_kv_heads == m.num_heads) if key == "num_key_value_heads" else m.max_context is None
 
 
 def test_the_cli_refuses_an_unknown_scheme_with_one_line(tmp_path):

@@ -225,7 +225,8 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
     nh = _int(cfg, "num_attention_heads", "n_head", where=where)
     if L == 0 or H == 0 or nh == 0:
         raise SpecError(f"{where}: num_hidden_layers, hidden_size and num_attention_heads must be positive")
-    nkv = _int(cfg, "num_key_value_heads", default=nh, required=False, where=where) or nh
+    # a present count must be positive (0 is no attention); absent (or null): multi-head, one KV head per head
+    nkv = _int(cfg, "num_key_value_heads", default=None, required=False, where=where, minimum=1) or nh
     head_dim = _int(cfg, "head_dim", default=H // nh, required=False, where=where) or H // nh
     if head_dim == 0:
         raise SpecError(f"{where}: head_dim is 0 (hidden_size {H} < num_attention_heads {nh}); give head_dim")
@@ -236,7 +237,8 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         num_kv_heads=nkv, head_dim=head_dim,
         intermediate_size=_int(cfg, "intermediate_size", default=0, required=False, where=where),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_context=_int(cfg, "max_position_embeddings", default=0, required=False, where=where) or None,
+        max_context=_int(cfg, "max_position_embeddings", default=None, required=False, where=where,
+                         minimum=1) or None,
         notes=spec_str(meta.get("notes"), f"{where}: meta notes"),
     )
     sliding = [False] * L

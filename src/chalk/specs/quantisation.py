@@ -117,8 +117,9 @@ def _bits(v, where: str, key: str = "bits", allowed=range(1, 9)) -> int:
 
 
 def _group(v, where: str, key: str = "group_size") -> int:
-    """A group size: a positive whole number of weights, or -1 / None / 0 for one scale per output channel."""
-    if v is None or v == -1 or v == 0:
+    """A group size: a positive whole number of weights, or -1 / None for one scale per output channel (0 is no
+    group size a quantiser writes: refused rather than read as per-channel)."""
+    if v is None or (v == -1 and not isinstance(v, bool)):
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) \
             or not 1 <= v <= 1 << 20:
@@ -206,7 +207,7 @@ def _ct_scheme(g: dict, where: str) -> str:
     if not isinstance(w, dict) or (a is not None and not isinstance(a, dict)):
         raise SpecError(f"{where}: compressed-tensors config group needs a 'weights' mapping (and 'input_activations' "
                         f"a mapping or null), got {short(g)}")
-    bits = _bits(w.get("num_bits"), where, "num_bits")
+    bits = _bits(w.get("num_bits"), where, "num_bits", allowed=(2, 3, 4, 8))  # compressed-tensors' weight widths
     kind = str(w.get("type", "int")).lower()
     a_bits = None if a is None else _bits(a.get("num_bits"), where, "input_activations num_bits")
     a_kind = None if a is None else str(a.get("type", kind)).lower()
