@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from chalk.analyses.traffic import simulate as S
 from chalk.analyses.traffic.serving import FixedCurve, fixed_deployment, throughput
+from chalk.errors import FitError
 
 SC_8B = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=64, context=1200, prompt_len=1000,
                                    prefill_tokens=300)
@@ -249,6 +250,19 @@ def test_engine_limits_can_be_overridden():
     assert capped["batch_cap_per_replica"] == 64 < base["batch_cap_per_replica"]
     assert capped["mean_step"]["decode_sequences"] <= 64
     assert capped["output_tokens_per_s_per_gpu"] < base["output_tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("budget", [256, 2048])
+def test_the_search_holds_the_prefill_budget_it_is_given(budget):
+    """QA sweep 2026-11-27: `throughput --max-tokens 1` answered 27,401 prompt tokens/s per GPU at 16 steps/s, the
+    throughput it gave without the cap. The search now keeps to a given budget (prompt tokens per step <= it, a step
+    per token of each user) and refuses, in one line, a budget no batch can run on."""
+    r = throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, disaggregated=False,
+                   max_tokens=budget)
+    per_replica = r["input_tokens_per_s_per_gpu"] * r["gpus"] / (r.get("replicas") or 1)
+    assert per_replica <= budget * r["user_tokens_per_s"] * (1 + 1e-6)
+    with pytest.raises(FitError, match="raise --max-tokens"):
+        throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, disaggregated=False, max_tokens=1)
 
 
 @pytest.mark.parametrize("engine", [None, "vllm", "sglang@0.4", "trtllm"])
