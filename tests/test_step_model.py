@@ -17,7 +17,7 @@ from chalk.analyses.traffic import simulate as sim
 from chalk.analyses.step.calibration import calibration
 from chalk.analyses.step.estimate import make_layout, parse_layout
 from chalk.analyses.traffic.serving import Speculation, fixed_deployment, prefill_step_tokens, throughput
-from chalk.errors import ChalkError, InputError, UnknownNameError
+from chalk.errors import ChalkError, FitError, InputError, UnknownNameError
 
 
 def run(*args):
@@ -210,6 +210,17 @@ def test_throughput_runs_a_fixed_disaggregated_deployment_it_is_asked_for():
                          "--prefill-gpus", "1", "--disaggregated", "--json")
     assert code == 0, err
     assert json.loads(out)["output_tokens_per_s_per_gpu"] == pytest.approx(r["output_tokens_per_s_per_gpu"])
+
+
+def test_a_disaggregated_prefill_pool_must_hold_its_workers():
+    """QA sweep 2026-11-27: the prefill pool was never checked against its workers: DeepSeek-R1 DEP16 decode with one
+    prefill GPU ran the 16-GPU decode layout as its prefill worker (1,442 tokens/s per GPU, and 3 prefill GPUs
+    ranked above 8), and an explicit TP1 prefill worker was accepted for 671 GB of weights on a 186 GB GB200."""
+    kw = dict(layout="tp=1,attn_dp=16", concurrency=1229, input_len=1024, output_len=1024, gpus=17, decode_gpus=16)
+    with pytest.raises(InputError, match="do not divide into prefill workers of 16"):
+        fixed_deployment("deepseek-r1", "gb200-nvl72", **kw)
+    with pytest.raises(FitError, match="prefill layout TP1"):
+        fixed_deployment("deepseek-r1", "gb200-nvl72", **{**kw, "gpus": 20}, prefill_layout="tp=1")
 
 
 def test_fixed_mode_contract_and_littles_law():

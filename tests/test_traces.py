@@ -317,6 +317,18 @@ def test_plan_sizes_a_fleet_for_the_azure_conversation_trace():
     assert d["options"][0]["gpus"] >= 1 and any("busiest 60 s" in n for n in d["notes"])
 
 
+def test_an_open_loop_replay_never_holds_more_kv_than_the_replica_has():
+    """QA sweep 2026-11-27: admission was bounded only by a sequence cap sized on mean lengths, so heavy-tailed and
+    traced prompts overfilled the replica's KV memory (Llama-3.1-8B on one H100: a peak of 905,272 tokens against
+    426,496 on the Mooncake conversation trace, 1.7x on a lognormal tail). The replay now admits a request only when
+    its whole KV fits beside the others."""
+    rc, out, err = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=1", "--rate", "2", "-n",
+                       "3000", "--input-len", "lognormal:mean=8000,p99=100000", "--output-len", "300", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert 0 < d["peak_kv_tokens"] <= d["kv_capacity_tokens"] < 5e5
+
+
 def test_plan_trace_launch_admits_the_traces_longest_request():
     """QA sweep 2026-11-27: the launch's --max-model-len was the 99.9th-percentile prompt plus output (7,168 for the
     Azure conversation trace), so the trace's 7 longer requests (up to 14,089 prompt tokens) would be refused by the

@@ -1122,6 +1122,7 @@ class _Fixed(_Setup):
     grid: np.ndarray
     held: np.ndarray
     x_grid: np.ndarray
+    kv_tokens: float = math.inf  # KV tokens a replica's memory holds beside its weights (`open_loop_replay`)
 
     @property
     def lengths(self) -> tuple:
@@ -1156,11 +1157,17 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
         raise InputError("a prefill layout sizes the prefill pool of a disaggregated deployment: give decode_gpus "
                          "(--disaggregated --prefill-gpus) with it")
     pre = make_layout(m, prefill_layout) if prefill_layout is not None else lay
-    if prefill_layout is not None and (gpus - decode_gpus) % pre.replica_gpus:
+    if disagg and (gpus - decode_gpus) % pre.replica_gpus:  # the default prefill worker is a decode replica's layout
         raise InputError(f"{gpus - decode_gpus} prefill GPUs do not divide into prefill workers of "
-                         f"{pre.replica_gpus} ({pre.label()})")
+                         f"{pre.replica_gpus} ({pre.label()}" + ("" if prefill_layout is not None else
+                                                               ", the decode layout: give --prefill-layout") + ")")
     tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+    if disagg and pre is not lay:  # a prefill worker holds the weights too (its KV is one prompt's at a time)
+        wp = float(memory_per_chip(costs, pre.tp, pre.attn_dp, pre.pp, pre.ep, 0.0, L)[0])
+        if wp >= usable:
+            raise FitError(f"{m.id} weights ({wp / 1e9:.0f} GB per GPU on the prefill layout {pre.label()}) do not "
+                           f"fit the {usable / 1e9:.0f} GB usable on {system.chip.id}")
     kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L + cal.kv_reserve_output_fraction * O / 2)[1])
     w = float(memory_per_chip(costs, tp, a, pp, ep, 0.0, L)[0])
     if w >= usable:
@@ -1211,7 +1218,8 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
     return _Fixed(m=m, system=system, I=I, O=O, L=L, F=F, cal=cal, eng=eng, costs=costs, kern=kern, di=di, do=do,
                   lay=lay, pre=pre, G=G, gpus=gpus, disagg=disagg, decode_gpus=decode_gpus,
                   R=R, cap=cap, q=q, e=e, Ip=Ip, ovh=ovh, chunk=chunk, piece=piece, lat=lat, x_pool=x_pool,
-                  times=times, grid=grid, held=held, x_grid=x_grid)
+                  times=times, grid=grid, held=held, x_grid=x_grid,
+                  kv_tokens=fit * (L + cal.kv_reserve_output_fraction * O / 2))
 
 
 def _pool_share(fx: _Fixed, seats: float, lone_s: float) -> tuple:
@@ -1553,16 +1561,18 @@ def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None =
     `throughput --tpot-p99/--ttft-p99` (Poisson) and `chalk simulate --rate/--trace` answer from: `requests`
     (`poisson_requests`, a `PoissonStream` or a trace's) through the request simulator on `step_cost`
     (`open_loop_step_cost`), at most the engine's sequences in flight (its scheduler cap and the KV room at the
-    mean lengths, `fx.cap`), prompts prefilled in its chunks (per attention-DP rank); TTFT and end-to-end on the
-    client's clock (`on_client_clock`: the calibrated request latency outside the engine's steps added).
+    mean lengths, `fx.cap`) whose whole KV fits the replica's memory beside its weights (`fx.kv_tokens`: a
+    heavy-tailed or traced workload's long requests wait for room rather than overfill it), prompts prefilled in its
+    chunks (per attention-DP rank); TTFT and end-to-end on the client's clock (`on_client_clock`: the calibrated
+    request latency outside the engine's steps added).
     `max_batch`, `prefill_chunk`, `kv_capacity_tokens`: a caller's own limits in place of the engine's (None: the
-    engine's; KV then bounds nothing beyond the cap); `client_latency_s`: in place of the calibrated latency;
+    engine's); `client_latency_s`: in place of the calibrated latency;
     `loop`: `simulate_continuous`'s (`simulate.loop_for` picks it for many runs)."""
     from chalk.analyses.traffic import simulate as sim
 
     chunk = prefill_chunk if prefill_chunk is not None else replica_chunk_tokens(fx)
     r = sim.simulate_continuous(requests, step_cost, max_batch=max_batch or max(int(fx.cap), 1),
-                                kv_capacity_tokens=math.inf if kv_capacity_tokens is None else kv_capacity_tokens,
+                                kv_capacity_tokens=fx.kv_tokens if kv_capacity_tokens is None else kv_capacity_tokens,
                                 prefill_chunk_tokens=chunk, loop=loop)
     return sim.on_client_clock(r, fx.lat if client_latency_s is None else client_latency_s)
 
