@@ -259,3 +259,16 @@ def test_an_expert_load_balancer_is_launched_where_the_sizing_assumed_one():
     for e in ENGINES:
         assert "--enable-eplb" not in render_launch(e, Deployment("deepseek-v3", tp=8, eplb=True)).flags
         assert "--enable-eplb" not in render_launch(e, Deployment("deepseek-v3", tp=1, attn_dp=32, ep=32)).flags
+
+
+def test_a_router_for_a_huge_fleet_lists_a_bounded_number_of_replicas():
+    """QA sweep 2026-11-27: the router snippet listed every replica by placeholder, so a plan for 1e9 users rendered
+    millions of addresses (6 minutes, 5 GB). It lists at most ROUTER_MAX_LISTED per pool and says how many more."""
+    from chalk.specs.launch import ROUTER_MAX_LISTED, router_launch
+
+    for e in ("vllm", "sglang", "trtllm"):
+        txt = router_launch(e, 3, 1_000_000)
+        assert "DECODE_HOST_256" in txt and "DECODE_HOST_257" not in txt and "PREFILL_HOST_3" in txt, e
+        assert f"{ROUTER_MAX_LISTED:,} of 1,000,000 decode replicas" in txt and len(txt) < 40_000, e
+        small = router_launch(e, 2, 3)
+        assert "listed:" not in small and "DECODE_HOST_3" in small

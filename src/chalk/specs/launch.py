@@ -264,13 +264,23 @@ def _disaggregation(engine: str) -> dict:
     return rule
 
 
+#: Most replicas of a pool the router snippet lists by placeholder: a fleet of thousands is routed by service
+#: discovery, and listing every one made a plan for 1e9 users spend 6 minutes and 5 GB rendering its router.
+ROUTER_MAX_LISTED = 256
+
+
 def router_launch(engine: str, prefill_replicas: int, decode_replicas: int, hosts: dict | None = None) -> str:
     """The router (proxy) that fronts a disaggregated deployment's prefill and decode pools, as a shell snippet
     (`catalog/launch.yaml` disaggregation.<engine>.router); the pools' addresses are placeholders PREFILL_HOST_i /
-    DECODE_HOST_i to fill."""
-    argv, conf_file, conf, port = router_parts(engine, prefill_replicas, decode_replicas, hosts)
+    DECODE_HOST_i to fill, at most ROUTER_MAX_LISTED per pool (a comment says how many more to add)."""
+    P, D = int(prefill_replicas), int(decode_replicas)
+    lp, ld = (min(n, ROUTER_MAX_LISTED) for n in (P, D)) if hosts is None else (P, D)
+    argv, conf_file, conf, port = router_parts(engine, lp, ld, hosts)
     head = (f"# router: one in front of the pools (replace PREFILL_HOST_i / DECODE_HOST_i with the replicas' "
             f"addresses, each serving on port {port})\n")
+    if (lp, ld) != (P, D):
+        head += (f"# listed: {lp:,} of {P:,} prefill and {ld:,} of {D:,} decode replicas; add the rest the same way "
+                 "(or front the pools with service discovery)\n")
     cmd = " ".join(shlex.quote(a) for a in argv)
     if conf_file:
         return head + f"cat > {conf_file} <<'EOF'\n{conf}EOF\n{cmd}"
