@@ -382,3 +382,15 @@ def test_simulate_refuses_a_rate_beside_a_trace():
     p = subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--trace",
                         str(TRACES / "azure-2023-code.csv"), "--rate", "0.5"], capture_output=True, text=True)
     assert p.returncode == 2 and "--speedup" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--trace", "{azure}", "--input-len", "50"), "brings each request's own lengths"),
+    (("--trace", "{azure}", "--output-len", "lognormal:mean=200,sigma=1"), "brings each request's own lengths"),
+    (("--concurrency", "10", "--rate", "5"), "give one of the two"),
+])
+def test_simulate_refuses_options_it_would_ignore(extra, says):
+    """QA sweep 2026-11-27: --input-len beside a --trace and --rate beside --concurrency were silently ignored."""
+    extra = tuple(a.format(azure=TRACES / "azure-2023-conv.csv") for a in extra)
+    rc, out, err = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=1", *extra)
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err

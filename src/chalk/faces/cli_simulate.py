@@ -38,10 +38,11 @@ def register(app: typer.Typer) -> None:
                                              "(default 100; a --trace brings its own arrival times: --speedup)."),
         requests: Optional[int] = typer.Option(None, "--requests", "-n", help="Number of requests (default 10,000; "
                                                "with --trace: its first N, default all)."),
-        input_len: str = typer.Option("512", "--input-len", callback=length("--input-len"),
-                                      help=f"Prompt tokens per request: {LENGTH_FORMS}."),
-        output_len: str = typer.Option("128", "--output-len", callback=length("--output-len"),
-                                       help="Output tokens per request: as --input-len."),
+        input_len: Optional[str] = typer.Option(None, "--input-len", callback=length("--input-len"),
+                                                help=f"Prompt tokens per request: {LENGTH_FORMS} (default 512; a "
+                                                "--trace brings its own)."),
+        output_len: Optional[str] = typer.Option(None, "--output-len", callback=length("--output-len"),
+                                                 help="Output tokens per request: as --input-len (default 128)."),
         trace: Optional[str] = typer.Option(None, "--trace", help="Request trace: chalk CSV (arrival_s,input_len,"
                                             "output_len), Azure LLM trace CSV or Mooncake JSONL (auto-detected)."),
         speedup: float = typer.Option(1.0, "--speedup", help="Replay a trace this many times faster (rate x X)."),
@@ -91,7 +92,14 @@ def register(app: typer.Typer) -> None:
         if rate is not None and trace is not None:
             raise InputError("--rate sets a Poisson rate, but a --trace brings its own arrival times: give "
                              "--speedup X to replay it X times faster")
+        if trace is not None and (input_len is not None or output_len is not None):
+            raise InputError("a --trace brings each request's own lengths: drop --input-len / --output-len")
+        if concurrency is not None and rate is not None:
+            raise InputError("--concurrency runs a closed loop (a request sent as each one finishes): --rate is an "
+                             "open loop's Poisson rate; give one of the two")
         rate = 100.0 if rate is None else rate
+        input_len = 512.0 if input_len is None else input_len
+        output_len = 128.0 if output_len is None else output_len
 
         with busy(as_json, "simulating the requests"):
             run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
