@@ -481,8 +481,10 @@ def _print_fixed(c, r, system):
                                     r["gpus_per_replica"])
                    + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
               if "output_tokens_per_s_per_replica" in r else ()),
-            ("decoding per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
-                                     f"in flight (cap {num(r['batch_cap_per_replica'])})"),
+            ("in the engine per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
+                                          f"in flight (cap {num(r['batch_cap_per_replica'])})"
+             + (f"; {num(r['mean_step']['decode_sequences'])} decoding in a mean step, the rest prefilling"
+                if (r.get("mean_step") or {}).get("source", "").startswith("replayed") else "")),
             ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"

@@ -31,7 +31,8 @@ class ServingResult(Result):
     'fixed'), batch_per_replica, cost_per_mtok_output_usd (all GPU time), cost_per_mtok_output_decode_share_usd,
     cost_per_mtok_input_prefill_share_usd, range, step, modes, speculative, notes; fixed mode adds ttft_p50_s,
     ttft_p99_s, tpot_p50_s, tpot_p99_s (the closed form's requests are alike: its p50s are its means), replicas,
-    concurrency_per_replica, decoding_per_replica. Through the API: energy
+    concurrency_per_replica, decoding_per_replica (sequences the engine runs per replica: decoding, and in a replay
+    also prefilling; mean_step.decode_sequences counts the decoding ones). Through the API: energy
     (`chalk.analyses.economics.energy.Energy` as a dict: joules_per_token, power_w_per_gpu, power_w_per_fleet,
     kwh_per_day, electricity_usd_per_mtok, electricity_share_of_cost, ...).
     `.to_frame()`: one row, the scalar keys (parallelism and energy flattened); `attrs` hold model and hardware.
