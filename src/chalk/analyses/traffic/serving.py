@@ -777,6 +777,10 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
         res.update(tail)
         res["tpot_p99_s"], res["ttft_p99_s"] = tail["tpot_p99_s_replayed"], tail["ttft_p99_s_replayed"]
+        if tail["tail_latency_source"].startswith("closed form"):  # not a replay: its fewer decoding sequences at
+            # the same in-flight count put its TPOT below the search point's mean; a p99 is at least the mean
+            res["tpot_p99_s"] = max(res["tpot_p99_s"], float(res["tpot_s"]))
+            res["ttft_p99_s"] = max(res["ttft_p99_s"], float(res["ttft_s"]))
     else:
         res["latency_source"] = ("closed form: a lone prompt's prefill plus the calibrated per-request latency, "
                                  "as `--layout --concurrency` gives with simulate=False; the replayed closed loop "
@@ -1047,7 +1051,10 @@ def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
         tp99, tt99 = float(r["tpot_p99_s"]), float(r["ttft_p99_s"])
         tried.append({"layout": lay.label(), "concurrency_per_replica": conc, "tpot_p99_s": tp99, "ttft_p99_s": tt99})
         if (not s.tpot_p99_s or tp99 <= s.tpot_p99_s) and (not s.ttft_p99_s or tt99 <= s.ttft_p99_s):
-            return i, {"tail_latency_source": f"replayed closed loop at the chosen point ({r['latency_source']})",
+            src = (f"closed form at the chosen point's {conc} in flight, not replayed: the request simulator runs no "
+                   "MTP draft tokens" if r["latency_source"].startswith("closed form") else
+                   f"replayed closed loop at the chosen point ({r['latency_source']})")
+            return i, {"tail_latency_source": src,
                        "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99,
                        "latency_window": r["latency_window"], "tail_replays": tried}
         ok[i] = False
