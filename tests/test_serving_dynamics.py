@@ -491,6 +491,22 @@ def test_requests_reported_waiting_only_where_a_queue_forms():
     assert 480 <= float(note.split(" of ")[0]) <= 530 and "allows 512 in flight" in note
 
 
+def test_more_gpus_given_never_serve_less():
+    """QA sweep 2026-11-27: under --mode all a disaggregated answer needing more than --gpus was dropped rather than
+    resized, so 16 H100s answered aggregated at 59.6k output tokens/s where 14 of them, disaggregated, serve 71.9k
+    (the answer without --gpus). A smaller decode pool whose prefill pool fits beside it is now searched, and the
+    modes compare per GPU given."""
+    kw = dict(input_len=1000, output_len=200, tpot_p99_s=0.020, disaggregated="auto")
+    free = throughput("llama-3.1-8b", "h100-sxm", **kw)
+    fleet = lambda r: r["output_tokens_per_s_per_gpu"] * r["gpus"]  # noqa: E731
+    prev = 0.0
+    for n in (8, 16):
+        r = throughput("llama-3.1-8b", "h100-sxm", gpus=n, **kw)
+        assert r["gpus"] <= n and fleet(r) >= prev
+        prev = fleet(r)
+    assert free["gpus"] <= 16 and prev >= fleet(free) * (1 - 1e-9)
+
+
 def test_mode_all_keeps_to_the_gpus_given():
     """--gpus is the deployment's size: under --mode all a disaggregated answer whose pools need more GPUs is not a
     candidate (Qwen3-235B FP4 on 4 B200s, 32K in / 1K out: the disaggregated search fed 4 decode GPUs from 28
