@@ -129,6 +129,8 @@ def test_checkpoints_chalk_already_sized_are_unchanged():
     ({"quant_method": "gptq", "bits": 4, "group_size": -5}, "group_size must be a positive whole number"),
     # QA sweep 2026-11-27: 0 was read as per channel and 5-bit compressed-tensors weights as w5a16
     ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "group_size must be a positive whole number"),
+    # QA sweep 2026-11-27: a dense model's MXFP4 config was sized at BF16 yet labelled mxfp4 (4.25 bits per weight)
+    ({"quant_method": "mxfp4"}, "quantises routed experts only"),
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 5, "type": "int"}}}},
      "num_bits must be one of 2, 3, 4, 8"),
     ({"quant_method": "awq", "bits": 4, "group_size": 1.5}, "group_size must be a positive whole number"),

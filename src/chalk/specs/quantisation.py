@@ -305,6 +305,9 @@ def weight_format_from_config(cfg: dict, layers: dict[str, int], where: str = "c
         raise SpecError(f"{where}: quantization_config quant_method {short(method)} is not one chalk sizes "
                         f"(known: {', '.join(READERS)})")
     precision, keeps, list_keys = READERS[key](q, where)
+    if key == "mxfp4" and layers.get("experts", 0) <= 0:
+        raise SpecError(f"{where}: quantization_config quant_method 'mxfp4' quantises routed experts only (gpt-oss's "
+                        "scheme: engines load its other layers at 16 bits), and this model has none")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
     dense = _DTYPES.get(dtype, "bf16")
     kept = dict.fromkeys((g for g in keeps if layers.get(g, 1) > 0), 1.0)  # (a dense model has no router)
