@@ -66,13 +66,14 @@ def main() -> int:
     if ns.check:
         return 1 if out else 0
     if out:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
-        w.writeheader()
-        w.writerows(kept)
-        path.write_text(buf.getvalue())
-        with (HERE / "surplus.csv").open("a", newline="") as f:
-            csv.DictWriter(f, fieldnames=header, lineterminator="\n").writerows(out)
+        surplus = HERE / "surplus.csv"
+        before = list(csv.DictReader(io.StringIO(surplus.read_text()))) if surplus.is_file() else []
+        for p, rs in ((path, kept), (surplus, before + out)):  # both files in validation.csv's columns
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n", restval="", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rs)
+            p.write_text(buf.getvalue())
     print(f"{len(out)} rows moved to surplus.csv ({len({stem(r['id']) for r in out})} operating points); "
           f"{len(kept)} rows kept")
     return 0
