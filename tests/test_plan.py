@@ -158,6 +158,20 @@ def test_launch_gives_the_engine_the_memory_the_plan_was_sized_on(deepseek):
     assert seen
 
 
+def test_a_users_demand_is_replayed_holding_those_users_in_flight():
+    """QA sweep 2026-11-27: a demand of users was replayed at the Poisson rate the closed form said they make, and a
+    replay that served faster held fewer in flight (Llama-3.1-8B, 2,000 users on three H100s: 460 per replica where
+    667 were sized), so the plan passed a p99 TTFT of 600 ms that the same deployment at 2,000 in flight misses
+    (`throughput --layout tp=1 --gpus 3 --concurrency 2000`: 820 ms). The replay's rate is now bisected until it
+    holds the users, and the plan grows the fleet until they meet the target there."""
+    p = plan("llama-3.1-8b", "h100-sxm", users=2000, input_len=500, output_len=100, engine="vllm", precision="bf16",
+             modes=("aggregated",), ttft_p99_s=0.6)
+    o = p["options"][0]
+    held = o["simulated"]["mean_in_flight_per_replica"]
+    assert held == pytest.approx(2000 / o["replicas"], rel=0.05) and o["meets_targets"]
+    assert o["simulated"]["ttft_p99_s"] <= 0.6 and o["replicas"] > 3
+
+
 def test_rate_demand_with_length_distributions():
     r = plan("llama-3.1-8b", "h100-sxm", rate=40, input_len="lognormal:mean=1000,p99=6000",
              output_len="lognormal:mean=300,p99=1500", tpot_p99_s=0.02, ttft_p99_s=2.0, sim_requests=5000,
