@@ -291,12 +291,12 @@ def test_the_four_pricing_claims():
 
 # ----------------------------------------------------------------------------- the README example (issue 12)
 README_MARGIN = ("pricing", "margin", "--model", "deepseek-v3", "--hardware", "h800", "--sheet", "deepseek-r1",
-                 "--chips", "144")
+                 "--chips", "144", "--kv-precision", "bf16")
 
 
 def test_readme_margin_example_fits_and_its_tables_agree():
     """The README's margin example is a real one: it fits, and its question and its check are the same run."""
-    r = AP.pricing_margin("deepseek-v3", "h800", "deepseek-r1", chips=144)
+    r = AP.pricing_margin("deepseek-v3", "h800", "deepseek-r1", chips=144, kv_precision="bf16")
     own = AP.deepseek_chalk_margin()
     assert r["fits"] and not any("does not fit" in n for n in r["notes"])
     assert r["cost_usd"] == pytest.approx(own["cost_usd"]) and r["chips"] == own["chips"] == 144
@@ -338,3 +338,14 @@ def test_web_explorer_shows_margin_as_a_percent():
         pytest.skip("not a source checkout")
     line = next(ln for ln in src.read_text().splitlines() if "margin on the day" in ln)
     assert "pct(" in line and "×" not in line
+
+
+def test_the_deepseek_check_is_called_the_same_configuration_only_when_it_is():
+    """QA sweep 2026-11-27: the margin's DeepSeek check (BF16 KV, its fixed day) was called "the same configuration
+    as above" beside a question answered on the FP8 KV cache 'auto' picks ($94,028 against $96,210 a day); the
+    comparison now includes the weights' and the KV cache's precisions."""
+    base = ("pricing", "margin", "--model", "deepseek-v3", "--hardware", "h800", "--sheet", "deepseek-r1", "--chips",
+            "144")
+    assert "a fixed configuration, not the one above" in _invoke(*base).output
+    assert "the same configuration as above" in _invoke(*base, "--kv-precision", "bf16").output
+

@@ -275,7 +275,8 @@ def register(app: typer.Typer) -> None:
             t.add_row(k, v)
         c.print(t)
         same = all(r.get(k) == own.get(k) for k in ("model", "hardware", "chips", "decode_batch", "context",
-                                                     "input_tokens", "output_tokens", "cache_hit_fraction"))
+                                                     "input_tokens", "output_tokens", "cache_hit_fraction",
+                                                     "precision", "kv_precision"))
         t = table(f"Check against DeepSeek's published day (2025-02-27/28, R1 prices): {own['configuration']}"
                   + (" — the same configuration as above" if same else " — a fixed configuration, not the one above"),
                   ["quantity", "published", "chalk"])

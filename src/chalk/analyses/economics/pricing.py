@@ -395,6 +395,7 @@ def pricing_margin(model, hardware, sheet: str = "deepseek-r1", *, batch: float 
     return {"model": m.id, "hardware": system.id, "chips": n, "sheet": s.id, "tier": tier.name, "per": per,
             "efficiency": "ideal" if ideal else "calibrated", "layout": dec.layout["label"],
             "parallelism": {k: dec.layout[k] for k in ("tp", "ep", "etp", "pp", "attn_dp")},
+            "precision": dec.precision, "kv_precision": dec.kv_precision,
             "decode_batch": float(B), "context": float(context),
             "prompt_len": float(prompt_len), "input_tokens": float(input_tokens),
             "output_tokens": float(output_tokens), "cache_hit_fraction": h,
