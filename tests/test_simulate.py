@@ -525,3 +525,12 @@ def test_a_prefill_backlog_inside_the_engine_is_an_overload():
     assert float(np.max(r.queue_s)) < 0.06
     over = S.overload(r)
     assert over is not None and over["median_wait_last_fifth_s"] > 5 * over["median_wait_first_fifth_s"]
+
+
+def test_a_trains_window_keeps_the_runs_mean_step():
+    """QA sweep 2026-11-27: the steady window pro-rated the run's busy time but not its step count, so a train of
+    constant 16 ms steps reported a 13.5 ms mean step (and decode batch to match)."""
+    r = S.simulate_train(S.poisson_arrivals(1e6, 200000, input_len=1, output_len=100, seed=2), S.StepCost.constant(0.016),
+                         period_s=0.016, max_batch=2048)
+    assert r.mean_step_s == pytest.approx(0.016) and r.mean_decode_batch <= r.mean_batch <= 2048
+

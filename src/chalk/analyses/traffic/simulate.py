@@ -346,7 +346,8 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
     if rates is None:
         rates = _array_rates(admit, finish, req.input_len, out, lo, hi, span, busy, step_sum, n_steps,
                              steady=window == "steady")
-        rates.update(dec_sum=dec_sum, pf_sum=pf_sum)
+        f = rates["steps"] / n_steps if n_steps else 1.0  # the share of the run the window's steps stand for
+        rates.update(dec_sum=dec_sum * f, pf_sum=pf_sum * f)
     t50, t90, t99 = _pcts(ttft[w])
     p50, p90, p99 = _pcts(tpot[w])
     e50, e90, e99 = _pcts(e2e[w])
@@ -370,9 +371,13 @@ def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, ste
         done = (finish >= ta) & (finish <= tb)
         dt = tb - ta
         area = float(np.clip(np.minimum(finish, tb) - np.maximum(admit, ta), 0, None).sum())
+        # the run's busy time, steps and riders pro-rated to the window alike: their ratios (the mean step, the mean
+        # batch) are the run's (a window's busy time over the whole run's steps put a train of constant 16 ms steps
+        # at a 13.5 ms mean step)
+        f = dt / span
         return {"start_s": ta, "end_s": tb, "completed": int(done.sum()), "out_tokens": float(O[done].sum()),
-                "in_tokens": float(P[done].sum()), "area": area, "busy": busy * dt / span, "steps": n_steps,
-                "step_sum": step_sum}
+                "in_tokens": float(P[done].sum()), "area": area, "busy": busy * f, "steps": n_steps * f,
+                "step_sum": step_sum * f}
     return {"start_s": float(admit[0]), "end_s": float(admit[0]) + span, "completed": len(finish),
             "out_tokens": float(O.sum()), "in_tokens": float(P.sum()), "area": float((finish - admit).sum()),
             "busy": busy, "steps": n_steps, "step_sum": step_sum}
