@@ -231,7 +231,9 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
                                                system=b.get("system")))
     c.print(f"  {num(b['gpus'])} GPUs{nodes} x "
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
-            f"{usd(b['usd_per_mtok_output'])} per M output tokens; {num(b['concurrency_per_replica'])} requests in "
+            f"{usd(b['usd_per_mtok_output'])} per M output tokens"
+            + (" at the peak hour" if b.get("diurnal") else "")
+            + f"; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica at the demand ("
             + ("Little's law at that load's own latency; " if "/s" in b["demand_unit"] else "")
             + f"at most {num(b['max_concurrency_per_replica'])} meet the targets), capacity "
@@ -247,7 +249,9 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             c.print(f"[bold]{o['hardware']} {o['mode']}[/bold] by hour: replicas "
                     f"{' '.join(str(x) for x in di['replicas_per_hour'])}; a day costs "
                     f"{usd(di['usd_per_day_fixed'])} fixed at the peak, {usd(di['usd_per_day_autoscaled'])} "
-                    f"autoscaled ({pct(di['autoscaling_saving'])} less)")
+                    f"autoscaled ({pct(di['autoscaling_saving'])} less): over the day's output, "
+                    f"{usd(di['usd_per_mtok_output_fixed'])} per M output tokens fixed, "
+                    f"{usd(di['usd_per_mtok_output_autoscaled'])} autoscaled")
     if launch:
         seen = set()
         for o in r["options"]:
