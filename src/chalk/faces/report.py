@@ -78,7 +78,8 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
               ("MFU", col(lambda r: pct(r.mfu)))]),
         Step("3", "Memory: fetch the weights once per decode step, and each sequence's whole KV cache",
              "T_memory = (weight bytes read + B × L × KV bytes per token) / (HBM bandwidth × achieved fraction)",
-             [("weight bytes (all weights)", [si(r1.weight_bytes, "B")] * len(rs)),
+             [("weight bytes (all weights; the fetch reads the input embedding's rows for the batch, not its "
+               "table)", [si(r1.weight_bytes, "B")] * len(rs)),
               ("weights read", [r1.weights_read] * len(rs)),
               ("weight fetch time", col(lambda r: seconds(r.weight_time_s))),
               ("L (context)", [num(context)] * len(rs)),
