@@ -127,8 +127,8 @@ def _print(e) -> None:
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)
-    t = table("eq. 7 compute pools (GPU-hours at this run's achieved rate)",
-              ["pool", "tokens", "from", "FLOPs", "GPU-hours", "cost"])
+    t = table("eq. 7 compute pools (GPU-hours at this run's achieved rate, on its work per token: 6N plus "
+              "causal attention, as the run's own)", ["pool", "tokens", "from", "FLOPs (6ND)", "GPU-hours", "cost"])
     for name, p in e.pools.items():
         t.add_row(name, si(p["tokens"]), p["tokens_source"], _flop(p["flops"]), si(p["gpu_hours"]),
                   usd(p["cost_usd"]))
