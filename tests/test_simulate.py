@@ -533,4 +533,6 @@ def test_a_trains_window_keeps_the_runs_mean_step():
     r = S.simulate_train(S.poisson_arrivals(1e6, 200000, input_len=1, output_len=100, seed=2), S.StepCost.constant(0.016),
                          period_s=0.016, max_batch=2048)
     assert r.mean_step_s == pytest.approx(0.016) and r.mean_decode_batch <= r.mean_batch <= 2048
+    # the tokens the window's trains emitted (one per rider per departure), not every finished request's whole
+    assert r.output_tokens_per_s == pytest.approx(2048 / 0.016, rel=1e-9)
 
