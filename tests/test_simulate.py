@@ -535,4 +535,5 @@ def test_a_trains_window_keeps_the_runs_mean_step():
     assert r.mean_step_s == pytest.approx(0.016) and r.mean_decode_batch <= r.mean_batch <= 2048
     # the tokens the window's trains emitted (one per rider per departure), not every finished request's whole
     assert r.output_tokens_per_s == pytest.approx(2048 / 0.016, rel=1e-9)
+    assert r.requests_per_s == pytest.approx(2048 / 0.016 / 100, rel=0.005)  # 100 tokens per request on average
 
