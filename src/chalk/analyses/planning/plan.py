@@ -190,12 +190,10 @@ def _name(h) -> str:
     return str(getattr(h, "id", h))
 
 
-def _engines(system, methods: tuple = ()) -> tuple:
-    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`), less those that cannot load a
-    checkpoint quantised with any of `methods` (`_checkpoint_methods`, `_refusals`)."""
-    runs = ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
-    refused = _refusals(system, methods) if methods else {}
-    return tuple(e for e in runs if e not in refused)
+def _engines(system) -> tuple:
+    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`; `_refusals` says which of them
+    cannot load the checkpoint)."""
+    return ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
 
 
 def _checkpoint_methods(model, checkpoint: str | None = None) -> tuple:
@@ -213,7 +211,7 @@ def _refusals(system, methods: tuple) -> dict:
     from chalk.specs.engine import load_engine
 
     out = {}
-    for e in ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang")):
+    for e in _engines(system):
         eng = load_engine(e)
         why = next((w for w in (eng.refuses(m, system.chip.vendor) for m in methods) if w), None)
         if why:
@@ -415,13 +413,13 @@ def _diurnal(ask, demand: Demand, curve, v) -> dict:
 
 # ----------------------------------------------------------------------------------------------- launch
 def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[dict, list, dict]:
-    """Engine -> launch text for this option on the engine that sized it (each engine that runs on the chip's
-    vendor when none did), the notes, and engine -> the checkpoint each loads (`Checkpoint.to_dict`)."""
+    """Engine -> launch text for this option on the engine that sized it (`plan` sizes every option on one, among
+    those that can load the checkpoint), the notes, and engine -> the checkpoint it loads (`Checkpoint.to_dict`)."""
     from chalk.specs.engine import load_engine
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
 
-    engines = (ask.engine,) if ask.engine else _engines(system, _checkpoint_methods(ask.model, checkpoint))
+    engines = (ask.engine,)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:

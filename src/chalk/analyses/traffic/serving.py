@@ -263,13 +263,13 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
         if chunk and cap_prefill:  # a step's prompt tokens are capped by the budget on each attention-DP rank: a
             # batch whose completions need more prompt tokens per step than that cannot be held (`--max-tokens 1`
             # gave 27,401 prompt tokens/s per GPU at 16 steps/s)
-            budget = np.asarray(B, dtype=float) * e * I / max(O, 1e-9) <= chunk * a * (1 + 1e-9)
+            need = np.asarray(B, dtype=float) * e * I / max(O, 1e-9)  # prompt tokens per step the batch needs
+            budget = need <= chunk * a * (1 + 1e-9)
             if np.any(fits) and not np.any(fits & budget):
                 raise FitError(f"a prefill budget of {chunk:,} prompt tokens per step (per attention-DP rank) "
                                f"cannot keep a batch decoding: each request needs {I:,.0f} prompt tokens per "
                                f"{O:,.0f} output tokens, so the largest batch that fits memory would need "
-                               f"{float(np.max(np.where(fits, B, 0)) * e * I / max(O, 1e-9)):,.0f} per step; raise "
-                               "--max-tokens")
+                               f"{float(np.max(np.where(fits, need, 0))):,.0f} per step; raise --max-tokens")
             fits = fits & budget
     if spec is not None:  # the MTP head drafts K tokens, one block each, before the verify step
         st = st + S.mtp_draft_time_s(st, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
@@ -1203,16 +1203,18 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
                                                                ", the decode layout: give --prefill-layout") + ")")
     tp, a, pp, ep = lay.tp, lay.attn_dp, lay.pp, lay.ep
     usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
+
+    def weights(lo: Layout, where: str) -> float:  # per GPU on a layout, which must hold them
+        w = float(memory_per_chip(costs, lo.tp, lo.attn_dp, lo.pp, lo.ep, 0.0, L)[0])
+        if w >= usable:
+            raise FitError(f"{m.id} weights ({w / 1e9:.0f} GB per GPU on {where}{lo.label()}) do not fit the "
+                           f"{usable / 1e9:.0f} GB usable on {system.chip.id}")
+        return w
+
     if disagg and pre is not lay:  # a prefill worker holds the weights too (its KV is one prompt's at a time)
-        wp = float(memory_per_chip(costs, pre.tp, pre.attn_dp, pre.pp, pre.ep, 0.0, L)[0])
-        if wp >= usable:
-            raise FitError(f"{m.id} weights ({wp / 1e9:.0f} GB per GPU on the prefill layout {pre.label()}) do not "
-                           f"fit the {usable / 1e9:.0f} GB usable on {system.chip.id}")
+        weights(pre, "the prefill layout ")
     kv1 = float(memory_per_chip(costs, tp, a, pp, ep, float(a * pp), L + cal.kv_reserve_output_fraction * O / 2)[1])
-    w = float(memory_per_chip(costs, tp, a, pp, ep, 0.0, L)[0])
-    if w >= usable:
-        raise FitError(f"{m.id} weights ({w / 1e9:.0f} GB per GPU on {lay.label()}) do not fit the "
-                       f"{usable / 1e9:.0f} GB usable on {system.chip.id}")
+    w = weights(lay, "")
     fit = float(P.max_sequences_fit(usable, w, kv1)) * a * pp if kv1 > 0 else float("inf")
     cap = min(float(cal.max_seqs_per_scheduler * a * pp), fit)
     if cap < 1:

@@ -345,9 +345,7 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
     span = span if span > 0 else float("nan")
     if rates is None:
         rates = _array_rates(admit, finish, req.input_len, out, lo, hi, span, busy, step_sum, n_steps,
-                             steady=window == "steady", first=first)
-        f = rates["steps"] / n_steps if n_steps else 1.0  # the share of the run the window's steps stand for
-        rates.update(dec_sum=dec_sum * f, pf_sum=pf_sum * f)
+                             dec_sum, pf_sum, steady=window == "steady", first=first)
     t50, t90, t99 = _pcts(ttft[w])
     p50, p90, p99 = _pcts(tpot[w])
     e50, e90, e99 = _pcts(e2e[w])
@@ -363,7 +361,7 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
         latency_window=_window_dict(lo, hi, n, window, rates), **_rate_fields(rates))
 
 
-def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, steady: bool = True,
+def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, dec_sum, pf_sum, steady: bool = True,
                  first=None) -> dict:
     """Window rates from the per-request arrays over the time between the admissions of the window's first and last
     requests: completions in it; tokens made in it (with `first`, each request's first token and prompt at its first
@@ -372,7 +370,6 @@ def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, ste
     overlap of each [admit, finish] with it."""
     if steady and hi - lo >= 2 and admit[hi - 1] > admit[lo]:
         ta, tb = float(admit[lo]), float(admit[hi - 1])
-        done = (finish >= ta) & (finish <= tb)
         dt = tb - ta
         area = float(np.clip(np.minimum(finish, tb) - np.maximum(admit, ta), 0, None).sum())
         if first is not None:
@@ -387,17 +384,18 @@ def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, ste
             # of the lecture's train where its seats serve 1,280)
             completed = out_tokens / float(np.mean(O[lo:hi]))
         else:
+            done = (finish >= ta) & (finish <= tb)
             out_tokens, in_tokens, completed = float(O[done].sum()), float(P[done].sum()), int(done.sum())
-        # the run's busy time, steps and riders pro-rated to the window alike: their ratios (the mean step, the mean
-        # batch) are the run's (a window's busy time over the whole run's steps put a train of constant 16 ms steps
-        # at a 13.5 ms mean step)
+        # the run's busy time, steps, riders, decoding and prefill tokens pro-rated to the window alike: their ratios
+        # (the mean step, the mean batch) are the run's (a window's busy time over the whole run's steps put a train
+        # of constant 16 ms steps at a 13.5 ms mean step)
         f = dt / span
         return {"start_s": ta, "end_s": tb, "completed": completed, "out_tokens": out_tokens,
                 "in_tokens": in_tokens, "area": area, "busy": busy * f, "steps": n_steps * f,
-                "step_sum": step_sum * f}
+                "step_sum": step_sum * f, "dec_sum": dec_sum * f, "pf_sum": pf_sum * f}
     return {"start_s": float(admit[0]), "end_s": float(admit[0]) + span, "completed": len(finish),
             "out_tokens": float(O.sum()), "in_tokens": float(P.sum()), "area": float((finish - admit).sum()),
-            "busy": busy, "steps": n_steps, "step_sum": step_sum}
+            "busy": busy, "steps": n_steps, "step_sum": step_sum, "dec_sum": dec_sum, "pf_sum": pf_sum}
 
 
 def _rate_fields(r: dict) -> dict:
