@@ -382,6 +382,9 @@ PLAN_CASES = [("llama-3.1-8b", "h100-sxm", 1000, 200, "bf16", 12.0), ("llama-3.1
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(PLAN_CASES), load=st.floats(0.2, 1.0), engine=st.sampled_from([None, "vllm", "sglang"]))
+# found in a fresh environment: after 275dfaa bounded simulate's open loop by the replica's KV memory and not plan's
+# fleet replay, p99 TTFT 0.81 s against 0.61 s here
+@example(case=PLAN_CASES[2], load=0.296875, engine=None)
 def test_a_plans_replay_of_one_replica_is_simulates(case, load, engine):
     """`plan`'s replay of a one-replica fleet and `chalk simulate --rate --layout` of that replica replay one open
     loop (the same requests, engine limits, settled step cost and client clock): TTFT and TPOT, p50 and p99, within

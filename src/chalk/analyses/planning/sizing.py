@@ -467,7 +467,8 @@ def _replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wo
         dis = s["mode"] == "disaggregated"
         chunk = None if dis else replica_chunk_tokens(fx)
         return settled_replay(fx, lambda sc: fleet.replay(fleet.decode_only(sc) if dis else sc, prefill_chunk=chunk,
-                                                          **kw), s["requests_per_s"] / s["replicas"])[0]
+                                                          kv_capacity_tokens=fx.kv_tokens, **kw),
+                              s["requests_per_s"] / s["replicas"])[0]
     chunk = None
     if s["mode"] == "aggregated":  # speculating: the step cost at the speculative pace (`_step_cost`)
         from chalk.specs.engine import load_engine

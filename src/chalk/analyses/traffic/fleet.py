@@ -135,10 +135,10 @@ def _clip(P, O, cap):
 
 # --------------------------------------------------------------------------------------------- replay
 def _run(job):
-    reqs, sc, max_batch, chunk, loop = job
+    reqs, sc, max_batch, chunk, loop, kv = job
     # the engine model of `serving.open_loop_replay`: the cap (scheduler and KV room at the mean lengths) bounds
-    # what runs, not each request's own KV
-    return simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=math.inf, prefill_chunk_tokens=chunk,
+    # what runs, and each request's whole KV the room it may take (`kv`: the replica's KV tokens, or unbounded)
+    return simulate_continuous(reqs, sc, max_batch=max_batch, kv_capacity_tokens=kv, prefill_chunk_tokens=chunk,
                                loop=loop)
 
 
@@ -164,7 +164,7 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
            input_len, output_len, est_ttft_s: float, est_tpot_s: float, prefill_chunk: int | None = None,
            simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
            prefill: dict | None = None, workers: int | None = None, loop: str = "auto",
-           client_latency_s: float = 0.0) -> FleetReplay:
+           client_latency_s: float = 0.0, kv_capacity_tokens: float = math.inf) -> FleetReplay:
     """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
 
     `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
@@ -175,6 +175,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     (`simulate_continuous`: 'auto', 'python', 'compiled'; identical answers). `client_latency_s`: time each request
     spends outside the engines (HTTP, tokenisation), added to its TTFT and end-to-end time: latencies on the
     client's clock, as `throughput` and `chalk simulate` report them (`simulate.on_client_clock`).
+    `kv_capacity_tokens`: each replica's KV tokens (a request is admitted only when its whole KV fits beside the
+    others, as `serving.open_loop_replay` admits it); default unbounded.
     """
     t0 = time.perf_counter()
     lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
@@ -206,7 +208,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         if sel.size == 0:
             continue
         idx.append(sel)
-        jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk, loop))
+        jobs.append((Requests(arrive[sel], P[sel], O[sel]), step_cost, int(max_batch), prefill_chunk, loop,
+                     kv_capacity_tokens))
     results = _simulate_all(jobs, workers)
     ttft, tpot, e2e = np.empty(n), np.empty(n), np.empty(n)
     conc, out_rate, batch = [], [], []
