@@ -606,6 +606,7 @@ class _Search(_Setup):
     args: dict | None = None  # what a replay of a chosen point needs (`fixed_deployment`'s arguments)
     pool_points: tuple | None = None  # per layout, what `pool` was picked from (`_prefill_pool_points`)
     arrivals: str = "poisson"  # how requests arrive when p99 targets are checked (`throughput`)
+    gpus_given: bool = False  # --gpus sized the decode pool: its layouts fill it, and no whole-pool multiple is added
 
 
 def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None, kv_precision="auto", speeds=(),
@@ -659,7 +660,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
                    max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args,
-                   pool_points, arrivals)
+                   pool_points, arrivals, gpus is not None)
 
 
 def _check_fit(m, costs, system, cal, sizes, layouts) -> None:
@@ -797,7 +798,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         ev["user_tokens_per_s"][i], g["B"][i] = 1.0 / rep.mean_tpot_s, rep.mean_batch
     idx = np.flatnonzero(feasible & ((ev["ttft_s"] <= max_ttft_s) if max_ttft_s else True))
     front = idx[_pareto(ev["user_tokens_per_s"][idx], per_gpu[idx])]
-    res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated)
+    res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated, s.gpus_given)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
                notes=_notes(system, cal, m, res["parallelism"], (I, O)),
@@ -870,7 +871,8 @@ def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precisi
             g = {key: v[keep] for key, v in found.g.items()}
             g["idx"] = g["idx"] - lo
             one = dataclasses.replace(found, sizes=[n], layouts=lays, g=g, ev=rows(found.ev, keep),
-                                      ev_spec=None if found.ev_spec is None else rows(found.ev_spec, keep), pool=p)
+                                      ev_spec=None if found.ev_spec is None else rows(found.ev_spec, keep), pool=p,
+                                      gpus_given=True)
             out.append((n, _select(one, min_user_tps)))
         except FitError as e:
             out.append((n, e))
@@ -1704,7 +1706,7 @@ def _in_flight(decoding, ttft, O, tpot) -> float:
     return float(decoding) * (1.0 + float(ttft) / (O * float(tpot)))
 
 
-def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated) -> dict:
+def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, disaggregated, sized=False) -> dict:
     lay = layouts[int(g["idx"][i])]
     out_gpu = float(per_gpu[i])
     in_gpu = out_gpu * I / O
@@ -1744,10 +1746,11 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
         d["prefill"] = {"layout": pool["layout"].label(), "parallelism": pool["layout"].to_dict(),
                         "input_tokens_per_s_per_gpu": pool["input_tokens_per_s_per_gpu"],
                         "gpus_per_decode_gpu": float(ratio[i]), "ttft_s": pool["ttft_s"]}
-        # the whole deployment: the layout's decode replicas (the smallest whole number of them where it has one)
-        # and the prefill replicas that keep up with them; its layout, replicas and requests in flight are theirs
+        # the whole deployment: the layout's decode replicas (the smallest whole number of them where it has one,
+        # unless --gpus sized the decode pool: then the layout's own) and the prefill replicas that keep up with
+        # them; its layout, replicas and requests in flight are theirs
         Gd, Gp, r = lay.replica_gpus, pool["layout"].replica_gpus, float(ratio[i])
-        k = lay.dp if lay.dp > 1 else whole_pools(Gd, Gp, r)[0]
+        k = lay.dp if lay.dp > 1 or sized else whole_pools(Gd, Gp, r)[0]
         p = prefill_replicas(k, Gd, Gp, r)
         dec_g, pre_g = k * lay.replica_gpus, p * pool["layout"].replica_gpus
         whole = float(ev["output_per_gpu"][i]) * dec_g / (dec_g + pre_g)
