@@ -225,8 +225,8 @@ def test_fields_an_answer_sets_itself_are_not_its_reads():
     rows = _sample() + tuple(extra)
     a = M.Answers(rows)
     a.run([CALIBRATION])
-    cals = [dataclasses.replace(CALIBRATION, max_seqs_per_scheduler=2048),
-            dataclasses.replace(CALIBRATION, overhead_fixed_s=4e-3)]
+    cals = [dataclasses.replace(CALIBRATION, max_seqs_per_scheduler=CALIBRATION.max_seqs_per_scheduler // 2),
+            dataclasses.replace(CALIBRATION, overhead_fixed_s=CALIBRATION.overhead_fixed_s * 2)]
     assert np.array_equal(a.run(cals), _plain(rows, cals), equal_nan=True)
     engine, plain = 0, 0
     for p in a.points:

