@@ -620,3 +620,24 @@ def test_a_disaggregated_fixed_deployment_is_replayed_with_its_prefill_pool():
     assert sim["ttft_p50_s"] == pytest.approx(closed["ttft_s"], rel=0.03) and sim["ttft_p50_s"] > 60
     pool = sim["prefill_pool_requests_per_s"] * 700 / 8
     assert sim["output_tokens_per_s_per_gpu"] == pytest.approx(pool, rel=0.03)
+
+
+@pytest.mark.parametrize("model, hw, layout, gpus", [("llama-3.1-8b", "h100-sxm", "tp=1", 4),
+                                                     ("llama-3.1-70b", "h200", "tp=2", 8)])
+def test_concurrency_over_replicas_unevenly_keeps_littles_law(model, hw, layout, gpus):
+    """QA sweep 2026-11-27: 5 requests in flight over 4 replicas were replayed as 1 per replica (the seat count
+    rounded), so the fleet answered 405 output tokens/s as for 4 and Little's law missed by 20% (6 in flight: +33%).
+    N mod R replicas now carry one request more, each group replayed: in flight = throughput x time in system
+    within 2%, and one more request in flight never serves less."""
+    kw = dict(layout=layout, gpus=gpus, input_len=1000, output_len=200)
+    R = gpus // int(layout.split("=")[1])
+    prev = 0.0
+    for n in range(R, 2 * R + 1):
+        r = fixed_deployment(model, hw, concurrency=n, **kw)
+        fleet = r["output_tokens_per_s_per_gpu"] * r["gpus"]
+        x = fleet / r["output_len"]
+        assert n == pytest.approx(x * (r["ttft_s"] + (r["output_len"] - 1) * r["tpot_s"]), rel=0.02), n
+        assert fleet > prev and r["concurrency"] == n
+        prev = fleet
+        if n % R:
+            assert "percentiles the busier replicas'" in r["latency_source"] and r["ttft_p99_s"] >= r["ttft_s"]

@@ -1439,10 +1439,20 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured; a
         # disaggregated replica's prompts first queue for its share of the prefill pool
         run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
-        if disagg:
-            run["prefill_pool"] = _pool_share(fx, Nr, float(ttft0 - tpot * e))
-        sim = closed_loop_latencies(m, system, lay, Nr, cap, B, L, costs, cal, ovh, chunk, di or I, do or O,
-                                    kernels=kern, **{**run, **(replay or {})})
+
+        def replica(seats, batch):
+            if disagg:
+                run["prefill_pool"] = _pool_share(fx, seats, float(ttft0 - tpot * e))
+            return closed_loop_latencies(m, system, lay, seats, cap, batch, L, costs, cal, ovh, chunk, di or I,
+                                         do or O, kernels=kern, **{**run, **(replay or {})})
+
+        lo, uneven = math.floor(Nr), None
+        if lo == Nr or n_run is not None or (replay or {}).get("result_only"):
+            sim = replica(Nr, B)
+        else:
+            uneven = (R - (N - lo * R), lo, N - lo * R, lo + 1)  # N over R replicas unevenly: N mod R of them carry one request more (a balancer's round robin)
+            B_lo, B_hi = (float(v) for v in _closed_form(fx, np.array([lo, lo + 1.0]))[0])
+            sim = _uneven_replicas(replica(lo, B_lo), replica(lo + 1, B_hi), R - (N - lo * R), N - lo * R)
         if replay is not None and replay.get("result_only"):
             return sim
         X, B = float(sim.requests_per_s), float(sim.mean_batch)
@@ -1455,6 +1465,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
                           f"{window['requests']:,})") if n_run is None else \
             f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included)"
+        if uneven:
+            (nl, kl, nb, kb), many = uneven, lambda n: f"{n} replica" + ("s" if n != 1 else "")  # noqa: E731
+            latency_source = (f"simulated closed loops of {many(nl)} at {kl} in flight and {many(nb)} at {kb} "
+                              f"({sim.n_requests:,} requests; means over both, percentiles the busier replicas')")
     else:  # the closed forms on the engine's clock, moved to the client's
         ttft, ttft_p99 = ttft + lat, ttft_p99 + lat
         latency_source = "closed form" + (f" ({Nr:,.0f} requests in flight per replica: a replay of "
@@ -1549,6 +1563,27 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
                  "so it sits between the pure decode step and the mean step when prompts arrive in bursts"
                  + ("; the MTP draft adds its layers to each step" if speculative is not None else ""))
     return d
+
+
+def _uneven_replicas(light, busy, n_light: int, n_busy: int):
+    """One replica's figures for a fleet of `n_light` replicas replayed as `light` and `n_busy` carrying one request
+    more, replayed as `busy` (two `SimulationResult`s): rates, batches and requests in flight averaged over the
+    replicas, mean latencies weighted by each group's requests served, so Little's law holds for the fleet as for
+    each group. Percentiles are the busier replicas' (an upper bound on the fleet's: their requests wait at least
+    as long).
+
+    Formula: X = (n_l X_l + n_b X_b) / (n_l + n_b); mean T = (n_l X_l T_l + n_b X_b T_b) / (n_l X_l + n_b X_b).
+    Assumes: a balancer that spreads the requests in flight round robin, so replicas differ by at most one."""
+    n = float(n_light + n_busy)
+    wl, wb = n_light / n, n_busy / n
+    xl, xb = light.requests_per_s * n_light, busy.requests_per_s * n_busy
+    served = lambda k: (xl * getattr(light, k) + xb * getattr(busy, k)) / (xl + xb)  # noqa: E731
+    mean = lambda k: wl * getattr(light, k) + wb * getattr(busy, k)  # noqa: E731
+    return dataclasses.replace(
+        busy, **{k: mean(k) for k in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "mean_batch",
+                                      "mean_decode_batch", "mean_concurrency", "utilisation")},
+        **{k: served(k) for k in ("mean_ttft_s", "mean_tpot_s", "mean_e2e_s")},
+        n_requests=light.n_requests + busy.n_requests)  # the requests the two replays passed
 
 
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
