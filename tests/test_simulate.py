@@ -537,3 +537,17 @@ def test_a_trains_window_keeps_the_runs_mean_step():
     assert r.output_tokens_per_s == pytest.approx(2048 / 0.016, rel=1e-9)
     assert r.requests_per_s == pytest.approx(2048 / 0.016 / 100, rel=0.005)  # 100 tokens per request on average
 
+
+
+def test_a_closed_loop_needs_as_many_requests_as_seats():
+    """QA sweep 2026-11-27: `simulate -n 200 --concurrency 100000` printed 3.1M output tokens/s on one H100 (seats
+    over time in system, with 99,800 seats never filled) where its 200 requests moved ~6,000 tokens/s. Fewer
+    requests than seats is refused in one line, as a fixed deployment's benchmark run refuses it."""
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+    from chalk.errors import InputError
+
+    kw = dict(layout="tp=1", input_len=512, output_len=128)
+    with pytest.raises(InputError, match="closed loop of 400 requests in flight needs at least that many"):
+        simulate_requests("llama-3.1-8b", "h100-sxm", requests=200, concurrency=400, **kw)
+    ok = simulate_requests("llama-3.1-8b", "h100-sxm", requests=400, concurrency=40, **kw)
+    assert 0 < ok.output_tokens_per_s < 40 * 128 / (ok.mean_tpot_s * 127)  # under seats x tokens per request time

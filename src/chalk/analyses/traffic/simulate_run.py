@@ -160,6 +160,9 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if concurrency is not None:
         max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     n = None if requests is None else int(positive("requests", requests, integer=True, scalar=True))
+    if n is not None and concurrency is not None and n < max_batch:
+        raise InputError(f"a closed loop of {max_batch:,} requests in flight needs at least that many requests, got "
+                         f"-n {n:,}")
     if n is not None and n > sim.MAX_STREAMED_REQUESTS:
         raise InputError(f"at most {sim.MAX_STREAMED_REQUESTS:,} requests per simulation (streamed: about 8 "
                          f"CPU-minutes here), got {n:,}")
