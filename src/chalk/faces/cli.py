@@ -123,7 +123,9 @@ def estimate(
                                                  "attention-DP x EP); latency = the shortest step within --gpus. "
                                                  "The header says what the other would pick."),
     aggregate: bool = typer.Option(False, "--aggregate", help="The lecture's view: every chip summed into one "
-                                   "communication-free chip (an upper bound, not a deployment)."),
+                                   "communication-free chip, not a deployment. With --ideal a bound on speed; "
+                                   "calibrated, its roofline runs at the fitted fractions of ops without kernel "
+                                   "tables, so a layout timed by measured kernels can be faster."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "--chips", help="GPUs available (default: the system's "
                                        "scale-up domain); with --aggregate, the chips summed."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute: bf16, fp8, fp4..."),
@@ -209,7 +211,8 @@ def estimate(
 
     chip = resolve_hardware(hardware).chip.id
     where = (layout_words(r) if r.view == "layout"
-             else "aggregate (all GPUs summed into one communication-free chip: a bound)")
+             else "aggregate (all GPUs summed into one communication-free chip: "
+                  + ("a bound)" if r.efficiency == "ideal" else "the lecture's roofline at the fitted fractions)"))
     t = table(header(r.model, chip, r.chips, where, f"{r.precision} ({r.compute_precision} compute)",
                      r.kv_precision, r.engine, r.efficiency, r.phase, f"batch {num(r.batch)}",
                      f"context {num(r.context)}", system=r.hardware),

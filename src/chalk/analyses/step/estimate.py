@@ -1,7 +1,9 @@
 """`chalk estimate` on a real layout: one replica of tp x attn_dp x pp GPUs, its step from the one step model.
 
 The lecture's summed-chip view (every chip of a system as one communication-free chip) stays available as
-`aggregate=True` (`chalk.analyses.step.roofline.step`): a bound, not a deployment.
+`aggregate=True` (`chalk.analyses.step.roofline.step`), not a deployment: a bound on speed under the ideal
+efficiency; calibrated, its roofline runs at the fitted fractions of the ops without kernel tables, so a layout
+timed by measured kernels can be faster.
 """
 
 from __future__ import annotations
