@@ -641,3 +641,17 @@ def test_concurrency_over_replicas_unevenly_keeps_littles_law(model, hw, layout,
         prev = fleet
         if n % R:
             assert "percentiles the busier replicas'" in r["latency_source"] and r["ttft_p99_s"] >= r["ttft_s"]
+
+
+def test_a_layout_larger_than_the_gpus_given_is_refused():
+    """QA sweep 2026-11-27: `throughput --layout tp=4 --gpus 2` answered on 4 GPUs (exit 0), and with
+    --disaggregated on a 4-GPU decode pool. A layout that does not fit the GPUs given is one line, exit 2; one that
+    fits still answers, --mode all included (its disaggregated candidates are whole replicas of the layout)."""
+    from chalk.errors import InputError
+
+    kw = dict(input_len=1000, output_len=200)
+    for mode in (False, True, "auto"):
+        with pytest.raises(InputError, match="layout TP4 needs 4 GPUs, more than the --gpus 2 given"):
+            throughput("llama-3.1-8b", "h100-sxm", layout="tp=4", gpus=2, disaggregated=mode, **kw)
+    r = throughput("llama-3.1-8b", "h100-sxm", layout="tp=4", gpus=4, disaggregated="auto", **kw)
+    assert r["gpus"] <= 4 and r["layout"].startswith("TP4")

@@ -553,7 +553,12 @@ def _disaggregated_within(model, hardware, kw, given: int):
     or None."""
     m, system = as_model(model), as_system(hardware)
     costs = step_costs(m, system, kw.get("precision"), kw.get("kv_precision", "auto"))[2]
-    unit = min(search_sizes(system, costs, calibration(kw.get("ideal", False), system.chip)))
+    if kw.get("layout") is not None:  # the decode replica given: pools of whole replicas of it
+        from chalk.analyses.step.estimate import make_layout
+
+        unit = make_layout(m, kw["layout"]).replica_gpus
+    else:
+        unit = min(search_sizes(system, costs, calibration(kw.get("ideal", False), system.chip)))
     lo, hi, best = 1, (given - 1) // unit, None  # decode pools of unit * k GPUs, k in [lo, hi]
     while lo <= hi:
         k = (lo + hi) // 2
@@ -635,6 +640,8 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         from chalk.analyses.step.estimate import make_layout
 
         lay = make_layout(m, layout)
+        if gpus is not None and lay.replica_gpus > gpus:
+            raise InputError(f"layout {lay.label()} needs {lay.replica_gpus} GPUs, more than the --gpus {gpus} given")
         layouts = [lay]
         sizes = [lay.replica_gpus]
     else:
