@@ -394,3 +394,17 @@ def test_simulate_refuses_options_it_would_ignore(extra, says):
     extra = tuple(a.format(azure=TRACES / "azure-2023-conv.csv") for a in extra)
     rc, out, err = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=1", *extra)
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_overloaded_trace_replay_offers_what_it_serves_over_one_window():
+    """QA sweep 2026-11-27: the Azure code trace at 4x speed on one H100 warned '11.02 requests/s offered, 12.64
+    served': the offered rate was the whole trace's, the served one its steady-state window's, and the trace's rate
+    varies through the hour. Both are now over the window's requests, so an overloaded replica serves less than it
+    is offered."""
+    from chalk.analyses.traffic import simulate as S
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    run = simulate_requests("llama-3.1-8b", "h100-sxm", trace=_need(AZURE_CODE), requests=3000, speedup=4.0,
+                            layout="tp=1")
+    over = S.overload(run.result)
+    assert over is not None and over["served_requests_per_s"] < over["offered_requests_per_s"]

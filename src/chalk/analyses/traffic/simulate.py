@@ -424,7 +424,7 @@ def overload(result: SimulationResult) -> dict | None:
     (a stable queue's wait does not grow with the run's length). The admission queue alone misses a backlog that
     waits inside the engine: with a large batch cap every arrival is admitted at once and queues for its prefill
     chunk (DeepSeek-R1 on DEP32 at 40 requests/s: TTFT p50 132 s, no admission wait). Returns the offered and served
-    request rates and both waits, or None when the queue settled (or a streamed run kept no waits: see
+    request rates (both over the steady-state window's requests) and both waits, or None when the queue settled (or a streamed run kept no waits: see
     `SimulationResult.latency_window` and the served rate against the offered one instead).
     """
     a, q = result.arrival_s, result.ttft_s if result.ttft_s is not None else result.queue_s
@@ -438,7 +438,13 @@ def overload(result: SimulationResult) -> dict | None:
     q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
     if not (q_last > 3 * q_first and q_last > 0.05 * window):
         return None
-    return {"offered_requests_per_s": (n - 1) / window, "served_requests_per_s": result.requests_per_s,
+    offered = (n - 1) / window
+    w = result.latency_window or {}
+    if w.get("requests", 0) > 1:  # over the requests the served rate counts (a trace's rate varies through it)
+        lo, hi = int(w["first_request"]), int(w["last_request"])
+        if 0 <= lo < hi < n and a[hi] > a[lo]:
+            offered = (hi - lo) / float(a[hi] - a[lo])
+    return {"offered_requests_per_s": offered, "served_requests_per_s": result.requests_per_s,
             "median_wait_first_fifth_s": q_first, "median_wait_last_fifth_s": q_last, "arrival_window_s": window}
 
 
