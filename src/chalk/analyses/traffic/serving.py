@@ -1456,10 +1456,11 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         lo, uneven = math.floor(Nr), None
         if lo == Nr or n_run is not None or (replay or {}).get("result_only"):
             sim = replica(Nr, B)
-        else:
-            uneven = (R - (N - lo * R), lo, N - lo * R, lo + 1)  # N over R replicas unevenly: N mod R of them carry one request more (a balancer's round robin)
+        else:  # N over R replicas unevenly: N mod R of them carry one request more (a balancer's round robin)
+            busy = N - lo * R
+            uneven = (R - busy, lo, busy, lo + 1)
             B_lo, B_hi = (float(v) for v in _closed_form(fx, np.array([lo, lo + 1.0]))[0])
-            sim = _uneven_replicas(replica(lo, B_lo), replica(lo + 1, B_hi), R - (N - lo * R), N - lo * R)
+            sim = _uneven_replicas(replica(lo, B_lo), replica(lo + 1, B_hi), R - busy, busy)
         if replay is not None and replay.get("result_only"):
             return sim
         X, B = float(sim.requests_per_s), float(sim.mean_batch)

@@ -424,8 +424,9 @@ def overload(result: SimulationResult) -> dict | None:
     (a stable queue's wait does not grow with the run's length). The admission queue alone misses a backlog that
     waits inside the engine: with a large batch cap every arrival is admitted at once and queues for its prefill
     chunk (DeepSeek-R1 on DEP32 at 40 requests/s: TTFT p50 132 s, no admission wait). Returns the offered and served
-    request rates (both over the steady-state window's requests) and both waits, or None when the queue settled (or a streamed run kept no waits: see
-    `SimulationResult.latency_window` and the served rate against the offered one instead).
+    request rates (both over the steady-state window's requests) and both waits, or None when the queue settled (or
+    a streamed run kept no waits: see `SimulationResult.latency_window` and the served rate against the offered one
+    instead).
     """
     a, q = result.arrival_s, result.ttft_s if result.ttft_s is not None else result.queue_s
     if a is None or q is None:
