@@ -655,3 +655,21 @@ def test_a_layout_larger_than_the_gpus_given_is_refused():
             throughput("llama-3.1-8b", "h100-sxm", layout="tp=4", gpus=2, disaggregated=mode, **kw)
     r = throughput("llama-3.1-8b", "h100-sxm", layout="tp=4", gpus=4, disaggregated="auto", **kw)
     assert r["gpus"] <= 4 and r["layout"].startswith("TP4")
+
+
+def test_gpus_that_split_badly_serve_on_fewer_rather_than_less():
+    """QA sweep 2026-11-27: --gpus N split N into equal replicas of one layout, so 6 H100s held Llama-3.1-70B only as
+    TP2 x 3 (its weights leaving little KV) at 279 output tokens/s in all, where TP4 on 4 of them serves 2,148; on 5
+    or 7 nothing fitted. The search's own sizes that do not divide N are answered too, the one serving most in all
+    wins and says how many GPUs it uses: more GPUs given never serve less, aggregated or under --mode all."""
+    kw = dict(input_len=2000, output_len=500)
+    fleet = lambda r: r["output_tokens_per_s_per_gpu"] * r["gpus"]  # noqa: E731
+    for mode in (False, "auto"):
+        prev = 0.0
+        for n in range(4, 9):
+            r = throughput("llama-3.1-70b", "h100-sxm", gpus=n, disaggregated=mode, **kw)
+            assert r["gpus"] <= n and fleet(r) >= prev * (1 - 1e-9), (mode, n)
+            prev = fleet(r)
+            if mode is False and n in (5, 6, 7):
+                assert r["gpus"] == 4 and any(f"{n} GPUs given: the best aggregated deployment uses 4" in x
+                                              for x in r["notes"])

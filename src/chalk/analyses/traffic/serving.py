@@ -493,13 +493,47 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                 speculative=None if isinstance(speculative, str) else speculative,
                                 engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
                                 max_seqs=max_seqs, max_tokens=max_tokens, prefill_layout=prefill_layout)
-    found = _search(model, hardware, input_len=input_len, output_len=output_len, gpus=gpus, precision=precision,
-                    kv_precision=kv_precision, speeds=(min_user_tps,), max_ttft_s=max_ttft_s,
-                    disaggregated=disaggregated, ideal=ideal, calibration_override=calibration_override,
-                    layout=layout, speculative=resolve_speculation(speculative, model), engine=engine,
-                    cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
-                    max_tokens=max_tokens, arrivals=arrivals)
-    return _select(found, min_user_tps, pareto)
+    def answer(n):
+        return _select(_search(model, hardware, input_len=input_len, output_len=output_len, gpus=n,
+                               precision=precision, kv_precision=kv_precision, speeds=(min_user_tps,),
+                               max_ttft_s=max_ttft_s, disaggregated=disaggregated, ideal=ideal,
+                               calibration_override=calibration_override, layout=layout,
+                               speculative=resolve_speculation(speculative, model), engine=engine, cache_hit=cache_hit,
+                               eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
+                               max_tokens=max_tokens, arrivals=arrivals), min_user_tps, pareto)
+
+    if gpus is None or layout is not None or disaggregated:
+        return answer(gpus)
+    return _aggregated_within(model, hardware, answer, count("gpus", gpus, MAX_GPUS), precision, kv_precision,
+                              ideal)
+
+
+def _aggregated_within(model, hardware, answer, given: int, precision, kv_precision, ideal) -> dict:
+    """The aggregated answer on `given` GPUs, or on fewer where that serves more: `given` GPUs are split into equal
+    replicas of one layout, so a size whose layouts divide it badly (6 H100s hold Llama-3.1-70B only as TP2 x 3, its
+    weights leaving little KV) can serve less than a smaller natural size on the same GPUs (TP4 on 4 of the 6, two
+    idle). The search's own sizes below `given` that do not divide it are answered too (those that divide it are
+    among `given`'s own layouts, as replicas), and the answer serving the most output tokens/s in all wins; it says
+    how many of the GPUs given it uses."""
+    m, system = as_model(model), as_system(hardware)
+    costs = step_costs(m, system, precision, kv_precision)[2]
+    sizes = [n for n in search_sizes(system, costs, calibration(ideal, system.chip)) if n < given and given % n]
+    found, err = [], None
+    for n in [given, *sizes]:
+        try:
+            found.append(answer(n))
+        except FitError as e:
+            err = err or e
+    if not found:
+        raise err
+    best = max(found, key=lambda r: r["output_tokens_per_s_per_gpu"] * r["gpus"])
+    if best["gpus"] < given:
+        split = ("than one that splits all of them into equal replicas" if found[0]["gpus"] == given else
+                 "where no split of all of them into equal replicas fits")
+        best["notes"] = list(best.get("notes", [])) + [
+            f"{given} GPUs given: the best aggregated deployment uses {best['gpus']} of them ({best['layout']}; "
+            f"{given - best['gpus']} idle), serving more in all {split}"]
+    return best
 
 
 def _better_mode(model, hardware, kw) -> dict:
