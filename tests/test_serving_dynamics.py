@@ -673,3 +673,17 @@ def test_gpus_that_split_badly_serve_on_fewer_rather_than_less():
             if mode is False and n in (5, 6, 7):
                 assert r["gpus"] == 4 and any(f"{n} GPUs given: the best aggregated deployment uses 4" in x
                                               for x in r["notes"])
+
+
+def test_a_layout_given_fills_the_gpus_given_with_replicas():
+    """QA sweep 2026-11-27: `throughput --layout tp=2 --gpus N` answered one TP2 replica whatever N, and under --mode
+    all compared its 2 GPUs' output, spread over the N given, with a disaggregated answer sized to N: on 8 H100s it
+    said disaggregated (3,658 tokens/s per GPU) serves more than aggregated (4,494). The GPUs given now hold as many
+    replicas of the layout as fit, and any left over are said to be idle."""
+    kw = dict(input_len=1000, output_len=200, layout="tp=2")
+    one = throughput("llama-3.1-8b", "h100-sxm", disaggregated=False, **kw)
+    for n, used in ((8, 8), (7, 6)):
+        r = throughput("llama-3.1-8b", "h100-sxm", gpus=n, **kw)
+        assert r["gpus"] == used and r["parallelism"]["dp"] == used // 2 and r["mode"] == "aggregated"
+        assert r["output_tokens_per_s_per_gpu"] == pytest.approx(one["output_tokens_per_s_per_gpu"], rel=1e-9)
+        assert any(f"{n} GPUs given" in x and f"({n - used} idle)" in x for x in r["notes"]) == (used < n)

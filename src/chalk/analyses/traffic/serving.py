@@ -503,7 +503,11 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                max_tokens=max_tokens, arrivals=arrivals), min_user_tps, pareto)
 
     if gpus is None or layout is not None or disaggregated:
-        return answer(gpus)
+        res = answer(gpus)
+        if layout is not None and gpus is not None and not disaggregated and res["gpus"] < gpus:
+            res["notes"] = list(res.get("notes", [])) + [
+                f"{gpus} GPUs given: {res['layout']} uses {res['gpus']} of them ({gpus - res['gpus']} idle)"]
+        return res
     return _aggregated_within(model, hardware, answer, count("gpus", gpus, MAX_GPUS), precision, kv_precision,
                               ideal)
 
@@ -676,8 +680,10 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         lay = make_layout(m, layout)
         if gpus is not None and lay.replica_gpus > gpus:
             raise InputError(f"layout {lay.label()} needs {lay.replica_gpus} GPUs, more than the --gpus {gpus} given")
+        if gpus is not None:  # the GPUs given hold as many replicas of the layout as fit
+            lay = dataclasses.replace(lay, dp=gpus // lay.replica_gpus)
         layouts = [lay]
-        sizes = [lay.replica_gpus]
+        sizes = [lay.gpus]
     else:
         sizes = [gpus] if gpus else search_sizes(system, costs, cal)
         layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
