@@ -512,6 +512,12 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                               ideal)
 
 
+def _question_sizes(model, hardware, precision, kv_precision, ideal) -> list[int]:
+    """`search_sizes` for a question's model, hardware and precisions (the sizes a search without --gpus tries)."""
+    m, system = as_model(model), as_system(hardware)
+    return search_sizes(system, step_costs(m, system, precision, kv_precision)[2], calibration(ideal, system.chip))
+
+
 def _aggregated_within(model, hardware, answer, given: int, precision, kv_precision, ideal) -> dict:
     """The aggregated answer on `given` GPUs, or on fewer where that serves more: `given` GPUs are split into equal
     replicas of one layout, so a size whose layouts divide it badly (6 H100s hold Llama-3.1-70B only as TP2 x 3, its
@@ -519,9 +525,7 @@ def _aggregated_within(model, hardware, answer, given: int, precision, kv_precis
     idle). The search's own sizes below `given` that do not divide it are answered too (those that divide it are
     among `given`'s own layouts, as replicas), and the answer serving the most output tokens/s in all wins; it says
     how many of the GPUs given it uses."""
-    m, system = as_model(model), as_system(hardware)
-    costs = step_costs(m, system, precision, kv_precision)[2]
-    sizes = [n for n in search_sizes(system, costs, calibration(ideal, system.chip)) if n < given and given % n]
+    sizes = [n for n in _question_sizes(model, hardware, precision, kv_precision, ideal) if n < given and given % n]
     found, err = [], None
     for n in [given, *sizes]:
         try:
@@ -589,14 +593,13 @@ def _disaggregated_within(model, hardware, kw, given: int):
     (a multiple of the smallest deployment the search considers, below `given`) whose prefill pool fits beside it,
     found by bisection (a larger decode pool needs no smaller prefill pool; a size that fails counts as too large),
     or None."""
-    m, system = as_model(model), as_system(hardware)
-    costs = step_costs(m, system, kw.get("precision"), kw.get("kv_precision", "auto"))[2]
     if kw.get("layout") is not None:  # the decode replica given: pools of whole replicas of it
         from chalk.analyses.step.estimate import make_layout
 
-        unit = make_layout(m, kw["layout"]).replica_gpus
+        unit = make_layout(as_model(model), kw["layout"]).replica_gpus
     else:
-        unit = min(search_sizes(system, costs, calibration(kw.get("ideal", False), system.chip)))
+        unit = min(_question_sizes(model, hardware, kw.get("precision"), kw.get("kv_precision", "auto"),
+                                   kw.get("ideal", False)))
     lo, hi, best = 1, (given - 1) // unit, None  # decode pools of unit * k GPUs, k in [lo, hi]
     while lo <= hi:
         k = (lo + hi) // 2
@@ -1487,11 +1490,10 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # disaggregated replica's prompts first queue for its share of the prefill pool
         run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
 
-        def replica(seats, batch):
-            if disagg:
-                run["prefill_pool"] = _pool_share(fx, seats, float(ttft0 - tpot * e))
+        def replica(seats, batch):  # one replica's closed loop at `seats` in flight
+            pool = {"prefill_pool": _pool_share(fx, seats, float(ttft0 - tpot * e))} if disagg else {}
             return closed_loop_latencies(m, system, lay, seats, cap, batch, L, costs, cal, ovh, chunk, di or I,
-                                         do or O, kernels=kern, **{**run, **(replay or {})})
+                                         do or O, kernels=kern, **{**run, **pool, **(replay or {})})
 
         lo, uneven = math.floor(Nr), None
         if lo == Nr or n_run is not None or (replay or {}).get("result_only"):
