@@ -144,6 +144,9 @@ def register(app: typer.Typer) -> None:
             t.add_row(f"{what} throughput", per(v, "tokens/s", "replica", g)
                       + (f" = {per(v / g, 'tokens/s', 'gpu')}" if v is not None else ""))
         t.add_row("mean batch", num(s.get("mean_batch")))
+        if s.get("mean_in_flight") is not None:
+            t.add_row("requests in flight (mean)", f"{num(s['mean_in_flight'])} per replica (sent, not finished: "
+                      f"{num(s.get('mean_concurrency'))} in the engine)")
         if st["prefix_cache"] is not None:
             pc = st["prefix_cache"]
             t.add_row("prefix-cache hit rate", f"{pct(pc['hit_rate'])} of prompt tokens ({num(pc['capacity_blocks'])} "

@@ -218,7 +218,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         ttft[sel] = res.ttft_s + pre[sel] + lat
         tpot[sel] = res.tpot_s
         e2e[sel] = res.e2e_s + pre[sel] + lat
-        conc.append(res.mean_concurrency)
+        # requests in flight on the client's clock: the replica's own (its queue and engine, measured) and those
+        # on their way to it (the prefill pool, the client latency), by Little's law at the replica's rate
+        conc.append(res.mean_in_flight + res.requests_per_s * (float(np.mean(pre[sel])) + lat))
         out_rate.append(res.output_tokens_per_s)
     # the steady-state window `chalk simulate` and `throughput` measure (`simulate.steady_window`, in arrival order),
     # and no request arriving in the first `warmup_s` where that still leaves the window a fifth of the run

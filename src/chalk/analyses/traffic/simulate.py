@@ -259,6 +259,9 @@ class SimulationResult:
     latency_window: dict = None
     closed_loop_concurrency: int | None = None  # a closed loop's client seats (requests in flight, engine or not)
     prefix_hit_rate: float | None = None  # prompt tokens found in the prefix cache / prompt tokens
+    # requests sent and not finished (waiting to be admitted, on their way from the client, or in the engine),
+    # time-averaged over the window: measured, and by Little's law requests_per_s x mean_e2e_s
+    mean_in_flight: float = math.nan
 
     _ARRAYS = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s")
 
@@ -346,6 +349,7 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
     if rates is None:
         rates = _array_rates(admit, finish, req.input_len, out, lo, hi, span, busy, step_sum, n_steps,
                              dec_sum, pf_sum, steady=window == "steady", first=first)
+    rates = {**rates, "wait_area": _wait_area(a, admit, rates["start_s"], rates["end_s"])}
     t50, t90, t99 = _pcts(ttft[w])
     p50, p90, p99 = _pcts(tpot[w])
     e50, e90, e99 = _pcts(e2e[w])
@@ -359,6 +363,16 @@ def _result(scheduler, req: Requests, admit, first, finish, *, n_steps, busy, st
         mean_e2e_s=float(e2e[w].mean()), n_steps=int(n_steps), busy_time_s=float(busy), simulated_time_s=span,
         peak_kv_tokens=float(peak_kv), closed_loop_concurrency=seats if closed_loop else None,
         latency_window=_window_dict(lo, hi, n, window, rates), **_rate_fields(rates))
+
+
+def _wait_area(send, admit, ta: float | None, tb: float | None) -> float:
+    """Request-seconds spent between send and admission (the client's latency, the engine's queue) inside the
+    window [ta, tb]: each request's [send, admit] clipped to it. An edge not yet known (None) lies beyond every
+    admission given (a streamed run folds finished requests before the window's last admission)."""
+    if ta is None:
+        return 0.0
+    hi = admit if tb is None else np.minimum(admit, tb)
+    return float(np.clip(hi - np.maximum(send, ta), 0, None).sum())
 
 
 def _array_rates(admit, finish, P, O, lo, hi, span, busy, step_sum, n_steps, dec_sum, pf_sum, steady: bool = True,
@@ -403,6 +417,7 @@ def _rate_fields(r: dict) -> dict:
     dt = dt if dt > 0 else float("nan")
     return {"requests_per_s": r["completed"] / dt, "output_tokens_per_s": r["out_tokens"] / dt,
             "input_tokens_per_s": r["in_tokens"] / dt, "mean_concurrency": r["area"] / dt,
+            "mean_in_flight": (r["area"] + r.get("wait_area", 0.0)) / dt,
             "utilisation": min(r["busy"] / dt, 1.0), "mean_batch": r["step_sum"] / r["steps"] if r["steps"] else
             math.nan, "mean_decode_batch": r["dec_sum"] / r["steps"] if r["steps"] else math.nan,
             "mean_prefill_tokens_per_step": r["pf_sum"] / r["steps"] if r["steps"] else math.nan,
@@ -593,11 +608,14 @@ class _Stream:
         self.h = {k: LogHistogram() for k in ("ttft", "tpot", "e2e")}
         self.first_arrival = math.inf
         self.last_finish = 0.0
+        self.ta = self.tb = None  # the window's edges (admissions of requests lo and hi - 1), once reached
+        self.wait_area = 0.0  # request-seconds between send and admission inside the window (`_wait_area`)
 
     def fold(self, g0, send, admit, first, finish, O):
         """Requests g0 .. g0 + len - 1, all finished."""
         self.first_arrival = min(self.first_arrival, float(send.min()))
         self.last_finish = max(self.last_finish, float(finish.max()))
+        self.wait_area += _wait_area(send, admit, self.ta, self.tb)
         s, e = max(self.lo - g0, 0), min(self.hi - g0, send.size)
         if e <= s:
             return
@@ -785,6 +803,8 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                     snap_a = s
                 if head == wb:
                     snap_b = s
+                if stream is not None:
+                    stream.ta, stream.tb = (snap_a and snap_a[0]), (snap_b and snap_b[0])
             head += 1
         if n_run == 0:
             if head >= n:
@@ -919,7 +939,7 @@ def _check_chunk(p_, o_, cap):
     if int((p_ + o_).max()) > cap:
         j = int(np.argmax(p_ + o_))
         raise InputError(f"a request needs {int(p_[j] + o_[j])} KV tokens but the capacity is {cap:.0f}; "
-                         "raise kv_capacity_tokens or shorten the request")
+                         "raise it (kv_capacity_tokens, --kv-capacity-tokens), give the replica more GPUs, or shorten the request")
 
 
 #: Shortest run `simulate_continuous(loop='auto')` hands to the compiled loop when numba is installed: below it,
@@ -1002,6 +1022,8 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
         rates = {"start_s": stream.first_arrival, "end_s": stream.first_arrival + span, "completed": n_done,
                  "out_tokens": tok_out, "in_tokens": tok_in, "area": area, "busy": busy, "steps": step,
                  "step_sum": step_sum, "dec_sum": dec_sum, "pf_sum": pf_sum}
+    else:
+        rates = {**rates, "wait_area": stream.wait_area}
     h = stream.h
     q = {k: tuple(x.quantile(p) for p in (0.5, 0.9, 0.99)) for k, x in h.items()}
     return SimulationResult(
@@ -1049,6 +1071,8 @@ def on_client_clock(result: SimulationResult, latency_s: float) -> SimulationRes
         return result
     moved = {k: getattr(result, k) + lat for k in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p50_s",
                                                     "e2e_p90_s", "e2e_p99_s", "mean_ttft_s", "mean_e2e_s")}
+    # each request is in flight `lat` longer: requests_per_s x lat more on average (Little's law for a fixed delay)
+    moved["mean_in_flight"] = result.mean_in_flight + result.requests_per_s * lat
     moved.update({k: getattr(result, k) + lat for k in ("ttft_s", "e2e_s") if getattr(result, k) is not None})
     return dataclasses.replace(result, **moved)
 

@@ -300,6 +300,8 @@ def run_compiled(source, n, B, cap, chunk, closed_loop, seats, lat, wa, wb, cons
                      held["first"], held["finish"], done_chunk, base, loaded, hs, hi, st_i, st_f, snap_i, snap_f,
                      pf_, pi_)
         if stream is not None:  # fold the leading chunks whose requests have all finished
+            stream.ta = float(snap_f[0, 0]) if snap_i[0, 4] else None  # the window's edges reached so far
+            stream.tb = float(snap_f[1, 0]) if snap_i[1, 4] else None
             k = 0
             while k < len(sizes) and done_chunk[k] == sizes[k]:
                 m = sizes[k]
