@@ -267,7 +267,7 @@ def test_layout_parsing():
 
     lay = make_layout(load_model("deepseek-v3"), "tp=1,ep=8,attn_dp=8")
     assert lay.ep == 8 and lay.replica_gpus == 8
-    for bad in ("tp8", "tp=0", "tp=1.5", "xx=2", "tp=2,tp=4", ""):
+    for bad in ("tp8", "tp=0", "tp=1.5", "xx=2", "tp=2,tp=4", "", "tp=2,,", ",tp=2", "tp=2,,pp=1"):
         with pytest.raises(InputError):
             parse_layout(bad)
     with pytest.raises(InputError):

@@ -38,8 +38,8 @@ def parse_layout(text) -> dict:
     if isinstance(text, dict):
         items = [(k, v) for k, v in text.items() if k in ("tp", "ep", "etp", "pp", "attn_dp")]
     else:
-        parts = [p.strip() for p in str(text).replace(" ", "").split(",") if p.strip()]
-        if not parts:
+        parts = str(text).replace(" ", "").split(",")
+        if not any(parts) or not all(parts):  # nothing, or an empty item ('tp=2,,', ',tp=2')
             raise InputError(f"layout must look like tp=8,ep=8,pp=1,attn_dp=8, got {text!r}")
         items = []
         for p in parts:
