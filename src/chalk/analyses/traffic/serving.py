@@ -509,23 +509,27 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                 f"{gpus} GPUs given: {res['layout']} uses {res['gpus']} of them ({gpus - res['gpus']} idle)"]
         return res
     return _aggregated_within(model, hardware, answer, count("gpus", gpus, MAX_GPUS), precision, kv_precision,
-                              ideal)
+                              ideal, calibration_override)
 
 
-def _question_sizes(model, hardware, precision, kv_precision, ideal) -> list[int]:
-    """`search_sizes` for a question's model, hardware and precisions (the sizes a search without --gpus tries)."""
+def _question_sizes(model, hardware, precision, kv_precision, ideal, calibration_override=None) -> list[int]:
+    """`search_sizes` for a question's model, hardware and precisions (the sizes a search without --gpus tries), under
+    the question's calibration (its memory reserve decides what fits)."""
     m, system = as_model(model), as_system(hardware)
-    return search_sizes(system, step_costs(m, system, precision, kv_precision)[2], calibration(ideal, system.chip))
+    return search_sizes(system, step_costs(m, system, precision, kv_precision)[2],
+                        calibration_override or calibration(ideal, system.chip))
 
 
-def _aggregated_within(model, hardware, answer, given: int, precision, kv_precision, ideal) -> dict:
+def _aggregated_within(model, hardware, answer, given: int, precision, kv_precision, ideal,
+                       calibration_override=None) -> dict:
     """The aggregated answer on `given` GPUs, or on fewer where that serves more: `given` GPUs are split into equal
     replicas of one layout, so a size whose layouts divide it badly (6 H100s hold Llama-3.1-70B only as TP2 x 3, its
     weights leaving little KV) can serve less than a smaller natural size on the same GPUs (TP4 on 4 of the 6, two
     idle). The search's own sizes below `given` that do not divide it are answered too (those that divide it are
     among `given`'s own layouts, as replicas), and the answer serving the most output tokens/s in all wins; it says
     how many of the GPUs given it uses."""
-    sizes = [n for n in _question_sizes(model, hardware, precision, kv_precision, ideal) if n < given and given % n]
+    sizes = [n for n in _question_sizes(model, hardware, precision, kv_precision, ideal, calibration_override)
+             if n < given and given % n]
     found, err = [], None
     for n in [given, *sizes]:
         try:
@@ -599,7 +603,7 @@ def _disaggregated_within(model, hardware, kw, given: int):
         unit = make_layout(as_model(model), kw["layout"]).replica_gpus
     else:
         unit = min(_question_sizes(model, hardware, kw.get("precision"), kw.get("kv_precision", "auto"),
-                                   kw.get("ideal", False)))
+                                   kw.get("ideal", False), kw.get("calibration_override")))
     lo, hi, best = 1, (given - 1) // unit, None  # decode pools of unit * k GPUs, k in [lo, hi]
     while lo <= hi:
         k = (lo + hi) // 2
