@@ -319,11 +319,16 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     price = system.chip.price_usd_per_hour
     usd_h = float(F.fleet_usd_per_hour(gpus, price))
     cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
+    spare = float(F.headroom(R, cap_units, d.value))
+    if c["prefill"] and P:  # the prefill pool's prompts/s bound the fleet too (in users: that rate x e2e at the cap)
+        prompts = c["prefill_tokens_per_s"] / c["prompt_tokens"]
+        spare = min(spare, float(F.headroom(P, prompts * (c["e2e_at_cap_s"] if d.kind == "users" else 1.0),
+                                            d.value)))
     ttft_mean, ttft = (float(t) for t in _ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s))
     return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
             "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
-            "headroom": float(F.headroom(R, cap_units, d.value)), "usd_per_gpu_hour": price,
+            "headroom": spare, "usd_per_gpu_hour": price,
             "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
             "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * ask.O)),
             "predicted": {"tpot_s": float(op["tpot_s"]), "ttft_s": ttft_mean, "ttft_p99_s": ttft,
