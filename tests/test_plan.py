@@ -565,7 +565,7 @@ def test_shortlist_search_answers_as_one_search_per_size(model, chip, precision,
     answered = 0
     for n, r in got:
         try:
-            want = throughput(m, system, gpus=n, **kw)
+            want = throughput(m, system, gpus=n, replay_latency=False, **kw)  # plan replays its own fleet
         except FitError as e:
             assert isinstance(r, FitError) and str(r) == str(e), n
             continue

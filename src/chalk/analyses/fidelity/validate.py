@@ -306,7 +306,7 @@ def _searched(model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, s
     return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
                       kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
                       layout=lay, speculative=spec, engine=eng, max_seqs=max_batch, tpot_p99_s=tpot99,
-                      ttft_p99_s=ttft99)
+                      ttft_p99_s=ttft99, replay_latency=False)  # (its rows are throughputs: no latency replay)
 
 
 def predict(row: Row, cal: Calibration | None = None, engines: bool = True) -> float:

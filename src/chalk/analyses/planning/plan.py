@@ -545,7 +545,8 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
         try:
             r = throughput(ask.model, system, input_len=ask.input_len, output_len=ask.output_len,
                            precision=o["precision"], kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                           disaggregated=o["mode"] == "disaggregated", engine=o["engine"], eplb=ask.eplb)
+                           disaggregated=o["mode"] == "disaggregated", engine=o["engine"], eplb=ask.eplb,
+                           replay_latency=False)
         except ChalkError:
             continue
         front = sorted(r["frontier"], key=lambda f: f["user_tokens_per_s"])
@@ -595,7 +596,7 @@ def _unmet(ask, systems, options, unavailable) -> str:
             try:
                 r = throughput(ask.model, s, input_len=ask.input_len, output_len=ask.output_len, precision=p,
                                kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
+                               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb, replay_latency=False)
             except ChalkError:
                 continue
             fr = r["frontier"]

@@ -86,7 +86,7 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None
     from chalk.analyses.traffic.serving import throughput
 
     r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal,
-                   engine=engine)
+                   engine=engine, replay_latency=False)
     p = r["parallelism"]
     text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)},etp={p.get('etp', 1)}"  # experts' TP inside EP
     on = f"{gpus} GPUs" if gpus is not None else f"deployments of 1 to {system.chips} GPUs"
