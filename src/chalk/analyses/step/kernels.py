@@ -83,6 +83,11 @@ for _d in (MONOTONE, VARYING, EXPONENTS):
 #: every loaded weight dominates; read at other expert shapes the table went to 45-1,000x (a 7,168-wide, 256-expert
 #: layer on H100), which no kernel does. 8 bounds the measured ratios.
 MIXED_INPUT_MAX_SLOWDOWN = 8.0
+#: The (hidden, intermediate) expert shape the mixed-input tables were measured on (gpt-oss's MXFP4 experts): read at
+#: another shape, a layer takes the 16-bit time there times the slowdown measured on this shape at the same tokens
+#: per expert (a 4-bit Qwen3-235B expert layer read straight from the table took 40.7 ms for 0.47 GB at one token on
+#: H100, 8x its 16-bit time, where on the measured shape mixed input costs about what its narrow read saves)
+MIXED_INPUT_MEASURED_SHAPE = (2880.0, 2880.0)
 #: table dtype keys tried for a precision, nearest first
 _CHAIN = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16", "fp8"), "w4a16": ("w4a16", "bf16")}
 
@@ -995,8 +1000,15 @@ class KernelProfile:
         # every weight they load, and their measured table is slower than 16-bit experts at many tokens, so it keeps
         # that, bounded by MIXED_INPUT_MAX_SLOWDOWN where it is read far from the shapes it was measured on
         full = self.moe_time_s(T, h, i, E, k, ep, p, balanced=balanced)
-        if key is not None:
-            return minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)
+        if key is not None:  # the slowdown the table measured on its own expert shape at these tokens per expert
+            h0, i0 = MIXED_INPUT_MEASURED_SHAPE
+            f16 = "moe_balanced" if balanced and self._balanced_moe(dtype_key(p)) else "moe"
+            mixed = self._time(fam, p, eb, (c / el, el, h0, i0), table_key=key)[0]
+            wide = self._time(f16, p, bytes_per_element(p), (c / el, el, h0, i0))[0]
+            capped = minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)  # on the measured shape: the table, bounded
+            moved = minimum(t, np.clip(mixed / wide, 1e-3, MIXED_INPUT_MAX_SLOWDOWN) * full)
+            same = np.isclose(h, h0) & np.isclose(i, i0)
+            return (capped if same else moved) if np.ndim(same) == 0 else np.where(same, capped, moved)
         t = minimum(t, full)
         if dtype_key(p) == "bf16" and eb <= bytes_per_element("mxfp4"):  # the MXFP4 layer reads no fewer bytes
             t = minimum(t, self.moe_time_s(T, h, i, E, k, ep, p, weight_precision="mxfp4", balanced=balanced))
