@@ -746,3 +746,17 @@ def test_a_layout_given_fills_the_gpus_given_with_replicas():
         assert r["gpus"] == used and r["parallelism"]["dp"] == used // 2 and r["mode"] == "aggregated"
         assert r["output_tokens_per_s_per_gpu"] == pytest.approx(one["output_tokens_per_s_per_gpu"], rel=1e-9)
         assert any(f"{n} GPUs given" in x and f"({n - used} idle)" in x for x in r["notes"]) == (used < n)
+
+
+@pytest.mark.parametrize("cap", [16, 64])
+def test_simulate_closed_loop_keeps_the_batch_cap_given(cap):
+    """`simulate --concurrency N --max-batch B` runs at most B of the N seats, as `throughput --layout --concurrency N
+    --max-seqs B` does (QA 2026-11-27: the cap was dropped for the seats, 4,943 tokens/s at every B on Llama-3.1-8B,
+    one H100, 256 in flight, against 1,370 at B = 16)."""
+    from chalk.api import simulate
+
+    kw = dict(layout="tp=1", concurrency=256, input_len=1000, output_len=200)
+    s = simulate("llama-3.1-8b", "h100", max_batch=cap, **kw)
+    t = fixed_deployment("llama-3.1-8b", "h100", max_seqs=cap, **kw)
+    assert s.max_batch == cap
+    assert s.output_tokens_per_s == pytest.approx(t["output_tokens_per_s_per_gpu"], rel=0.02)

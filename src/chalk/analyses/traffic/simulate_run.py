@@ -157,6 +157,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         raise InputError("a trace sets its own arrivals: give --trace or --concurrency, not both")
     if max_batch is not None:
         max_batch = int(positive("max_batch", max_batch, integer=True, scalar=True))
+    cap_given = max_batch  # (a closed loop's seats take max_batch's place below; the cap given still binds)
     if concurrency is not None:
         max_batch = int(positive("concurrency", concurrency, integer=True, scalar=True))
     n = None if requests is None else int(positive("requests", requests, integer=True, scalar=True))
@@ -200,7 +201,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
 
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
-                            lat, notes, engine, fx)
+                            lat, notes, engine, fx, cap_given)
     settle = SETTLE_REQUESTS
     if tr is None and concurrency is None and n is None and scheduler == "continuous":
         # the default run is long enough to reach a steady state: STEADY_ROUNDS times the requests the closed form
@@ -301,14 +302,16 @@ def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
-                 notes, engine, fx) -> SimulateRun:
+                 notes, engine, fx, max_batch=None) -> SimulateRun:
     """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
     (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
-    deployment gets the same latencies through both doors."""
+    deployment gets the same latencies through both doors. `max_batch`: the replica's cap on sequences, given (as
+    `throughput --max-seqs` gives it per scheduler: split over the replica's attention-DP schedulers)."""
     from chalk.analyses.traffic.serving import fixed_deployment
 
+    seqs = None if max_batch is None else max(math.ceil(max_batch / max(int(lay.attn_dp), 1)), 1)
     res = fixed_deployment(m, system, layout=lay_text, concurrency=int(concurrency), input_len=din, output_len=dout,
-                           precision=prec, kv_precision=kvp, ideal=ideal, engine=engine,
+                           precision=prec, kv_precision=kvp, ideal=ideal, engine=engine, max_seqs=seqs,
                            replay={"requests": n, "client_latency_s": lat, "seed": seed, "result_only": True})
     notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
                  f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
