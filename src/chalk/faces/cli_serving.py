@@ -267,7 +267,11 @@ def throughput(
             *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
                                     r["gpus_per_replica"])
                    + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
-              if "output_tokens_per_s_per_replica" in r else ()),
+              if "output_tokens_per_s_per_replica" in r else
+              (("per fleet", rate(r["output_tokens_per_s_per_fleet"], "output tokens/s", "fleet", r["gpus"])
+                + (f" ({r['decode_gpus']} decode + {r['prefill_gpus']} prefill GPUs)"
+                   if r.get("decode_gpus") and r.get("prefill_gpus") else "")),)
+              if r.get("output_tokens_per_s_per_fleet") is not None else ()),
             ("time per output token", seconds(r["tpot_s"])),
             ("time to first token", seconds(r["ttft_s"]) + (" (closed form: a lone prompt's prefill + the request "
                                                              "latency)" if str(r.get("latency_source", "")).startswith(
@@ -325,8 +329,12 @@ _progress = progress
 
 def _label_rates(r: dict) -> None:
     """Add what the per-GPU rate comes to per replica and per fleet (all `gpus` of the answer), with the replica's
-    GPUs, where the answer is one pool of identical replicas (aggregated serving)."""
-    if r.get("disaggregated") or r.get("mode") == "disaggregated" or "prefill" in r or not r.get("gpus"):
+    GPUs, where the answer is one pool of identical replicas (aggregated serving); a disaggregated answer's per fleet
+    (its decode and prefill pools), which has no one replica."""
+    if not r.get("gpus"):
+        return
+    if r.get("disaggregated") or r.get("mode") == "disaggregated" or "prefill" in r:
+        r.setdefault("output_tokens_per_s_per_fleet", r["output_tokens_per_s_per_gpu"] * r["gpus"])
         return
     reps = r.get("replicas") or (r.get("parallelism") or {}).get("dp") or 1
     per_gpu, g = r["output_tokens_per_s_per_gpu"], r["gpus"]
@@ -480,7 +488,11 @@ def _print_fixed(c, r, system):
             *((("per replica", rate(r["output_tokens_per_s_per_replica"], "output tokens/s", "replica",
                                     r["gpus_per_replica"])
                    + f"; {rate(r['output_tokens_per_s_per_fleet'], 'output tokens/s', 'fleet', r['gpus'])}"),)
-              if "output_tokens_per_s_per_replica" in r else ()),
+              if "output_tokens_per_s_per_replica" in r else
+              (("per fleet", rate(r["output_tokens_per_s_per_fleet"], "output tokens/s", "fleet", r["gpus"])
+                + (f" ({r['decode_gpus']} decode + {r['prefill_gpus']} prefill GPUs)"
+                   if r.get("decode_gpus") and r.get("prefill_gpus") else "")),)
+              if r.get("output_tokens_per_s_per_fleet") is not None else ()),
             ("in the engine per replica", f"{num(r['decoding_per_replica'])} of {num(r['concurrency_per_replica'])} "
                                           f"in flight (cap {num(r['batch_cap_per_replica'])})"
              + (f"; {num(r['mean_step']['decode_sequences'])} decoding in a mean step, the rest prefilling"
