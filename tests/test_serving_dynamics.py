@@ -760,3 +760,18 @@ def test_simulate_closed_loop_keeps_the_batch_cap_given(cap):
     t = fixed_deployment("llama-3.1-8b", "h100", max_seqs=cap, **kw)
     assert s.max_batch == cap
     assert s.output_tokens_per_s == pytest.approx(t["output_tokens_per_s_per_gpu"], rel=0.02)
+
+
+def test_more_gpus_never_serve_less_when_disaggregation_must_fit_within_them():
+    """QA sweep 2026-11-27: under --mode all at a 30 ms p99 TPOT, Llama-3.1-70B on 64 H100s served 17.6k output
+    tokens/s (20 decode + 36 prefill GPUs) but on 72 only 9.4k: the search for a disaggregated deployment within the
+    GPUs given bisected over decode pools and read a pool no layout of which met the target as too large, landing on
+    4 decode GPUs. Each replica size is now walked toward a fit; the fleet's rate never falls as GPUs are added."""
+    prev = 0.0
+    for g in (12, 16, 24, 64, 72):
+        r = throughput("llama-3.1-70b", "h100-sxm", input_len=2000, output_len=300, tpot_p99_s=0.030, gpus=g,
+                       disaggregated="auto")
+        fleet = r["output_tokens_per_s_per_gpu"] * r["gpus"]
+        assert r["gpus"] <= g and fleet >= prev * (1 - 1e-9), g
+        prev = fleet
+    assert prev > 20_000  # 72 GPUs: 24 decode + 44 prefill, 23.5k

@@ -635,7 +635,7 @@ def _better_mode(model, hardware, kw) -> dict:
         # --gpus is the deployment's size: pools that need more GPUs than that are not an answer to it; a smaller
         # decode pool whose prefill pool fits beside it within the GPUs given is (16 H100s answered aggregated at
         # 59.6k tokens/s where 14 of them, disaggregated, serve 71.9k)
-        smaller = _disaggregated_within(model, hardware, kw, int(given))
+        smaller = _disaggregated_within(model, hardware, kw, int(given), dis)
         if smaller is not None:
             found["disaggregated"] = smaller
         else:
@@ -664,30 +664,54 @@ def _better_mode(model, hardware, kw) -> dict:
     return res
 
 
-def _disaggregated_within(model, hardware, kw, given: int):
-    """The disaggregated answer whose decode and prefill pools together fit in `given` GPUs: the largest decode pool
-    (a multiple of the smallest deployment the search considers, below `given`) whose prefill pool fits beside it,
-    found by bisection (a larger decode pool needs no smaller prefill pool; a size that fails counts as too large),
-    or None."""
+#: Most decode-pool sizes `_disaggregated_within` answers per replica size
+WITHIN_TRIES = 4
+
+
+def _disaggregated_within(model, hardware, kw, given: int, first: dict | None = None):
+    """The disaggregated answer whose decode and prefill pools together fit in `given` GPUs and serve the most. Decode
+    pools of k whole replicas, for each replica size (the layout given, else each deployment size the search
+    considers): the first k tried where the GPUs per decode GPU of `first` (the answer whose decode pool alone is
+    `given`) say the pools fit, then toward a fit (one replica fewer while the pools need more GPUs, one more while
+    no layout of that pool serves) and one more while they still fit. (A bisection over multiples of the smallest
+    size read a pool no layout of which serves as too large: it answered 4 decode GPUs of Llama-3.1-70B on 72 H100s
+    at a 30 ms p99 TPOT, 3.5k tokens/s against 17.6k on 64.) None where no pool fits."""
     if kw.get("layout") is not None:  # the decode replica given: pools of whole replicas of it
         from chalk.analyses.step.estimate import make_layout
 
-        unit = make_layout(as_model(model), kw["layout"]).replica_gpus
+        units = [make_layout(as_model(model), kw["layout"]).replica_gpus]
     else:
-        unit = min(_question_sizes(model, hardware, kw.get("precision"), kw.get("kv_precision", "auto"),
-                                   kw.get("ideal", False), kw.get("calibration_override")))
-    lo, hi, best = 1, (given - 1) // unit, None  # decode pools of unit * k GPUs, k in [lo, hi]
-    while lo <= hi:
-        k = (lo + hi) // 2
-        try:
-            r = throughput(model, hardware, disaggregated=True, **{**kw, "gpus": unit * k})
-        except FitError:
-            r = None
-        if r is not None and (r.get("gpus") or 0) <= given:
-            best, lo = r, k + 1
-        else:
-            hi = k - 1
-    return best
+        units = sorted(set(_question_sizes(model, hardware, kw.get("precision"), kw.get("kv_precision", "auto"),
+                                           kw.get("ideal", False), kw.get("calibration_override"))))
+    per = float(first["gpus"]) / float(first["decode_gpus"]) if first is not None and first.get("decode_gpus") \
+        else 2.0
+    answers: dict = {}  # decode GPUs -> answer (None: no layout of that pool serves)
+
+    def at(d) -> str:  # 'ok' (fits in `given`), 'big' (its pools need more) or 'small' (no layout of it serves)
+        if d not in answers:
+            try:
+                answers[d] = throughput(model, hardware, disaggregated=True, **{**kw, "gpus": d})
+            except FitError:
+                answers[d] = None
+        r = answers[d]
+        return "small" if r is None else "ok" if (r.get("gpus") or 0) <= given else "big"
+
+    for unit in units:
+        top = (given - 1) // unit  # k replicas of `unit` GPUs, k in [1, top]
+        if top < 1:
+            continue
+        k = min(max(int(given / per // unit), 1), top)
+        state, tries = at(unit * k), 1
+        step = -1 if state == "big" else 1  # toward a fit; from a fit, one more while it still fits
+        while tries < WITHIN_TRIES and 1 <= k + step <= top:
+            nxt, tries = at(unit * (k + step)), tries + 1
+            if nxt != "ok" and (state == "ok" or nxt != state):  # past the last fit, or from too small to too large
+                break
+            k, state = k + step, nxt
+            if state == "ok":
+                step = 1
+    fits = [r for r in answers.values() if r is not None and (r.get("gpus") or 0) <= given]
+    return max(fits, key=lambda r: r["output_tokens_per_s_per_gpu"] * r["gpus"]) if fits else None
 
 
 @dataclass(frozen=True)
