@@ -515,3 +515,21 @@ def test_the_rate_scaled_factor_lies_between_the_two_scales(c, m, sc, sm):
         assert min(sc, sm) - 1e-12 <= f <= max(sc, sm) + 1e-12
         if c > m and c / sc > m / sm:  # compute-bound at both rates
             assert f == pytest.approx(sc)
+
+
+@pytest.mark.parametrize("model, chip, layout", [("qwen3-235b-a22b", "h200", "attn_dp=72,ep=72"),
+                                                 ("deepseek-r1", "h100", "attn_dp=72,ep=72"),
+                                                 ("gpt-oss-120b", "h200", "attn_dp=32,ep=32"),
+                                                 ("gpt-oss-120b", "b200", "attn_dp=8,ep=8")])
+def test_a_wide_expert_parallel_step_never_shortens_as_the_batch_grows(model, chip, layout):
+    """QA sweep 2026-11-27: the busiest EP chip's expert time was the mean chip's kernel time times the balls-in-bins
+    load ratio, which at a few routed copies per chip is up to the EP width, so one sequence of Qwen3-235B over
+    attention DP 72 / EP 72 on H200 stepped in 65.6 ms and 512 in 27.8 ms. The busiest chip's kernel is now timed at
+    its own load: more sequences never step faster."""
+    from chalk.analyses.step.estimate import estimate
+
+    prev = 0.0
+    for b in (1, 8, 72, 512):
+        t = float(estimate(model, chip, b, 2048, layout=layout).step_time_s)
+        assert t >= prev * (1 - 1e-9), b
+        prev = t

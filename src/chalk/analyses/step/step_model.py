@@ -415,10 +415,14 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
         t_m = by_exp / tm.hbm
         if kp is not None:
             t_c = f_exp / tm.expert_rate
-            tk = st.moe_time(kp, maximum(T_stage, 1.0))
+            # the busiest chip's experts at its own load (`imbalance` x the mean's tokens): the kernel's time there,
+            # not the mean chip's time scaled by the load ratio, which at a few copies per chip multiplied a
+            # weight-read-bound kernel by up to the EP width (Qwen3-235B on H200, attention DP 72 / EP 72: one
+            # sequence stepped in 65.6 ms, 512 of them in 27.8 ms)
+            tk = st.moe_time(kp, maximum(T_stage * imbalance, 1.0))
             # each chip's experts at 1/etp of their width (`moe_time`); the vendor's compute factor: grouped
             # expert GEMMs at few tokens per expert are tile-bound (wasted tiles, not bytes), a compute-side cost
-            tk = tk * n_moe * imbalance * tm.k_c
+            tk = tk * n_moe * tm.k_c
             t, src, how = where(T_stage > 0, tk, 0.0), st.moe_source, st.moe_kind
         else:
             t_c = f_exp * expert_slowdown(m, T_stage, a, ep, cal) / tm.expert_rate
