@@ -52,20 +52,21 @@ def test_release_prefix_matches():
     """A patch release answers to its series: vllm@0.6.3 -> the 0.6 profile, sglang@0.5.4 -> 0.5; 0.1 is not 0.11."""
     assert load_engine("vllm@0.6.3").release == "0.6"
     assert load_engine("sglang@0.5.4").release == "0.5"
-    assert load_engine("trtllm@1.1").release == "1.2"  # one profile read from the 1.1/1.2 series
+    assert load_engine("trtllm@1.1").release == "1.1"  # one profile read from the 1.1/1.2 series, named as asked
     with pytest.raises(UnknownNameError):
         load_engine("vllm@0.1")
 
 
 def test_every_v0_release_of_vllm_answers_to_the_v0_profile():
     """vLLM ran its V0 engine by default up to 0.7.x (V1 became the default in 0.8.0): 0.5, 0.6 and 0.7 releases take
-    the V0 defaults (256 sequences, 512-token chunks), 0.8 has no profile of its own; validation rows map the same
+    the V0 defaults (256 sequences, 512-token chunks), each named as itself; 0.8 has no profile of its own;
+    validation rows map the same
     way (validate.row_engine), so a 0.7.3 run is answered with V0's limits, a 0.10.2 run with the newest profile's."""
     from chalk.analyses.fidelity.validate import Row, row_engine
 
     for v in ("0.5.4", "0.6.3.dev116", "0.7", "0.7.3.dev138+g21f6ca217"):
         p = load_engine(f"vllm@{v}")
-        assert p.release == "0.6" and p.max_num_seqs == 256 and p.chunked_prefill_tokens == 512
+        assert p.release == v[:3] and p.max_num_seqs == 256 and p.chunked_prefill_tokens == 512
     with pytest.raises(UnknownNameError):
         load_engine("vllm@0.8")
 
@@ -75,7 +76,7 @@ def test_every_v0_release_of_vllm_answers_to_the_v0_profile():
                    min_user_tps=None, disaggregated=False, metric="tpot_s", measured=1.0, source="s", notes="",
                    engine=engine, engine_version=version)
 
-    assert row_engine(row("vllm", "0.7.3")) == "vllm@0.6"
+    assert row_engine(row("vllm", "0.7.3")) == "vllm@0.7"
     assert row_engine(row("vllm", "0.10.2")) == row_engine(row("vllm", "0.11.0")) == "vllm"
     assert row_engine(row("sglang", "0.4.3.post2")) == "sglang@0.4"
     assert row_engine(row("trtllm", "0.17.post1.dev")) == "trtllm"  # no profile of its own: the newest

@@ -165,3 +165,24 @@ def test_auto_kv_cache_is_the_engines_default():
     assert named["kv_precision"] == "fp8"
     assert named["output_tokens_per_s_per_gpu"] >= got["vllm"]["output_tokens_per_s_per_gpu"]
     assert load_engine("vllm@0.6").kv_precision("auto") == "bf16" and load_engine("vllm").kv_precision(None) == "bf16"
+
+
+def test_a_release_sharing_a_profile_answers_as_the_one_asked():
+    """trtllm's 1.1 and 1.2 share one profile, vLLM's 0.5-0.7 another: `--engine trtllm@1.1` said 'trtllm 1.2'."""
+    from chalk.specs.engine import load_engine
+
+    assert load_engine("trtllm@1.1").release == "1.1" and load_engine("trtllm@1.2").release == "1.2"
+    assert load_engine("vllm@0.7").release == "0.7" and load_engine("vllm@0.6.3").release == "0.6"
+    assert load_engine("trtllm").release == "1.2"  # the newest, unasked
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.6", "sglang@0.4"])
+def test_estimate_names_the_kernel_tables_its_engine_ran(engine):
+    """`estimate --engine` timed the step on the engine's tables but named chalk's default ones (trtllm) in `kernels`
+    (QA 2026-11-27); it names what `throughput --engine` names."""
+    from chalk.api import estimate
+    from chalk.analyses.traffic.serving import throughput
+
+    e = estimate("llama-3.1-8b", "h100", engine=engine)
+    t = throughput("llama-3.1-8b", "h100", input_len=1000, output_len=200, engine=engine, replay_latency=False)
+    assert e.kernels == t["kernels"] and e.kernels.startswith(engine.split("@")[0])

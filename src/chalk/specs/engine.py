@@ -318,7 +318,14 @@ def load_engine(name: str) -> EngineProfile:
         i = _match(entries, version)
         if i is None:
             raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)])
-    return _profile(entries[i], eid, releases, newest=i == 0)
+    prof = _profile(entries[i], eid, releases, newest=i == 0)
+    if version is not None:  # a profile shared by several releases answers as the one asked ('trtllm@1.1': 1.1)
+        want = version_tuple(version)
+        for r in _release_ids(entries[i]):
+            have = version_tuple(r)
+            if have[:min(len(have), len(want))] == want[:min(len(have), len(want))]:
+                return dataclasses.replace(prof, release=r) if r != prof.release else prof
+    return prof
 
 
 def _unsupported(entries, where: str) -> tuple:

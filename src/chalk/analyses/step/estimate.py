@@ -365,7 +365,8 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     lec = RF.lecture_constants(model, system, su.eff, n, su.wprec, kvp, None)
     # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
     notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
-    kp = kernel_provenance(su.kernels, model)  # which framework and version the kernel tables come from
+    # which framework and version the kernel tables the step ran on come from (an engine's, `how`, else the setup's)
+    kp = kernel_provenance(su.kernels if how[0] is None else how[0], model)
     notes += kp["notes"]
     peak = chip.flops_per_s[chip.compute_precision(prec)] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
