@@ -333,6 +333,19 @@ def test_the_search_holds_the_prefill_budget_it_is_given(budget):
         throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, disaggregated=False, max_tokens=1)
 
 
+def test_the_replayed_mean_step_names_a_batch_estimate_takes():
+    """The replayed closed loop's decoding sequences are a time average (62.64 here), which `estimate --batch`
+    refuses; the pure decode step is timed at the whole number the note tells `estimate` to take (QA 2026-11-27)."""
+    from chalk.api import estimate
+
+    r = fixed_deployment("llama-3.1-70b", "h100-sxm", layout="tp=4", concurrency=64, input_len=2000, output_len=300)
+    ms = r["mean_step"]
+    assert ms["decode_sequences"] != round(ms["decode_sequences"]) and "rounded" in ms["note"]
+    e = estimate("llama-3.1-70b", "h100-sxm", batch=round(ms["decode_sequences"]), context=r["mean_decode_context"],
+                 layout="tp=4")
+    assert e.step_time_s == pytest.approx(ms["pure_decode_step_s"], rel=1e-9)
+
+
 @pytest.mark.parametrize("engine", [None, "vllm", "sglang@0.4", "trtllm"])
 def test_the_fixed_answer_reconciles_with_estimate(engine):
     """The fixed deployment's mean step names the decode batch whose pure step `estimate` times, to rounding, with

@@ -1694,8 +1694,9 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
     kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
     if sim is not None:
         dec, pf, mean = float(sim.mean_decode_batch), float(sim.mean_prefill_tokens_per_step), float(sim.mean_step_s)
-        pure = float(np.asarray(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(dec, 1.0), 0.0, L,
-                                           max(I, 1.0), cal, **kw)["stage_time_s"]))
+        # (at the whole number of sequences `estimate --batch` takes)
+        pure = float(np.asarray(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(round(dec), 1.0),
+                                           0.0, L, max(I, 1.0), cal, **kw)["stage_time_s"]))
         d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
              "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
     else:
@@ -1707,7 +1708,7 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
              "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
     d["pipeline_stages"] = lay.pp
     d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
-                 "`estimate --batch <decode_sequences> --context <mean_decode_context>` at this layout (and "
+                 "`estimate --batch <decode_sequences, rounded> --context <mean_decode_context>` at this layout (and "
                  "--engine, --precision, --kv-precision) times the pure decode step (pure_decode_step_s); TPOT "
                  "averages the steps of each request's own decode (times the pipeline factor, over tokens per step), "
                  "so it sits between the pure decode step and the mean step when prompts arrive in bursts"
