@@ -678,6 +678,11 @@ class GemmShape(_Shape):
         # same GEMM with full-width weights at that math, which reads more (issue 24: fewer bytes never slower)
         self._full = None if weight_precision is None or self.elem_bytes >= bytes_per_element(self.precision) \
             else (profile.gemm_shape(n, k, dtype) if _numbers((n, k)) else GemmShape(profile, n, k, dtype))
+        # ... nor than the same GEMM at a narrower math that reads more bytes at a rate no faster (4-bit weights under
+        # 16-bit math against FP8 on a chip whose FP8 peak is its BF16 peak: TPU v5p, v6e)
+        q = profile.no_faster_narrow_math(self.precision, self.elem_bytes) if self._full is not None else None
+        self._narrow = None if q is None else (profile.gemm_shape(n, k, q) if _numbers((n, k))
+                                               else GemmShape(profile, n, k, q))
 
     def __call__(self, m):
         """Seconds for one GEMM of `m` rows (a number or an array). One number is remembered (the shape is fixed,
@@ -697,6 +702,7 @@ class GemmShape(_Shape):
         t = self._lookup((m, n, k), self._key)
         t = self.profile._floor(t, K.gemm_kernel_flops(m, n, k), K.gemm_kernel_bytes(m, n, k, self.elem_bytes), p)
         t = t if self._wider is None else minimum(t, self._wider.time(m))
+        t = t if self._narrow is None else minimum(t, self._narrow.time(m))
         return t if self._full is None else minimum(t, self._full.time(m))
 
 
@@ -806,6 +812,15 @@ class KernelProfile:
             peak = self._ref.get(dtype_key(precision)) or self.chip.peak_flops_per_s(precision)
             return float(peak), float(self._ref["hbm"])
         return self.chip.peak_flops_per_s(precision), self.chip.hbm_bandwidth_bytes_per_s
+
+    def no_faster_narrow_math(self, precision: str, weight_bytes: float) -> str | None:
+        """For weights stored at `weight_bytes` per element under `precision` math (weight-only quantisation): the
+        narrower math (FP8) whose kernel reads at least those bytes per weight at a peak no faster than
+        `precision`'s on this chip, or None. Such a kernel bounds the weight-only one: the same shape reading more
+        bytes at no higher rate (issue 24: fewer bytes never slower)."""
+        if dtype_key(precision) != "bf16" or weight_bytes > bytes_per_element("fp8"):
+            return None
+        return "fp8" if self.chip.peak_flops_per_s("fp8") <= self.chip.peak_flops_per_s(precision) else None
 
     def wider_math(self, precision: str) -> str | None:
         """The next wider math precision (fp4 -> fp8 -> bf16) whose kernel bounds the time of a `precision` GEMM
@@ -1000,6 +1015,8 @@ class KernelProfile:
         # every weight they load, and their measured table is slower than 16-bit experts at many tokens, so it keeps
         # that, bounded by MIXED_INPUT_MAX_SLOWDOWN where it is read far from the shapes it was measured on
         full = self.moe_time_s(T, h, i, E, k, ep, p, balanced=balanced)
+        q = self.no_faster_narrow_math(p, eb)  # an FP8 layer reading more bytes at a rate no faster bounds it
+        t8 = None if q is None else self.moe_time_s(T, h, i, E, k, ep, q, balanced=balanced)
         if key is not None:  # the slowdown the table measured on its own expert shape at these tokens per expert
             h0, i0 = MIXED_INPUT_MEASURED_SHAPE
             f16 = "moe_balanced" if balanced and self._balanced_moe(dtype_key(p)) else "moe"
@@ -1008,8 +1025,9 @@ class KernelProfile:
             capped = minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)  # on the measured shape: the table, bounded
             moved = minimum(t, np.clip(mixed / wide, 1e-3, MIXED_INPUT_MAX_SLOWDOWN) * full)
             same = np.isclose(h, h0) & np.isclose(i, i0)
-            return (capped if same else moved) if np.ndim(same) == 0 else np.where(same, capped, moved)
-        t = minimum(t, full)
+            t = (capped if same else moved) if np.ndim(same) == 0 else np.where(same, capped, moved)
+            return t if t8 is None else minimum(t, t8)
+        t = minimum(t, full) if t8 is None else minimum(minimum(t, full), t8)
         if dtype_key(p) == "bf16" and eb <= bytes_per_element("mxfp4"):  # the MXFP4 layer reads no fewer bytes
             t = minimum(t, self.moe_time_s(T, h, i, E, k, ep, p, weight_precision="mxfp4", balanced=balanced))
         return t
