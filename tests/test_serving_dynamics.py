@@ -788,3 +788,13 @@ def test_more_gpus_never_serve_less_when_disaggregation_must_fit_within_them():
         assert r["gpus"] <= g and fleet >= prev * (1 - 1e-9), g
         prev = fleet
     assert prev > 20_000  # 72 GPUs: 24 decode + 44 prefill, 23.5k
+
+
+def test_a_ttft_target_alone_steps_down_the_in_flight_count_until_met():
+    """QA sweep 2026-11-27: a 1 s p99 TTFT with a closed loop was refused ('no point met the p99 targets when
+    replayed', six replays of TP4 at 169-194 in flight) while --tpot-p99 50ms answered TP4 at 43 in flight with a
+    0.99 s p99 TTFT. A miss now rules out its replica layout from 60% of its in flight up."""
+    r = throughput("llama-3.1-70b", "h100-sxm", input_len=2000, output_len=300, disaggregated=False,
+                   arrivals="closed", ttft_p99_s=1.0)
+    assert r["ttft_p99_s"] <= 1.0 and r["output_tokens_per_s_per_gpu"] > 0
+    assert len(r["tail_replays"]) > 1  # the first tries missed: the step-down found it
