@@ -162,3 +162,14 @@ def test_a_request_too_long_for_memory_blames_its_kv_cache_not_the_weights():
         sv.throughput("llama-3.1-8b", "h100-sxm", input_len=1e12, output_len=100)
     with pytest.raises(FitError, match=r"\(812 GB of bf16 weights\) does not fit any layout on 2 x h100-sxm"):
         sv.throughput("llama-3.1-405b", "h100-sxm", input_len=100, output_len=100, gpus=2)
+
+
+@pytest.mark.parametrize("model, chip", [("deepseek-r1", "h100-sxm"), ("llama-3.1-70b", "h200")])
+def test_the_modes_one_x_row_is_the_answer(model, chip):
+    """The fast-and-slow-modes table prices speed-ups relative to the answer: its 1x row is the answer, also where the
+    answer counts whole prefill workers (QA 2026-11-27: DeepSeek-R1 on H100 answered $0.65 per M output tokens,
+    disaggregated, and its 1x row said 0.95x, $0.619)."""
+    r = sv.throughput(model, chip, input_len=1024, output_len=256, disaggregated=True)
+    same = next(mo for mo in r["modes"] if mo["speedup"] == 1.0)
+    assert same["price_multiple"] == pytest.approx(1.0, rel=1e-9)
+    assert same["cost_per_mtok_output_usd"] == pytest.approx(r["cost_per_mtok_output_usd"], rel=1e-9)

@@ -972,7 +972,10 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
                                  "as `--layout --concurrency` gives with simulate=False; the replayed closed loop "
                                  "(prompts queueing for their prefill chunks) is that command's answer")
     res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
-    res["modes"] = _modes(front, ev, per_gpu, s.layouts, g, res, system)
+    # the modes' rates on the answer's footing: a disaggregated answer counts whole prefill workers (`_point`), the
+    # grid a fractional pool, which put its own 1x row at 0.95x its price (DeepSeek-R1 on H100)
+    whole = float(res["output_tokens_per_s_per_gpu"]) / float(per_gpu[i]) if per_gpu[i] > 0 else 1.0
+    res["modes"] = _modes(front, ev, per_gpu * whole, s.layouts, g, res, system)
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system, O) for j in front]
     return ServingResult(res)
