@@ -798,3 +798,30 @@ def test_a_ttft_target_alone_steps_down_the_in_flight_count_until_met():
                    arrivals="closed", ttft_p99_s=1.0)
     assert r["ttft_p99_s"] <= 1.0 and r["output_tokens_per_s_per_gpu"] > 0
     assert len(r["tail_replays"]) > 1  # the first tries missed: the step-down found it
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 120, 999])
+def test_a_short_open_loop_is_measured_whole(n):
+    """QA sweep 2026-11-27: 5 requests of Azure's 2023 conversation trace read 0 requests/s (none finished between the
+    admissions of the steady window's first and last), and 120 missed Little's law by 5%. An open loop of fewer than
+    MIN_STEADY_REQUESTS arrivals is measured whole: its rates are the run's, Little's law exact."""
+    from chalk.api import simulate
+
+    reqs = S.poisson_arrivals(2.0, n, 800, 150, seed=1)
+    r = S.simulate_continuous(reqs, SC_8B, 64)
+    assert r.latency_window["kind"] == "all" and r.requests_per_s > 0
+    assert r.mean_in_flight == pytest.approx(r.requests_per_s * r.mean_e2e_s, rel=1e-6)
+    assert S.steady_gap(r) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_queue_that_builds_and_drains_is_flagged_not_steady():
+    """A quiet hour and a half, then a burst the replica cannot keep up with at the window's end: the overload test
+    (the median waits of the first and last fifths of arrivals) does not fire, yet the window is no steady state: in
+    flight and Little's law part by more than STEADY_GAP (+37%), and `steady_gap` says so."""
+    quiet = S.poisson_arrivals(0.5, 3000, 2000, 200, seed=3).arrival_s  # one every 2 s
+    burst = S.poisson_arrivals(400.0, 1000, 2000, 200, seed=2).arrival_s  # 1,000 in 2.5 s
+    arrivals = np.concatenate([quiet, float(quiet[-1]) + 1.0 + burst])
+    reqs = S.Requests.from_arrays(arrivals, np.full(4000, 2000), np.full(4000, 200))
+    r = S.simulate_continuous(reqs, SC_8B, 64)
+    gap = S.steady_gap(r)
+    assert S.overload(r) is None and gap is not None and abs(gap) > S.STEADY_GAP

@@ -112,6 +112,7 @@ def register(app: typer.Typer) -> None:
                                     **({} if period_s is None else {"period_s": period_s}))
         r, st = run.result, run.setup
         over = sim.overload(r)
+        gap = sim.steady_gap(r)
         if plot:
             from chalk.faces.plots_simulate import plot_simulation
 
@@ -120,6 +121,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             d = run.to_dict()
             d["overload"] = over
+            d["steady_state_gap"] = gap
             for k in ("output_tokens_per_s", "input_tokens_per_s"):  # the run is one replica's
                 if d.get(k) is not None:
                     d.setdefault(f"{k}_per_replica", d[k])
@@ -159,6 +161,12 @@ def register(app: typer.Typer) -> None:
         console().print(t)
         for note in run.notes:
             console().print(f"[dim]note: {note}[/dim]")
+        if not over and gap is not None and abs(gap) > sim.STEADY_GAP:
+            console().print(
+                f"[bold]warning: not a steady state[/bold]: {num(s['mean_in_flight'])} requests in flight against "
+                f"{num(s['requests_per_s'] * s['mean_e2e_s'])} = requests/s x mean end-to-end ({gap:+.0%}): the queue "
+                "builds and drains within the run, so its latencies describe this run, not a steady load. Lower "
+                + ("--speedup" if trace else "--rate") + " or add replicas for one.")
         if over:
             console().print(
                 f"[bold]warning: arrivals exceed capacity[/bold]: {num(over['offered_requests_per_s'])} requests/s "
