@@ -660,3 +660,16 @@ def test_exploring_sizes_each_chip_at_the_precisions_it_runs_natively(monkeypatc
              modes=("aggregated",), engine="vllm", curves=False, sim_requests=1000)
     assert tried["h100-sxm"] == {None, "fp8"} and tried["b200"] == {None, "fp8", "fp4"}
     assert "fp4" in " ".join(r["precisions_explored"])
+
+
+def test_more_users_never_get_a_smaller_fleet():
+    """QA sweep 2026-11-27: a replay that missed grew the fleet by up to half and never trimmed back, so 800 users of
+    Llama-3.1-8B on H100s were planned on 5 GPUs (3 replicas missed, 5 met, 4 would have) and 900 on 4; 1,400 on 8
+    and 1,500 on 7. The fleet is now trimmed to the fewest replicas between the last miss and the first pass."""
+    prev = 0
+    for users in (800, 900, 1400, 1500):
+        p = plan("llama-3.1-8b", "h100-sxm", users=users, input_len=2000, output_len=300, ttft_p99_s=1.0,
+                 tpot_p99_s=0.05, precision="bf16,fp8")  # (as `chalk plan` explores by default)
+        best = p["options"][0]
+        assert best["meets_targets"] and best["gpus"] >= prev, users
+        prev = best["gpus"]
