@@ -186,3 +186,22 @@ def test_estimate_names_the_kernel_tables_its_engine_ran(engine):
     e = estimate("llama-3.1-8b", "h100", engine=engine)
     t = throughput("llama-3.1-8b", "h100", input_len=1000, output_len=200, engine=engine, replay_latency=False)
     assert e.kernels == t["kernels"] and e.kernels.startswith(engine.split("@")[0])
+
+
+def test_tensorrt_llm_is_never_sized_on_layouts_it_cannot_launch():
+    """TensorRT-LLM's enable_attention_dp makes every rank its own attention-DP rank (attention TP 1): plan sized
+    DeepSeek-R1 on H200 as DP-attn2 x TP4 EP8 with a cap of 218 and launched --tp_size 8 with attention DP and
+    --max_batch_size 109, 872 sequences (QA 2026-11-27). The search leaves such hybrids out for it; given one, it
+    says why in one line; SGLang, whose DP ranks can be tensor-parallel, keeps them."""
+    from chalk.analyses.traffic.serving import throughput
+
+    r = throughput("deepseek-r1", "h200", input_len=2000, output_len=500, engine="trtllm", disaggregated=False,
+                   replay_latency=False)
+    p = r["parallelism"]
+    assert p["attn_dp"] == 1 or p["tp"] == 1
+    assert not load_engine("trtllm").attention_dp_with_tp and load_engine("sglang").attention_dp_with_tp
+    with pytest.raises(InputError, match="attention TP 1"):
+        throughput("deepseek-r1", "h200", layout="tp=4,attn_dp=2", concurrency=64, input_len=1000, output_len=200,
+                   engine="trtllm")
+    throughput("deepseek-r1", "h200", layout="tp=4,attn_dp=2", concurrency=64, input_len=1000, output_len=200,
+               engine="sglang")

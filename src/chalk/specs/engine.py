@@ -68,6 +68,9 @@ class EngineProfile:
     #: checkpoint quantisation methods (a config.json's `quantization_config.quant_method`) the engine does not
     #: load, each with the chip vendors it refuses them on ('all': every vendor): (method, vendors) pairs
     unsupported_checkpoints: tuple = ()
+    #: whether an attention-DP rank can itself be tensor-parallel (SGLang: --tp N --dp M, M < N; vLLM: DP x TP), or
+    #: attention DP means attention TP 1 (TensorRT-LLM's enable_attention_dp)
+    attention_dp_with_tp: bool = True
 
     def refuses(self, method: str | None, vendor: str) -> str | None:
         """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
@@ -364,7 +367,8 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             kv_cache_dtype_auto=str(d.get("kv_cache_dtype_auto", "checkpoint")),
             speculative=MappingProxyType(dict(d.get("speculative", {}))), rules=rules,
             release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest,
-            unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where))
+            unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where),
+            attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
     if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):

@@ -783,6 +783,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         from chalk.analyses.step.estimate import make_layout
 
         lay = make_layout(m, layout)
+        engine_runs(eng, lay)
         if gpus is not None and lay.replica_gpus > gpus:
             raise InputError(f"layout {lay.label()} needs {lay.replica_gpus} GPUs, more than the --gpus {gpus} given")
         if gpus is not None:  # the GPUs given hold as many replicas of the layout as fit
@@ -791,7 +792,8 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         sizes = [lay.gpus]
     else:
         sizes = [gpus] if gpus else search_sizes(system, costs, cal)
-        layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)]
+        layouts = [lay for n in sizes for lay in enumerate_layouts(m, n, system.chips)
+                   if eng is None or eng.attention_dp_with_tp or lay.attn_dp == 1 or lay.tp == 1]
     _check_fit(m, costs, system, cal, sizes, layouts)
     g = _grid(layouts, cal.max_seqs_per_scheduler)
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
@@ -1336,6 +1338,15 @@ class _Fixed(_Setup):
         return self.di or self.I, self.do or self.O
 
 
+def engine_runs(eng, lay) -> None:
+    """Refuse a layout the engine cannot launch: attention-DP ranks that are themselves tensor-parallel where the
+    engine's attention DP means attention TP 1 (`EngineProfile.attention_dp_with_tp`: TensorRT-LLM)."""
+    if eng is not None and not eng.attention_dp_with_tp and lay.attn_dp > 1 and lay.tp > 1:
+        raise InputError(f"{eng.label} runs attention DP with attention TP 1: "
+                         f"{lay.label()} cannot be launched on it (use tp=1,attn_dp={lay.tp * lay.attn_dp}, or "
+                         f"tp={lay.tp * lay.attn_dp} without attention DP)")
+
+
 def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, precision=None, kv_precision="auto",
                  ideal=False, calibration_override=None, speculative=None, engine=None, cache_hit=None,
                  decode_gpus=None, eplb=None, max_seqs=None, max_tokens=None, prefill_layout=None) -> _Fixed:
@@ -1349,6 +1360,7 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
                                                                   calibration_override, engine, cache_hit, eplb,
                                                                   max_seqs)
     lay = make_layout(m, layout)
+    engine_runs(eng, lay)
     G = lay.replica_gpus
     gpus = G if gpus is None else int(positive("gpus", gpus, integer=True, scalar=True))
     disagg = decode_gpus is not None
