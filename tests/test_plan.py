@@ -673,3 +673,11 @@ def test_more_users_never_get_a_smaller_fleet():
         best = p["options"][0]
         assert best["meets_targets"] and best["gpus"] >= prev, users
         prev = best["gpus"]
+
+
+def test_an_engine_that_does_not_run_on_the_chip_is_said_so():
+    """QA sweep 2026-11-27: --engine trtllm on MI300X alone answered 'no candidate meets p99 TPOT <= 40 ms ... best
+    reachable 307.5 tok/s per user (TPOT 3.25 ms) on mi300x', figures that meet the targets: the reason is the engine."""
+    with pytest.raises(FitError, match="does not run on AMD"):
+        plan("llama-3.1-8b", "mi300x", rate=15, input_len=500, output_len=1500, ttft_p99_s=0.3, min_user_tps=25,
+             engine="trtllm")

@@ -115,7 +115,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
                 sim_requests=sim_requests, seed=seed, eplb=eplb)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
-    n_refused = 0  # unavailable candidates whose engine cannot load the checkpoint
+    n_refused = 0  # unavailable candidates that cannot run at all: the engine refuses the checkpoint or the chip
     methods = _checkpoint_methods(m, checkpoint)  # read once: the user's folder's config.json and the model's own
     for name, system in zip(names, systems):
         refused = _refusals(system, methods)
@@ -124,7 +124,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
             why = refused.get(engine) or \
                 f"{engine} does not run on {system.chip.vendor} chips (chalk launches {', '.join(runs)} there)"
             unavailable += [{"hardware": _name(name), "mode": mode, "engine": engine, "why": why} for mode in modes]
-            n_refused += len(modes) if engine in refused else 0
+            n_refused += len(modes)
             continue
         if engine is None and refused:  # engines that cannot load the checkpoint: said, not sized
             unavailable += [{"hardware": _name(name), "mode": mode, "engine": e, "why": w}
@@ -145,7 +145,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                     unavailable.append({"hardware": _name(name), "mode": mode, "engine": eng, "why": why})
                     continue
                 jobs.append((name, ask_e, system, s))
-    if not jobs and unavailable and n_refused == len(unavailable):  # no engine here can load the checkpoint
+    if not jobs and unavailable and n_refused == len(unavailable):  # no engine asked for runs the model here
         raise FitError(_cannot_serve(m.id, unavailable))
     # replayed: the candidates that can still be the cheapest (all of them with replay_all)
     replayed = S.verify_finalists([(a, system, s) for _, a, system, s in jobs], every=replay_all)
