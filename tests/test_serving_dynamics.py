@@ -825,3 +825,14 @@ def test_a_queue_that_builds_and_drains_is_flagged_not_steady():
     r = S.simulate_continuous(reqs, SC_8B, 64)
     gap = S.steady_gap(r)
     assert S.overload(r) is None and gap is not None and abs(gap) > S.STEADY_GAP
+
+
+def test_a_disaggregated_prefill_pool_keeps_the_token_budget_given():
+    """--max-tokens bounds the prompt tokens a prefill worker's step carries as it bounds an aggregated replica's:
+    disaggregated answers ignored it (QA 2026-11-27: --max-tokens 1 answered as unbounded, 4,940 tokens/s per GPU).
+    A smaller budget never serves more per GPU, nor gives a shorter TTFT."""
+    kw = dict(input_len=1000, output_len=200, disaggregated=True)
+    free = throughput("llama-3.1-8b", "h100-sxm", **kw)
+    tight = throughput("llama-3.1-8b", "h100-sxm", max_tokens=256, **kw)
+    assert tight["output_tokens_per_s_per_gpu"] < free["output_tokens_per_s_per_gpu"]
+    assert tight["ttft_s"] >= free["ttft_s"]

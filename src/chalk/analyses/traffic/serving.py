@@ -295,13 +295,17 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     return out
 
 
-def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibration, **kw):
+def _prefill_rate(costs, system: System, tp, a, pp, ep, G, Ip, I, cal: Calibration, max_tokens=None, **kw):
     """(prompt tokens one prefill step of a replica carries, prompt tokens/s per GPU) of a prefill pool on a layout
     (numbers or arrays) running full prefill steps: a chunk of max(PREFILL_CHUNK_TOKENS, Ip) uncached prompt
-    tokens per attention rank, of prompts `I` tokens long; `kw` goes to `stage_step` (kernels, overhead_s).
+    tokens per attention rank (at most `max_tokens`, the engine's budget per step where given), of prompts `I`
+    tokens long; `kw` goes to `stage_step` (kernels, overhead_s).
 
-    Formula: c = max(chunk, Ip) * attn_dp; rate = c / (pp * t_stage(c)) / G."""
-    chunk = np.maximum(PREFILL_CHUNK_TOKENS * a, Ip * a)
+    Formula: c = min(max(chunk, Ip), max_tokens) * attn_dp; rate = c / (pp * t_stage(c)) / G."""
+    per_rank = np.maximum(PREFILL_CHUNK_TOKENS, Ip)
+    if max_tokens is not None:
+        per_rank = np.minimum(per_rank, float(max_tokens))
+    chunk = per_rank * a
     t = stage_step(costs, system, tp, a, pp, ep, 0.0, chunk, I, I, cal, **kw)["stage_time_s"]
     with np.errstate(divide="ignore"):
         return chunk, chunk / pp / t / G
@@ -316,16 +320,23 @@ def _pick_prefill_pool(layouts: list[Layout], ok, rate, ttft):
     return {"layout": layouts[i], "input_tokens_per_s_per_gpu": float(rate[i]), "ttft_s": float(ttft[i])}
 
 
-def _prefill_pool_points(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s):
+def _prefill_pool_points(costs, system: System, layouts: list[Layout], I: float, cal: Calibration, max_ttft_s,
+                         max_tokens=None):
     """Per prefill layout (arrays): whether it fits and meets the TTFT, its input tokens/s per GPU, one prompt's
     TTFT."""
     la = layout_arrays(layouts)
     tp, a, pp, ep, G = la["tp"], la["attn_dp"], la["pp"], la["ep"], la["replica_gpus"]
-    chunk, rate = _prefill_rate(costs, system, tp, a, pp, ep, G, I, I, cal)
-    seqs = chunk / I
+    chunk, rate = _prefill_rate(costs, system, tp, a, pp, ep, G, I, I, cal, max_tokens=max_tokens)
+    seqs = np.maximum(chunk / I, 1.0)
     w, kv = memory_per_chip(costs, tp, a, pp, ep, seqs, I)
     fits = (w + kv) <= system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    one = P.pipeline_token_latency_s(stage_step(costs, system, tp, a, pp, ep, 0.0, I, I, I, cal)["stage_time_s"], pp)
+    if max_tokens is None or max_tokens >= I:
+        one = P.pipeline_token_latency_s(stage_step(costs, system, tp, a, pp, ep, 0.0, I, I, I, cal)["stage_time_s"],
+                                         pp)
+    else:  # a prompt longer than the budget: ceil(I / budget) steps of the budget's tokens
+        piece = float(max_tokens)
+        one = math.ceil(I / piece) * P.pipeline_token_latency_s(
+            stage_step(costs, system, tp, a, pp, ep, 0.0, piece, I, I, cal)["stage_time_s"], pp)
     # the prompt's KV goes to the decode pool: over NVLink inside a rack-scale domain, else over the NIC
     chip = system.chip
     link = chip.scaleup_bandwidth_bytes_per_s if system.kind == "rack" else chip.scaleout_bandwidth_bytes_per_s
@@ -806,7 +817,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
     pool = pool_points = None
     if disaggregated:
-        pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s)
+        pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s, max_tokens)
         pool = _prefill_pool_or_fail(m, system, layouts, pool_points, max_ttft_s)
     p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
     args = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
