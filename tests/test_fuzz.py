@@ -46,7 +46,7 @@ SLOW_FLAGS = {("validate", "--cv")}
 INTS = ["0", "-1", "1.5", "2147483648", "1000000000", "99999999999999999999", "abc", ""]
 FLOATS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "abc", ""]
 NAMES = ["", "nosuch", "x" * 400, "h100,nosuch", "../..", "null"]
-NEGATIVE_OK = re.compile(r"error|residual|margin|signed|slope|log|delta|penalty|saving|change|diff|offset", re.I)
+NEGATIVE_OK = re.compile(r"error|residual|margin|signed|slope|log|delta|penalty|saving|change|diff|offset|gap", re.I)
 
 #: A value known good for each required parameter (by its option or argument name), so that one bad
 #: value at a time reaches the code under test.

@@ -35,7 +35,8 @@ CTX = I + O / 2  # the simulator's step cost is the step model's tangent at B se
 def test_simulate_with_and_without_layout_agrees_with_estimate(model, hardware, layout):
     """A pure decode step of the simulation at its tangent point takes what `estimate` says for the replica the
     simulation ran (given, or throughput's pick), exactly: both are the one step model."""
-    run = simulate_requests(model, hardware, requests=50, input_len=I, output_len=O, max_batch=B, layout=layout)
+    # (1,000 requests: a shorter open loop is measured whole, warm-up and drain in its mean batch)
+    run = simulate_requests(model, hardware, requests=1000, input_len=I, output_len=O, max_batch=B, layout=layout)
     sc = run.replica_step_cost
     assert "step model" in sc.label and "aggregate" not in sc.label
     b = run.step_cost_reference_batch  # the batch the open loop settled at: its step cost's tangent point

@@ -803,12 +803,12 @@ def test_a_ttft_target_alone_steps_down_the_in_flight_count_until_met():
 @pytest.mark.parametrize("n", [1, 2, 5, 120, 999])
 def test_a_short_open_loop_is_measured_whole(n):
     """QA sweep 2026-11-27: 5 requests of Azure's 2023 conversation trace read 0 requests/s (none finished between the
-    admissions of the steady window's first and last), and 120 missed Little's law by 5%. An open loop of fewer than
-    MIN_STEADY_REQUESTS arrivals is measured whole: its rates are the run's, Little's law exact."""
+    admissions of the steady window's first and last), and 120 missed Little's law by 5%. `chalk simulate` measures an
+    open loop of fewer than MIN_STEADY_REQUESTS arrivals whole: its rates are the run's, Little's law exact. (Fleet
+    replays measure their own window over all replicas' requests, and keep each replica's steady one.)"""
     from chalk.api import simulate
 
-    reqs = S.poisson_arrivals(2.0, n, 800, 150, seed=1)
-    r = S.simulate_continuous(reqs, SC_8B, 64)
+    r = simulate("llama-3.1-8b", "h100", layout="tp=1", rate=2.0, requests=n, input_len=800, output_len=150)
     assert r.latency_window["kind"] == "all" and r.requests_per_s > 0
     assert r.mean_in_flight == pytest.approx(r.requests_per_s * r.mean_e2e_s, rel=1e-6)
     assert S.steady_gap(r) == pytest.approx(0.0, abs=1e-6)

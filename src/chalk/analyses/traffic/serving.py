@@ -1823,7 +1823,7 @@ def replica_chunk_tokens(fx: _Fixed) -> int | None:
 
 def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None = None,
                      prefill_chunk: int | None = None, kv_capacity_tokens=None, client_latency_s: float | None = None,
-                     loop: str = "auto"):
+                     loop: str = "auto", window: str = "steady"):
     """One replica of a fixed deployment's setup (`_fixed_setup`) serving open-loop arrivals, the one replay
     `throughput --tpot-p99/--ttft-p99` (Poisson) and `chalk simulate --rate/--trace` answer from: `requests`
     (`poisson_requests`, a `PoissonStream` or a trace's) through the request simulator on `step_cost`
@@ -1834,13 +1834,13 @@ def open_loop_replay(fx: _Fixed, requests, step_cost, *, max_batch: int | None =
     request latency outside the engine's steps added).
     `max_batch`, `prefill_chunk`, `kv_capacity_tokens`: a caller's own limits in place of the engine's (None: the
     engine's); `client_latency_s`: in place of the calibrated latency;
-    `loop`: `simulate_continuous`'s (`simulate.loop_for` picks it for many runs)."""
+    `loop`: `simulate_continuous`'s (`simulate.loop_for` picks it for many runs); `window`: its measured window."""
     from chalk.analyses.traffic import simulate as sim
 
     chunk = prefill_chunk if prefill_chunk is not None else replica_chunk_tokens(fx)
     r = sim.simulate_continuous(requests, step_cost, max_batch=max_batch or max(int(fx.cap), 1),
                                 kv_capacity_tokens=fx.kv_tokens if kv_capacity_tokens is None else kv_capacity_tokens,
-                                prefill_chunk_tokens=chunk, loop=loop)
+                                prefill_chunk_tokens=chunk, loop=loop, window=window)
     return sim.on_client_clock(r, fx.lat if client_latency_s is None else client_latency_s)
 
 

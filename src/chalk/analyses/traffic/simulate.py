@@ -301,9 +301,9 @@ def _plain(v):
 #: Steady-state window (`steady_window`): an open loop skips its first 10% of arrivals (the system fills) and its
 #: last 5% (it drains); a closed loop skips at least two rounds of its seats at each end.
 WARMUP_FRACTION, COOLDOWN_FRACTION, CLOSED_LOOP_EDGE_ROUNDS = 0.10, 0.05, 2
-#: An open loop of fewer arrivals is measured whole (`window='all'`): an open loop starts empty (no cold burst), and a
-#: short steady window is all edge: between its first and last admissions none may finish (5 requests of Azure's 2023
-#: conversation trace read 0 requests/s) and Little's law missed by 5% at 120 requests
+#: `chalk simulate` measures an open loop of fewer arrivals whole (`window='all'`; `simulate_run`): an open loop
+#: starts empty (no cold burst), and a short steady window is all edge: between its first and last admissions none
+#: may finish (5 requests of Azure's 2023 conversation trace read 0 requests/s) and Little's law missed by 5% at 120
 MIN_STEADY_REQUESTS = 1000
 
 
@@ -704,8 +704,6 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                 float(positive("prefill tokens/s", mu, scalar=True)),
                 float(positive("prefill seconds per token", lone, allow_zero=True, scalar=True)))
         loop = "python"
-    if window == "steady" and not closed_loop and n < MIN_STEADY_REQUESTS:
-        window = "all"  # too few arrivals for a steady state between warm-up and drain: the run measured whole
     lo, hi = steady_window(n, seats, window)
     wa, wb = (lo, hi - 1) if window == "steady" else (-1, -1)
     sc = step_cost

@@ -271,7 +271,9 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         k = min(len(i_len), settle)
         at = rate if tr is None else len(i_len) / max(float(arrivals[-1] - arrivals[0]), 1e-9)  # requests/s
         res, sc, ref = settled_replay(fx, lambda c: open_loop_replay(fx, held(k), c, **limits), at)
-        if k < len(i_len):
+        if len(i_len) < sim.MIN_STEADY_REQUESTS:  # too short for a steady state: the run measured whole
+            res = open_loop_replay(fx, held(), sc, **{**limits, "window": "all"})
+        elif k < len(i_len):
             res = open_loop_replay(fx, held(), sc, **limits)
     if concurrency is None:
         notes.append("arrivals go to this one replica: the rate is one replica's share")
