@@ -510,12 +510,14 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                 speculative=None if isinstance(speculative, str) else speculative,
                                 engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
                                 max_seqs=max_seqs, max_tokens=max_tokens, prefill_layout=prefill_layout)
+    spec = resolve_speculation(speculative, model)
+
     def answer(n):
         return _select(_search(model, hardware, input_len=input_len, output_len=output_len, gpus=n,
                                precision=precision, kv_precision=kv_precision, speeds=(min_user_tps,),
                                max_ttft_s=max_ttft_s, disaggregated=disaggregated, ideal=ideal,
                                calibration_override=calibration_override, layout=layout,
-                               speculative=resolve_speculation(speculative, model), engine=engine, cache_hit=cache_hit,
+                               speculative=spec, engine=engine, cache_hit=cache_hit,
                                eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
                                max_tokens=max_tokens, arrivals=arrivals), min_user_tps, pareto)
 
@@ -529,10 +531,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                                  ideal, calibration_override)
     if not replay_latency or res.get("mode") != "aggregated" or "latency_window" in res:
         return res
-    return _with_replayed_latency(res, model, hardware, max_ttft_s, dict(
+    return _with_replayed_latency(res, model, hardware, max_ttft_s, spec, dict(
         input_len=input_len, output_len=output_len, ideal=ideal, calibration_override=calibration_override,
-        engine=engine, cache_hit=cache_hit, eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens,
-        speculative=resolve_speculation(speculative, model)))
+        engine=engine, cache_hit=cache_hit, eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens))
 
 
 #: A mean TTFT target (`max_ttft_s`) the chosen deployment misses when replayed: it is replayed at fewer in flight,
@@ -546,7 +547,7 @@ REPLAYED_FIGURES = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu",
                     "ttft_s", "tpot_p99_s", "ttft_p99_s", "concurrency", "cost_per_mtok_output_usd")
 
 
-def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, kw: dict) -> dict:
+def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dict) -> dict:
     """An aggregated search answer as its deployment does: the layout and concurrency the search chose (screened on
     its closed form, whose TTFT is a lone prompt's prefill) replayed in the request-level engine model as a closed
     loop (`fixed_deployment`), so `throughput` and `throughput --layout --concurrency` give one deployment the same
@@ -554,14 +555,13 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, kw: dict) -> 
     replay of the same deployment 0.67 s mean, 1.32 s p99) and Little's law holds on them. The closed form's figures
     stay beside them (`<key>_closed_form`: what `chalk validate` judges a search row by). Where a mean TTFT target is
     given and the replay misses it, the layout is replayed at fewer in flight until it meets it, and that deployment,
-    as `--layout --concurrency` gives it, is the answer."""
+    as `--layout --concurrency` gives it, is the answer. `spec`: the search's speculation, replayed where the
+    answer uses it; `kw`: the question's other `fixed_deployment` arguments."""
     par = res["parallelism"]
     lay = ",".join(f"{k}={int(par[k])}" for k in ("tp", "ep", "etp", "pp", "attn_dp") if par.get(k))
-    spec = kw.pop("speculative") if (res.get("speculative") or {}).get("used") else None
-    kw.pop("speculative", None)
     conc = max(int(round(float(res["concurrency"]))), 1)
     fixed = dict(kw, layout=lay, gpus=int(res["gpus"]), precision=res["precision"], kv_precision=res["kv_precision"],
-                 speculative=spec)
+                 speculative=spec if (res.get("speculative") or {}).get("used") else None)
     r = fixed_deployment(model, hardware, concurrency=conc, **fixed)
     if max_ttft_s and r["ttft_s"] > max_ttft_s:
         first, replicas = r["ttft_s"], max(int(r.get("replicas") or 1), 1)
@@ -1769,7 +1769,7 @@ def _uneven_replicas(light, busy, n_light: int, n_busy: int):
     mean = lambda k: wl * getattr(light, k) + wb * getattr(busy, k)  # noqa: E731
     return dataclasses.replace(
         busy, **{k: mean(k) for k in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "mean_batch",
-                                      "mean_decode_batch", "mean_concurrency", "utilisation")},
+                                      "mean_decode_batch", "mean_concurrency", "mean_in_flight", "utilisation")},
         **{k: served(k) for k in ("mean_ttft_s", "mean_tpot_s", "mean_e2e_s")},
         n_requests=light.n_requests + busy.n_requests)  # the requests the two replays passed
 

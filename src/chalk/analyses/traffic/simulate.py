@@ -622,10 +622,10 @@ CHUNK_REQUESTS = 65_536
 class _Stream:
     """Where a streamed run's finished requests go: window latencies into log histograms, nothing per request."""
 
-    def __init__(self, lo: int, hi: int):
+    def __init__(self, lo: int, hi: int, whole: bool = False):
         from chalk.analyses.traffic.log_histogram import LogHistogram
 
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi, self.whole = lo, hi, whole  # whole: the run is its window (`window='all'`)
         self.h = {k: LogHistogram() for k in ("ttft", "tpot", "e2e")}
         self.first_arrival = math.inf
         self.last_finish = 0.0
@@ -636,7 +636,7 @@ class _Stream:
         """Requests g0 .. g0 + len - 1, all finished."""
         self.first_arrival = min(self.first_arrival, float(send.min()))
         self.last_finish = max(self.last_finish, float(finish.max()))
-        self.wait_area += _wait_area(send, admit, self.ta, self.tb)
+        self.wait_area += _wait_area(send, admit, -math.inf if self.whole else self.ta, self.tb)
         s, e = max(self.lo - g0, 0), min(self.hi - g0, send.size)
         if e <= s:
             return
@@ -724,7 +724,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         out = run_compiled(req.chunks(CHUNK_REQUESTS), n, min(B, n), cap,
                            None if chunk is None else min(chunk, 1 << 62), closed_loop,
                            None if seats is None else min(seats, n), lat, wa, wb, consts, moe, CHUNK_REQUESTS,
-                           _check_chunk, None if keep else _Stream(lo, hi))
+                           _check_chunk, None if keep else _Stream(lo, hi, window == "all"))
         return _continuous_result(lo, hi, n, common, **out)
 
     # requests are read CHUNK_REQUESTS at a time: global index i lives at i - base in the lists below; a run that
@@ -735,7 +735,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     admit, first, finish = [], [], []
     left, sizes = deque(), deque()  # unfinished requests, and requests, per chunk held
     kept = []  # (arrival, P, O, cached) arrays of the chunks read, when keeping them
-    stream = None if keep else _Stream(lo, hi)
+    stream = None if keep else _Stream(lo, hi, window == "all")
     base = loaded = 0
     cached_total = prompt_total = 0
 
@@ -960,7 +960,8 @@ def _check_chunk(p_, o_, cap):
     if int((p_ + o_).max()) > cap:
         j = int(np.argmax(p_ + o_))
         raise InputError(f"a request needs {int(p_[j] + o_[j])} KV tokens but the capacity is {cap:.0f}; "
-                         "raise it (kv_capacity_tokens, --kv-capacity-tokens), give the replica more GPUs, or shorten the request")
+                         "raise it (kv_capacity_tokens, --kv-capacity-tokens), give the replica more GPUs, or "
+                         "shorten the request")
 
 
 #: Shortest run `simulate_continuous(loop='auto')` hands to the compiled loop when numba is installed: below it,
@@ -1043,8 +1044,7 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
         rates = {"start_s": stream.first_arrival, "end_s": stream.first_arrival + span, "completed": n_done,
                  "out_tokens": tok_out, "in_tokens": tok_in, "area": area, "busy": busy, "steps": step,
                  "step_sum": step_sum, "dec_sum": dec_sum, "pf_sum": pf_sum}
-    else:
-        rates = {**rates, "wait_area": stream.wait_area}
+    rates = {**rates, "wait_area": stream.wait_area}
     h = stream.h
     q = {k: tuple(x.quantile(p) for p in (0.5, 0.9, 0.99)) for k, x in h.items()}
     return SimulationResult(
