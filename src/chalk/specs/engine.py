@@ -286,9 +286,9 @@ def parse_engine(name: str) -> tuple[str, str | None]:
     return eng.strip(), (ver.strip().lstrip("vV") or None) if ver else None
 
 
-def _match(entries: list[dict], version: str) -> int | None:
-    """Index of the profile whose release is `version` or a prefix of it, or that `version` is a prefix of
-    ('0.5' answers '0.5.4'); an exact release first."""
+def _match(entries: list[dict], version: str) -> tuple[int, str] | None:
+    """(index of the profile, the release of it) whose release is `version` or a prefix of it, or that `version` is
+    a prefix of ('0.5' answers '0.5.4'); an exact release first."""
     want = version_tuple(version)
     if not want:
         return None
@@ -297,10 +297,10 @@ def _match(entries: list[dict], version: str) -> int | None:
         for r in _release_ids(d):
             have = version_tuple(r)
             if have == want:
-                return i
+                return i, r
             n = min(len(have), len(want))
             if best is None and have[:n] == want[:n]:
-                best = i
+                best = i, r
     return best
 
 
@@ -316,19 +316,15 @@ def load_engine(name: str) -> EngineProfile:
     eid = aliases[key]
     entries = _entries(eid)
     releases = tuple(r for d in entries for r in _release_ids(d)[:1])
-    i = 0
-    if version is not None:
-        i = _match(entries, version)
-        if i is None:
-            raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)])
+    if version is None:
+        return _profile(entries[0], eid, releases, newest=True)
+    found = _match(entries, version)
+    if found is None:
+        raise UnknownNameError(f"{eid} version", version, [r for d in entries for r in _release_ids(d)])
+    i, release = found
     prof = _profile(entries[i], eid, releases, newest=i == 0)
-    if version is not None:  # a profile shared by several releases answers as the one asked ('trtllm@1.1': 1.1)
-        want = version_tuple(version)
-        for r in _release_ids(entries[i]):
-            have = version_tuple(r)
-            if have[:min(len(have), len(want))] == want[:min(len(have), len(want))]:
-                return dataclasses.replace(prof, release=r) if r != prof.release else prof
-    return prof
+    # a profile shared by several releases answers as the one asked ('trtllm@1.1': 1.1)
+    return prof if release == prof.release else dataclasses.replace(prof, release=release)
 
 
 def _unsupported(entries, where: str) -> tuple:

@@ -579,8 +579,9 @@ def verify_finalists(jobs: list, every: bool = False) -> list:
     replayed. The cheapest is the least ($/h, GPUs, place in `jobs`) among the replayed candidates that meet the
     targets (`plan` sorts its options so). Candidates are replayed in that order of their sized figures, and one is
     skipped once a replayed candidate that meets the targets comes before it: a replay only adds replicas (`verify`
-    bumps, and trims back no further than a replay that missed), so its replayed figures would come later still, and it cannot be the cheapest. Nothing is
-    skipped until some candidate meets the targets (a plan that meets none replays all). `every`: replay them all.
+    bumps, and trims back no further than a replay that missed), so its replayed figures would come later still,
+    and it cannot be the cheapest. Nothing is skipped until some candidate meets the targets (a plan that meets none
+    replays all). `every`: replay them all.
     Returns each candidate verified, or None where it was skipped, in the order given.
 
     The answer is the one replaying everything gives: the replays that run are the same replays (each is

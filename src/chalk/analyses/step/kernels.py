@@ -1017,17 +1017,19 @@ class KernelProfile:
         full = self.moe_time_s(T, h, i, E, k, ep, p, balanced=balanced)
         q = self.no_faster_narrow_math(p, eb)  # an FP8 layer reading more bytes at a rate no faster bounds it
         t8 = None if q is None else self.moe_time_s(T, h, i, E, k, ep, q, balanced=balanced)
-        if key is not None:  # the slowdown the table measured on its own expert shape at these tokens per expert
+        if key is not None:
             h0, i0 = MIXED_INPUT_MEASURED_SHAPE
-            f16 = "moe_balanced" if balanced and self._balanced_moe(dtype_key(p)) else "moe"
-            mixed = self._time(fam, p, eb, (c / el, el, h0, i0), table_key=key)[0]
-            wide = self._time(f16, p, bytes_per_element(p), (c / el, el, h0, i0))[0]
-            capped = minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)  # on the measured shape: the table, bounded
-            moved = minimum(t, np.clip(mixed / wide, 1e-3, MIXED_INPUT_MAX_SLOWDOWN) * full)
             same = np.isclose(h, h0) & np.isclose(i, i0)
-            t = (capped if same else moved) if np.ndim(same) == 0 else np.where(same, capped, moved)
+            t = minimum(t, MIXED_INPUT_MAX_SLOWDOWN * full)  # on the measured shape: the table, bounded
+            if not np.all(same):  # elsewhere: the slowdown measured on that shape at these tokens per expert
+                f16 = "moe_balanced" if balanced and self._balanced_moe(dtype_key(p)) else "moe"
+                mixed = self._time(fam, p, eb, (c / el, el, h0, i0), table_key=key)[0]
+                wide = self._time(f16, p, bytes_per_element(p), (c / el, el, h0, i0))[0]
+                t = where(same, t, minimum(t, np.clip(mixed / wide, 1e-3, MIXED_INPUT_MAX_SLOWDOWN) * full))
             return t if t8 is None else minimum(t, t8)
-        t = minimum(t, full) if t8 is None else minimum(minimum(t, full), t8)
+        t = minimum(t, full)
+        if t8 is not None:
+            t = minimum(t, t8)
         if dtype_key(p) == "bf16" and eb <= bytes_per_element("mxfp4"):  # the MXFP4 layer reads no fewer bytes
             t = minimum(t, self.moe_time_s(T, h, i, E, k, ep, p, weight_precision="mxfp4", balanced=balanced))
         return t
