@@ -359,8 +359,54 @@ def test_a_burst_of_varied_lengths_runs_longer_than_one_of_mean_lengths():
     flat, varied = run(220.0, 203.0), run(i, o)
     assert varied["latency_window"]["end_s"] > 1.25 * flat["latency_window"]["end_s"]
     assert varied["output_tokens_per_s_per_gpu"] < 0.8 * flat["output_tokens_per_s_per_gpu"]
-    named = [r for r in load_rows() if r.lengths]
+    named = [r for r in load_rows() if r.lengths == "sharegpt-vllm"]
     assert len(named) == 23 and {r.family for r in named} == {"gpustack"}
     for r in named:
         p = point(r)
         assert p[5].kind == p[6].kind == "empirical" and p[6].mean == pytest.approx(r.output_len, rel=1e-12)
+
+
+def test_fixed_length_harnesses_replay_every_request_at_the_means():
+    """Rows whose harness sends one prompt length and forces one output length (`lengths` = fixed, lengths.yaml)
+    replay every request at exactly the row's means: with a whole prefill per iteration the closed loop's requests
+    then finish together and come back together, so a static benchmark's waves keep queueing behind each other's
+    prompts (LMDeploy's profile_generation, 16 threads of 2048-token prompts on Llama-2-70B TP4: 3.5 s mean TTFT at
+    this stop against 1.3 s with lengths spread over [8/9, 10/9] of the means; measured 5.78 s); every such row's
+    notes name a fixed-length harness."""
+    from chalk.analyses.fidelity.validate import dataset_lengths, load_rows, point
+
+    i, o = dataset_lengths("fixed", 2048.0, 128.0)
+    assert (i.kind, i.mean, o.kind, o.mean) == ("constant", 2048.0, "constant", 128.0)
+    run = lambda I, O: fixed_deployment("llama-2-70b", "a100-sxm", layout="tp=4", concurrency=16,  # noqa: E731
+                                        input_len=I, output_len=O, precision="fp16", requests=160)
+    assert run(i, o)["ttft_s"] > 2.0 * run(2048.0, 128.0)["ttft_s"]
+    fixed = [r for r in load_rows() if r.lengths == "fixed"]
+    assert len(fixed) >= 200 and len({r.family for r in fixed}) >= 6
+    harness = ("benchmark_latency", "benchmark_throughput", "ignore-eos", "ignore_eos", "fixed", "every request")
+    for r in fixed:
+        assert r.kind == "fixed" and any(h in r.notes.lower() for h in harness), r.id
+        assert point(r)[5].kind == "constant"
+
+
+def test_launch_token_budgets_are_the_ones_the_notes_quote():
+    """`max_tokens` is the chunked-prefill budget the row's launch command set (scripts/apply_max_tokens.py reads it
+    from the notes): every value is one the notes quote as a flag, every quoted flag is recorded, and a fixed row's
+    replay takes it in place of the engine profile's default (Google's v6e-8 recipe runs vLLM with
+    --max-num-batched-tokens 512, where vLLM's default on a 32 GB chip is 2048: 0.25 s mean TTFT measured at 64 in
+    flight; 0.49 s replayed with 512 and fixed lengths at this stop, 0.92 s with 2048)."""
+    import re
+
+    from chalk.analyses.fidelity.validate import answer, load_rows, point
+
+    flag = re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)")
+    rows = load_rows()
+    for r in rows:
+        quoted = {int(v) for v in flag.findall(r.notes)}
+        assert (r.max_tokens is None and not quoted) or quoted == {r.max_tokens}, r.id
+    assert sum(r.max_tokens is not None for r in rows) >= 30
+    tpu = next(r for r in rows if r.id == "gtpu-l33-70b-v6e8-vllm-1k1k-c64-ttft")
+    assert tpu.max_tokens == 512 and point(tpu)[-1] == 512
+    import dataclasses
+
+    c = cal.calibration()
+    assert answer(tpu, c)["ttft_s"] < 0.75 * answer(dataclasses.replace(tpu, max_tokens=None), c)["ttft_s"]

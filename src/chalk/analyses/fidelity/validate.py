@@ -86,6 +86,7 @@ class Row:
     engine_version: str | None = None
     num_prompts: int | None = None   # a benchmark's whole run: requests sent in all (fixed rows; None: steady state)
     max_batch: int | None = None     # the deployment's own cap on sequences per scheduler (None: the engine's default)
+    max_tokens: int | None = None    # the deployment's own prompt tokens per step per scheduler (None: the engine's)
     lengths: str | None = None       # the benchmark dataset whose length distribution the run drew (lengths.yaml)
     tpot_p99: float | None = None    # a search row's p99 TPOT bound (s), met under Poisson arrivals
     ttft_p99: float | None = None    # a search row's p99 TTFT bound (s), met under Poisson arrivals
@@ -128,7 +129,7 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 engine_version=(d.get("engine_version") or "").strip() or None,
                 num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
                 lengths=(d.get("lengths") or "").strip() or None, tpot_p99=_num(d.get("tpot_p99")),
-                ttft_p99=_num(d.get("ttft_p99"))))
+                ttft_p99=_num(d.get("ttft_p99")), max_tokens=_num(d.get("max_tokens"), int)))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -155,12 +156,15 @@ def _quantile_lengths(quantiles: dict, n: int) -> np.ndarray:
 def dataset_lengths(name: str, input_mean: float, output_mean: float):
     """(input, output) length distributions of benchmark dataset `name` (validation/lengths.yaml: its quantiles, the
     shape) scaled to a row's own mean lengths (the level): empirical distributions of `DATASET_POINTS` lengths each,
-    which the closed-loop replay samples per request."""
-    from chalk.specs.lengths import empirical
+    which the closed-loop replay samples per request; a `constant` entry: every request at the means."""
+    from chalk.specs.lengths import constant, empirical
 
     d = _datasets().get(name)
     if not isinstance(d, dict):
         raise SpecError(f"validation.csv names length distribution {name!r}, which validation/lengths.yaml lacks")
+    if d.get("constant"):
+        return tuple(constant(float(mean), label=f"{name} {side} length {float(mean):g}")
+                     for side, mean in (("input", input_mean), ("output", output_mean)))
     out = []
     for side, mean in (("input", input_mean), ("output", output_mean)):
         x = _quantile_lengths(d[f"{side}_quantiles"], DATASET_POINTS)
@@ -236,17 +240,18 @@ def _layout(row: Row) -> str | None:
 
 @lru_cache(maxsize=512)
 def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
-           simulate=False, requests=None, max_batch=None, prefill_layout=None):
+           simulate=False, requests=None, max_batch=None, prefill_layout=None, max_tokens=None):
     """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
     the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's).
     `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed).
     `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`);
+    `max_tokens`: its own prompt tokens per step (the chunked-prefill budget its launch set, `max_tokens` there);
     `prefill_layout`: a disaggregated row's prefill workers (`_prefill_layout`)."""
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
                             simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch,
-                            prefill_layout=prefill_layout)
+                            prefill_layout=prefill_layout, max_tokens=max_tokens)
 
 
 def row_engine(row: Row) -> str | None:
@@ -276,12 +281,12 @@ def point(row: Row, engines: bool = True) -> tuple:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, *_row_lengths(row),
                 row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric in TTFT_METRICS and not row.num_prompts,
-                row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None)
+                row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None, row.max_tokens)
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
                 row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng,
-                row.max_batch, row.tpot_p99, row.ttft_p99)
+                row.max_batch, row.tpot_p99, row.ttft_p99, row.max_tokens)
     return ("row", row.id)
 
 
@@ -299,14 +304,16 @@ def answer(row: Row, cal: Calibration, engines: bool = True, memo: bool = True):
 
 @lru_cache(maxsize=512)
 def _searched(model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng, max_batch, tpot99, ttft99,
-              cal):
+              max_tokens, cal):
     """A search row's answer (memoised: rows asking the same search, e.g. several submitters' results on one system,
     share it). The benchmark's own cap on sequences per scheduler where the row records it (`max_batch`), as fixed
-    rows; p99 bounds (a server scenario's) are met under Poisson arrivals, `throughput`'s default."""
+    rows, and its own prompt tokens per step (`max_tokens`); p99 bounds (a server scenario's) are met under Poisson
+    arrivals, `throughput`'s default."""
     return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
                       kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
                       layout=lay, speculative=spec, engine=eng, max_seqs=max_batch, tpot_p99_s=tpot99,
-                      ttft_p99_s=ttft99, replay_latency=False)  # (its rows are throughputs: no latency replay)
+                      ttft_p99_s=ttft99, max_tokens=max_tokens,
+                      replay_latency=False)  # (its rows are throughputs: no latency replay)
 
 
 def predict(row: Row, cal: Calibration | None = None, engines: bool = True) -> float:

@@ -1,0 +1,50 @@
+"""Write the `max_tokens` column of src/chalk/validation/validation.csv (and surplus.csv): `python scripts/apply_max_tokens.py`.
+
+`max_tokens` is the prompt tokens one scheduler may run per step (the chunked-prefill budget) as the row's launch
+command set it: vLLM `--max-num-batched-tokens` (per engine), TensorRT-LLM `--max_num_tokens` (per rank, so per
+attention-DP rank under `enable_attention_dp`). The value is read from the launch command quoted in the row's own
+`notes`; rows whose notes quote no such flag stay empty (the engine profile's default answers). A value the notes
+give as a code default rather than a flag the run passed (`max_num_tokens 8192` read from a build script) is not
+taken. Idempotent; measured values, ids and other columns are not touched.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1] / "src" / "chalk" / "validation"
+FILES = (HERE / "validation.csv", HERE / "surplus.csv")  # surplus.csv keeps validation.csv's columns
+FLAG = re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)")
+
+
+def apply(path: Path) -> int:
+    text = path.read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    fields = list(rows[0].keys())
+    if "max_tokens" not in fields:
+        fields.append("max_tokens")
+    n = 0
+    for r in rows:
+        found = set(FLAG.findall(r["notes"]))
+        if len(found) > 1:
+            raise SystemExit(f"{r['id']}: notes quote several token budgets {sorted(found)}")
+        r["max_tokens"] = found.pop() if found else ""
+        n += bool(r["max_tokens"])
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    path.write_text(out.getvalue())
+    return n
+
+
+def main() -> None:
+    for path in FILES:
+        print(f"{path.name}: max_tokens set on {apply(path)} rows")
+
+
+if __name__ == "__main__":
+    main()
