@@ -5,7 +5,8 @@ command set it: vLLM `--max-num-batched-tokens` (per engine), TensorRT-LLM `--ma
 attention-DP rank under `enable_attention_dp`). The value is read from the launch command quoted in the row's own
 `notes`; rows whose notes quote no such flag stay empty (the engine profile's default answers). A value the notes
 give as a code default rather than a flag the run passed (`max_num_tokens 8192` read from a build script) is not
-taken. Idempotent; measured values, ids and other columns are not touched.
+taken. `whole`: the notes say the engine prefills every prompt it admits whole, in one step (no budget per
+step). Idempotent; measured values, ids and other columns are not touched.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1] / "src" / "chalk" / "validation"
 FILES = (HERE / "validation.csv", HERE / "surplus.csv")  # surplus.csv keeps validation.csv's columns
 FLAG = re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)")
+#: what a row's notes say where its engine has no per-step budget and prefills every admitted prompt in one step
+WHOLE = "prefills every prompt it admits whole"
 
 
 def apply(path: Path) -> int:
@@ -31,6 +34,10 @@ def apply(path: Path) -> int:
         found = set(FLAG.findall(r["notes"]))
         if len(found) > 1:
             raise SystemExit(f"{r['id']}: notes quote several token budgets {sorted(found)}")
+        if WHOLE in r["notes"]:
+            if found:
+                raise SystemExit(f"{r['id']}: notes quote a token budget and whole-prompt prefill")
+            found = {"whole"}
         r["max_tokens"] = found.pop() if found else ""
         n += bool(r["max_tokens"])
     out = io.StringIO()

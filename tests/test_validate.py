@@ -370,16 +370,19 @@ def test_fixed_length_harnesses_replay_every_request_at_the_means():
     """Rows whose harness sends one prompt length and forces one output length (`lengths` = fixed, lengths.yaml)
     replay every request at exactly the row's means: with a whole prefill per iteration the closed loop's requests
     then finish together and come back together, so a static benchmark's waves keep queueing behind each other's
-    prompts (LMDeploy's profile_generation, 16 threads of 2048-token prompts on Llama-2-70B TP4: 3.5 s mean TTFT at
-    this stop against 1.3 s with lengths spread over [8/9, 10/9] of the means; measured 5.78 s); every such row's
-    notes name a fixed-length harness."""
-    from chalk.analyses.fidelity.validate import dataset_lengths, load_rows, point
+    prompts (LMDeploy's profile_generation, 16 threads of 2048-token prompts on Llama-2-70B TP4 at the default chunk:
+    3.5 s mean TTFT at this stop against 1.3 s with lengths spread over [8/9, 10/9] of the means; with TurboMind's
+    whole-prompt prefill, the row's max_tokens, 5.4 s; measured 5.78 s); every such row's notes name a fixed-length
+    harness."""
+    from chalk.analyses.fidelity.validate import answer, dataset_lengths, load_rows, point
 
     i, o = dataset_lengths("fixed", 2048.0, 128.0)
     assert (i.kind, i.mean, o.kind, o.mean) == ("constant", 2048.0, "constant", 128.0)
     run = lambda I, O: fixed_deployment("llama-2-70b", "a100-sxm", layout="tp=4", concurrency=16,  # noqa: E731
                                         input_len=I, output_len=O, precision="fp16", requests=160)
     assert run(i, o)["ttft_s"] > 2.0 * run(2048.0, 128.0)["ttft_s"]
+    row = next(r for r in load_rows() if r.id == "lmdeploy-a100-l2-70b-tp4-b16-i2048-o128-ttft")
+    assert row.lengths == "fixed" and answer(row, cal.calibration())["ttft_s"] == pytest.approx(row.measured, rel=0.15)
     fixed = [r for r in load_rows() if r.lengths == "fixed"]
     assert len(fixed) >= 200 and len({r.family for r in fixed}) >= 6
     harness = ("benchmark_latency", "benchmark_throughput", "ignore-eos", "ignore_eos", "fixed", "every request")
@@ -396,14 +399,16 @@ def test_launch_token_budgets_are_the_ones_the_notes_quote():
     flight; 0.49 s replayed with 512 and fixed lengths at this stop, 0.92 s with 2048)."""
     import re
 
-    from chalk.analyses.fidelity.validate import answer, load_rows, point
+    from chalk.analyses.fidelity.validate import WHOLE_PROMPTS, answer, load_rows, point
 
     flag = re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)")
     rows = load_rows()
     for r in rows:
         quoted = {int(v) for v in flag.findall(r.notes)}
+        if "prefills every prompt it admits whole" in r.notes:
+            quoted.add(WHOLE_PROMPTS)
         assert (r.max_tokens is None and not quoted) or quoted == {r.max_tokens}, r.id
-    assert sum(r.max_tokens is not None for r in rows) >= 30
+    assert sum(r.max_tokens is not None for r in rows) >= 80
     tpu = next(r for r in rows if r.id == "gtpu-l33-70b-v6e8-vllm-1k1k-c64-ttft")
     assert tpu.max_tokens == 512 and point(tpu)[-1] == 512
     import dataclasses

@@ -86,7 +86,8 @@ class Row:
     engine_version: str | None = None
     num_prompts: int | None = None   # a benchmark's whole run: requests sent in all (fixed rows; None: steady state)
     max_batch: int | None = None     # the deployment's own cap on sequences per scheduler (None: the engine's default)
-    max_tokens: int | None = None    # the deployment's own prompt tokens per step per scheduler (None: the engine's)
+    max_tokens: int | None = None    # the deployment's own prompt tokens per step per scheduler (None: the engine's;
+                                     # WHOLE_PROMPTS: every admitted prompt whole in one step)
     lengths: str | None = None       # the benchmark dataset whose length distribution the run drew (lengths.yaml)
     tpot_p99: float | None = None    # a search row's p99 TPOT bound (s), met under Poisson arrivals
     ttft_p99: float | None = None    # a search row's p99 TTFT bound (s), met under Poisson arrivals
@@ -96,6 +97,15 @@ def family_of_group(group: str) -> str:
     """A row's source family when validation.csv carries no `family` column: its group's first word (groups are
     named `<organisation or programme>-<part>`, e.g. inferencex-2026q1, trtllm-perf-overview-03e27c7)."""
     return group.strip().split("-")[0]
+
+
+#: `max_tokens` of a row whose engine prefills every prompt it admits whole, in one step (validation.csv `whole`):
+#: a per-step budget no burst of prompts reaches.
+WHOLE_PROMPTS = 2 ** 31 - 1
+
+
+def _tokens(s: str) -> int | None:
+    return WHOLE_PROMPTS if (s or "").strip() == "whole" else _num(s, int)
 
 
 def _num(s: str, cast=float):
@@ -129,7 +139,7 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 engine_version=(d.get("engine_version") or "").strip() or None,
                 num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
                 lengths=(d.get("lengths") or "").strip() or None, tpot_p99=_num(d.get("tpot_p99")),
-                ttft_p99=_num(d.get("ttft_p99")), max_tokens=_num(d.get("max_tokens"), int)))
+                ttft_p99=_num(d.get("ttft_p99")), max_tokens=_tokens(d.get("max_tokens"))))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
