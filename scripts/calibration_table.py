@@ -36,6 +36,7 @@ MEANING = {
     "overhead_per_seq_s": "host time per sequence in a step",
     "eplb_min_ep": "EP group size from which expert loads are balanced (EPLB)",
     "request_latency_s": "per-request latency outside the GPU steps (TTFT only)",
+    "warmup_s": "a cold engine's first step, beyond a warm one's (runs measured whole)",
     "use_kernel_tables": "GEMMs, attention and MoE timed from measured kernel tables",
     "residual_low": "low end of the stated range, log(measured / predicted)",
     "residual_high": "high end of the stated range, log(measured / predicted)",

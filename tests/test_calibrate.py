@@ -326,3 +326,32 @@ def test_cross_validation_report_is_consistent():
     assert d["cv_range_coverage"] == pytest.approx(float(np.sum(w * inside) / np.sum(w)))
     for o in held:
         assert o["error"] == pytest.approx(o["predicted"] / o["measured"] - 1)
+
+
+def test_the_two_ttft_parameters_are_told_apart_by_means_and_medians():
+    """`_fit_latencies` reads a candidate's TTFT as the answer at neither parameter plus the request latency plus
+    the cold-start delay times the row's first-wave share (a median: only where the first wave is most of the run).
+    Measured values made that way from the rows' own shares are fitted back exactly, which the means alone could
+    not do where a latency and a delay trade off; first_wave_share is a whole run's first wave, 0 in steady state
+    and for a run its harness warmed up first (`warmed`)."""
+    from chalk.analyses.fidelity.validate import TTFT_METRICS
+
+    rows = load_rows()
+    share = np.array([C.first_wave_share(r) for r in rows])
+    assert share.max() == 1.0 and (share == 0).any() and ((share > 0) & (share < 0.5)).any()
+    for r, s in zip(rows, share):
+        whole = r.num_prompts and r.concurrency and not r.warmed
+        assert s == (min(r.concurrency, r.num_prompts) / r.num_prompts if whole else 0.0)
+    pred = np.array([0.05 + 0.01 * (i % 7) for i in range(len(rows))])
+    lat, warm = C.REQUEST_LATENCY_GRID[4], C.WARMUP_GRID[5]
+    eff = np.array([s if r.metric == "ttft_s" else float(s > 0.5) for r, s in zip(rows, share)])
+    fake = [dataclasses.replace(r, measured=float(p + lat + warm * e)) if r.metric in TTFT_METRICS else r
+            for r, p, e in zip(rows, pred, eff)]
+
+    class Pred:
+        def many(self, cals, ttft=False, need=None):
+            assert ttft and all(c.request_latency_s == 0 and c.warmup_s == 0 for c in cals)
+            return [pred for _ in cals]
+
+    got = C._fit_latencies([CALIBRATION], [np.ones(len(rows), dtype=bool)], tuple(fake), Pred())[0]
+    assert (got.request_latency_s, got.warmup_s) == (lat, warm)

@@ -25,6 +25,7 @@ import numpy as np
 
 from chalk.analyses.step.calibration import CALIBRATION, Calibration, recorded  # noqa: F401 (recorded: the reader)
 from chalk.analyses.fidelity.validate import FITTED_METRICS  # metrics in the objective and the headline
+from chalk.analyses.fidelity.validate import TTFT_METRICS  # the rows the two latencies are fitted on
 from chalk.analyses.fidelity.validate import weighted_quantile  # noqa: F401 (the statistic CV and validate share)
 
 #: The parameters refitted, and the grid each is searched over.
@@ -212,33 +213,49 @@ def _objective_mask(rows) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- fitting
 #: Per-request latencies searched for the TTFT rows (seconds).
 REQUEST_LATENCY_GRID = tuple(np.round(np.arange(0.0, 0.6001, 0.02), 3))
+#: A cold engine's first-step delays searched with them (seconds): seen by the rows replayed as whole runs.
+WARMUP_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+
+
+def first_wave_share(row) -> float:
+    """The share of a row's requests a cold engine's first step delays: a whole benchmark run's first wave (its
+    `concurrency` of `num_prompts`), none for a steady state or a run its harness warmed up first."""
+    if not (row.num_prompts and row.concurrency) or row.warmed:
+        return 0.0
+    return min(row.concurrency, row.num_prompts) / row.num_prompts
 
 
 def _fit_latencies(cals, masks, rows, pr: _Predictor) -> list[Calibration]:
-    """Each calibration with the per-request latency that best explains the TTFT rows of its mask (family-weighted
-    objective over their log errors); the TTFT answers of all of them asked in one batch."""
-    ttft = np.array([r.metric == "ttft_s" for r in rows])
+    """Each calibration with the per-request latency and cold-start delay that best explain the TTFT rows of its
+    mask (family-weighted objective over their log errors, means and medians alike); the TTFT answers of all of them
+    asked in one batch, at neither, and each candidate's read as those plus the latency plus the delay times the
+    row's first-wave share (`first_wave_share`: every request's TTFT carries the latency, the first wave's the
+    delay; a median carries the delay only where the first wave is most of the run)."""
+    ttft = np.array([r.metric in TTFT_METRICS for r in rows])
     meas = np.array([r.measured for r in rows])
-    bases = [dataclasses.replace(c, request_latency_s=0.0) for c in cals]
+    share = np.array([first_wave_share(r) if r.metric == "ttft_s" else float(first_wave_share(r) > 0.5)
+                      for r in rows])
+    bases = [dataclasses.replace(c, request_latency_s=0.0, warmup_s=0.0) for c in cals]
     preds = pr.many(bases, ttft=True, need=[ttft & m for m in masks])  # the TTFT rows each fit reads
     out = []
     for cal, mask, pred in zip(cals, masks, preds):
         sel = ttft & mask
         w = family_weights(rows, sel)[sel]
-        best, best_obj = 0.0, math.inf
+        best, best_obj = (0.0, 0.0), math.inf
         for lat in REQUEST_LATENCY_GRID:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                obj = objective(np.log((pred[sel] + lat) / meas[sel]), w)
-            if obj < best_obj - 1e-12:
-                best, best_obj = float(lat), obj
-        out.append(dataclasses.replace(cal, request_latency_s=best))
+            for warm in WARMUP_GRID:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    obj = objective(np.log((pred[sel] + lat + warm * share[sel]) / meas[sel]), w)
+                if obj < best_obj - 1e-12:
+                    best, best_obj = (float(lat), float(warm)), obj
+        out.append(dataclasses.replace(cal, request_latency_s=best[0], warmup_s=best[1]))
     return out
 
 
 def fit_request_latency(cal: Calibration, mask: np.ndarray | None = None, rows=None) -> Calibration:
-    """`cal` with the per-request latency that best explains the TTFT rows selected by `mask` (all by default):
-    the grid value minimising the family-weighted objective over their log errors. TTFT rows fit this one
-    parameter only; the throughput and TPOT parameters are fitted without them."""
+    """`cal` with the per-request latency and cold-start delay (`warmup_s`) that best explain the TTFT rows selected
+    by `mask` (all by default): the grid values minimising the family-weighted objective over their log errors. TTFT
+    rows fit these two parameters only; the throughput and TPOT parameters are fitted without them."""
     rows = _rows(rows)
     m = np.ones(len(rows), dtype=bool) if mask is None else mask
     return _fit_latencies([cal], [m], rows, _predictor(rows))[0]
@@ -385,7 +402,7 @@ def cross_validate(rounds: int = 1, grid: dict | None = None, start: Calibration
         pr.close()
     held = np.full(len(rows), math.nan)
     held_pred = np.full(len(rows), math.nan)
-    names = (*(grid or FIT_GRID), "request_latency_s")
+    names = (*(grid or FIT_GRID), "request_latency_s", "warmup_s")
     for f, (cal, _), pred in zip(fams, fits, held_preds):
         held_pred[folds[f]] = pred[folds[f]]
     held = held_pred / meas - 1
@@ -457,8 +474,10 @@ METHOD = "coordinate descent over chalk.analyses.fidelity.calibrate.FIT_GRID fro
 
 #: The parameters the record holds that coordinate descent does not search, and how each is set.
 NOT_SEARCHED = {
-    "request_latency_s": "fitted alone on the TTFT rows over REQUEST_LATENCY_GRID (fit_request_latency), after "
-                         "the searched parameters",
+    "request_latency_s": "fitted with warmup_s on the TTFT rows, means and medians, over REQUEST_LATENCY_GRID "
+                         "(fit_request_latency), after the searched parameters",
+    "warmup_s": "fitted with request_latency_s on the TTFT rows over WARMUP_GRID (fit_request_latency): the delay "
+                "of a cold engine's first step, seen by the rows replayed as whole runs",
     "residual_low": "the stated range's low end (the `range` block): a family-weighted percentile of the "
                     "leave-one-family-out residuals (cv_range)",
     "residual_high": "the stated range's high end (the `range` block), as residual_low",
@@ -466,7 +485,7 @@ NOT_SEARCHED = {
 }
 
 #: Every parameter's grid: the coordinate-descent grid, and the request latency's own.
-GRIDS = {**FIT_GRID, "request_latency_s": REQUEST_LATENCY_GRID}
+GRIDS = {**FIT_GRID, "request_latency_s": REQUEST_LATENCY_GRID, "warmup_s": WARMUP_GRID}
 
 
 def grid_edge(value, grid) -> str | None:
@@ -577,7 +596,7 @@ def record(cal: Calibration, objective_value, cv: dict, rows=None, date: str | N
         out = dict(old)
         out["parameters"] = dict(old["parameters"])
     else:
-        params = {k: parameter_record(k, getattr(cal, k)) for k in (*FIT_GRID, "request_latency_s")}
+        params = {k: parameter_record(k, getattr(cal, k)) for k in (*FIT_GRID, "request_latency_s", "warmup_s")}
         params["use_kernel_tables"] = parameter_record("use_kernel_tables", cal.use_kernel_tables)
         fit = {**_data_record(rows, sha, date), "method": METHOD,
                "objective": {"value": None if objective_value is None else float(objective_value),

@@ -46,8 +46,9 @@ FIXED_ERROR_BOUND = 0.15
 FITTED_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "user_tokens_per_s")
 
 #: Time-to-first-token metrics: the mean over the requests of the source's run and, where the source gives it, the
-#: median (`ttft_p50_s`). The per-request latency (`request_latency_s`) is fitted on the means alone
-#: (`calibrate._fit_latencies`); the medians are judged.
+#: median (`ttft_p50_s`). The per-request latency (`request_latency_s`) and a cold engine's first-step delay
+#: (`warmup_s`) are fitted on both (`calibrate._fit_latencies`): a run's mean carries its cold start's tail, its
+#: median mostly the latency, so the two tell the parameters apart where the means alone cannot.
 TTFT_METRICS = ("ttft_s", "ttft_p50_s")
 
 #: Rows with this id prefix (MLPerf Inference Offline results) were held out of the last calibration refit.
@@ -91,6 +92,7 @@ class Row:
     lengths: str | None = None       # the benchmark dataset whose length distribution the run drew (lengths.yaml)
     tpot_p99: float | None = None    # a search row's p99 TPOT bound (s), met under Poisson arrivals
     ttft_p99: float | None = None    # a search row's p99 TTFT bound (s), met under Poisson arrivals
+    warmed: bool = False             # the harness ran warm-up requests on the engine before its timed run
 
 
 def family_of_group(group: str) -> str:
@@ -139,7 +141,8 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 engine_version=(d.get("engine_version") or "").strip() or None,
                 num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
                 lengths=(d.get("lengths") or "").strip() or None, tpot_p99=_num(d.get("tpot_p99")),
-                ttft_p99=_num(d.get("ttft_p99")), max_tokens=_tokens(d.get("max_tokens"))))
+                ttft_p99=_num(d.get("ttft_p99")), max_tokens=_tokens(d.get("max_tokens")),
+                warmed=bool(_num(d.get("warmed"), int))))
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -250,18 +253,19 @@ def _layout(row: Row) -> str | None:
 
 @lru_cache(maxsize=512)
 def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
-           simulate=False, requests=None, max_batch=None, prefill_layout=None, max_tokens=None):
+           simulate=False, requests=None, max_batch=None, prefill_layout=None, max_tokens=None, warmed=False):
     """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
     the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's).
     `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed).
     `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`);
     `max_tokens`: its own prompt tokens per step (the chunked-prefill budget its launch set, `max_tokens` there);
+    `warmed`: its harness warmed the engine before the timed run (`warm_engine` there);
     `prefill_layout`: a disaggregated row's prefill workers (`_prefill_layout`)."""
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
                             simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch,
-                            prefill_layout=prefill_layout, max_tokens=max_tokens)
+                            prefill_layout=prefill_layout, max_tokens=max_tokens, warm_engine=warmed)
 
 
 def row_engine(row: Row) -> str | None:
@@ -291,7 +295,8 @@ def point(row: Row, engines: bool = True) -> tuple:
         return ("fixed", row.model, row.hardware, _layout(row) or "tp=1", row.concurrency, *_row_lengths(row),
                 row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric in TTFT_METRICS and not row.num_prompts,
-                row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None, row.max_tokens)
+                row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None, row.max_tokens,
+                row.warmed)
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),

@@ -94,6 +94,11 @@ class Calibration:
     #: scheduler hand-off, streaming the first chunk); added to TTFT only. Fitted on the TTFT rows alone
     #: (`chalk.analyses.fidelity.calibrate.fit_request_latency`).
     request_latency_s: float = 0.0
+    #: How much longer a cold engine's first step takes than a warm one's (kernels compiled on first use, first-shape
+    #: graphs and memory pools set up while the first batch waits): seen only by a benchmark run measured whole, cold
+    #: start included (a closed loop's first wave waits that much longer; `simulate.simulate_continuous` warmup_s).
+    #: Fitted with `request_latency_s` on the TTFT rows (`chalk.analyses.fidelity.calibrate.fit_request_latency`).
+    warmup_s: float = 0.0
     #: Share of prefill chunks an engine lines up across the attention-DP ranks of a replica (so that ranks prefill
     #: in the same steps): 0 places each rank's chunks independently, 1 aligns them all (TensorRT-LLM's
     #: attention_dp_config enable_balance; fixed-length benchmark waves). Used by `serving.prefill_step_tokens`.
@@ -269,7 +274,7 @@ MOE_LOAD_IMBALANCE = True
 
 #: Spread of the residuals log(measured / predicted) over the validation set, so [low, high] = estimate *
 #: exp(residual). The literals are the first in-sample 10th and 90th percentiles (67 rows, after the MoE refit); the
-#: shipped values (shipped: -0.472 and 0.269; catalog/calibration.yaml, its `range` block saying how) are the
+#: shipped values (shipped: -0.461 and 0.297; catalog/calibration.yaml, its `range` block saying how) are the
 #: family-weighted percentiles of the leave-one-family-out residuals that hold 80% of held-out measured values
 #: (`calibrate.cv_range`).
 RESIDUAL_LOW = -0.49
@@ -287,7 +292,7 @@ CALIBRATION = Calibration(
 #: The fields `chalk calibrate` refits (and may write to the package's catalog/calibration.yaml).
 REFITTABLE = ("compute", "memory", "overhead_fixed_s", "overhead_per_layer_s", "moe_shuffle_passes", "overlap",
               "max_seqs_per_scheduler", "pipeline_bubble", "residual_low", "residual_high", "use_kernel_tables",
-              "kv_reserve_output_fraction", "request_latency_s", "amd_compute", "amd_memory",
+              "kv_reserve_output_fraction", "request_latency_s", "warmup_s", "amd_compute", "amd_memory",
               "dp_prefill_alignment", "overhead_per_seq_s", "eplb_min_ep")
 
 

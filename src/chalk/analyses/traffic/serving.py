@@ -559,7 +559,8 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dic
     answer uses it; `kw`: the question's other `fixed_deployment` arguments."""
     par = res["parallelism"]
     lay = ",".join(f"{k}={int(par[k])}" for k in ("tp", "ep", "etp", "pp", "attn_dp") if par.get(k))
-    conc = max(int(round(float(res["concurrency"]))), 1)
+    R = max(int(par.get("dp") or 1), 1)  # replicas of the layout: each at the search's point, rounded alike
+    conc = R * max(int(round(float(res["concurrency"]) / R)), 1)
     fixed = dict(kw, layout=lay, gpus=int(res["gpus"]), precision=res["precision"], kv_precision=res["kv_precision"],
                  speculative=spec if (res.get("speculative") or {}).get("used") else None)
     r = fixed_deployment(model, hardware, concurrency=conc, **fixed)
@@ -1558,7 +1559,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
                      simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
                      max_tokens: int | None = None, replay: dict | None = None,
-                     requests: int | None = None, prefill_layout=None) -> dict:
+                     requests: int | None = None, prefill_layout=None, warm_engine: bool = False) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -1586,7 +1587,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     them sent at t = 0 and one more as each finishes (vLLM's `benchmark_serving --num-prompts P --max-concurrency
     N`). Throughput (output over the run's span), mean TTFT and mean TPOT are then the run's own, its cold start
     (the first wave's prompts queue behind each other's prefill) and ramp-down included, as the benchmark reports
-    them; the closed form (speculation) adds the first wave's queue to the mean TTFT.
+    them; the closed form (speculation) adds the first wave's queue to the mean TTFT. The run starts on a cold
+    engine, whose first step takes the calibrated `warmup_s` longer, unless `warm_engine` (its harness ran warm-up
+    requests on the same engine before the timed run, as vLLM's benchmark_latency does).
     """
     fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, gpus=gpus,
                       precision=precision, kv_precision=kv_precision, ideal=ideal,
@@ -1613,7 +1616,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # the first wave: Nr prompts sent at once, each prefilled after those ahead of it (a prefill pool admits
         # x_pool per second; a replica's own chunks take ttft0 per prompt); Nr of the run's n_run requests
         each = 1.0 / x_pool if np.isfinite(x_pool) else ttft0
-        ttft += (Nr / n_run) * max(Nr - 1.0, 0.0) / 2.0 * each
+        cold = 0.0 if warm_engine else fx.cal.warmup_s  # a cold engine's first step
+        ttft += (Nr / n_run) * (max(Nr - 1.0, 0.0) / 2.0 * each + cold)
     out_gpu = X * O * R / gpus
     ttft_p99 = float(_ttft_p99_closed(fx, np.array([ttft0]), np.array([waiting]), np.array([X]))[0])
     tpot_p99 = max(tpot_chunk, tpot)
@@ -1625,7 +1629,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured; a
         # disaggregated replica's prompts first queue for its share of the prefill pool
-        run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all"}
+        run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all",
+                                        **({"warmup_s": 0.0} if warm_engine else {})}
 
         def replica(seats, batch):  # one replica's closed loop at `seats` in flight
             pool = {"prefill_pool": _pool_share(fx, seats, float(ttft0 - tpot * e))} if disagg else {}
@@ -1651,7 +1656,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         window = sim.latency_window
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
                           f"{window['requests']:,})") if n_run is None else \
-            f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included)"
+            (f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included; "
+             + ("a warmed engine)" if warm_engine else f"a cold engine's first step {fx.cal.warmup_s:g} s longer)"))
         if uneven:
             (nl, kl, nb, kb), many = uneven, lambda n: f"{n} replica" + ("s" if n != 1 else "")  # noqa: E731
             latency_source = (f"simulated closed loops of {many(nl)} at {kl} in flight and {many(nb)} at {kb} "
@@ -1777,7 +1783,7 @@ def _uneven_replicas(light, busy, n_light: int, n_busy: int):
 def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, costs, cal, overhead_s, chunk,
                           input_len, output_len, seed: int = 0, requests: int | None = None,
                           client_latency_s: float | None = None, window: str = "steady", result_only: bool = False,
-                          prefill_pool: tuple | None = None, kernels=None):
+                          prefill_pool: tuple | None = None, kernels=None, warmup_s: float | None = None):
     """One replica's closed loop replayed in the request simulator: `concurrency` client seats (requests in
     flight), at most `seats` of them running in the engine (the scheduler cap and KV room; the rest wait in its
     queue), step times from the step model's linear form at `batch` decoding sequences of `context` tokens
@@ -1785,7 +1791,8 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     Returns the `SimulationResult` (latencies counted from each request's send, over its steady-state window).
     `requests`, `client_latency_s`, `window`: a caller's own (`chalk simulate --concurrency` replays through here,
     so it answers as `throughput --layout --concurrency` does); defaults: CLOSED_LOOP_ROUNDS per seat, the
-    calibrated request latency, the steady state. `prefill_pool`: a disaggregated decode replica's share of its
+    calibrated request latency, the steady state. A run measured whole (`window='all'`, cold start included) starts
+    on a cold engine: its first step takes `warmup_s` longer (default: the calibrated delay; 0: a warmed engine). `prefill_pool`: a disaggregated decode replica's share of its
     prefill pool (`simulate_continuous`'s): prompts are prefilled there first, and the replica's steps charge
     nothing for them (`fleet.decode_only`)."""
     from chalk.analyses.traffic import fleet
@@ -1804,7 +1811,8 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
                                    closed_loop=True,  # each attention-DP rank has its own chunk budget
                                    concurrency=clients, window=window,
                                    client_latency_s=cal.request_latency_s if client_latency_s is None
-                                   else client_latency_s, prefill_pool=prefill_pool)
+                                   else client_latency_s, prefill_pool=prefill_pool,
+                                   warmup_s=(cal.warmup_s if warmup_s is None else warmup_s) if window == "all" else 0.0)
 
 
 def open_loop_step_cost(fx: _Fixed, batch: float):

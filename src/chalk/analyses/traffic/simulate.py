@@ -652,7 +652,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                         prefill_chunk_tokens: int | None = None, closed_loop: bool = False,
                         client_latency_s: float = 0.0, concurrency: int | None = None, window: str = "steady",
                         keep_requests: bool | None = None, loop: str = "auto",
-                        prefill_pool: tuple | None = None) -> SimulationResult:
+                        prefill_pool: tuple | None = None, warmup_s: float = 0.0) -> SimulationResult:
     """Continuous batching (Orca/vLLM) with optional chunked prefill (Sarathi-Serve).
 
     At each step start, waiting requests are admitted FCFS while fewer than `max_batch` run and
@@ -678,6 +678,10 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     done after max(P / rate, P x lone) (`fleet.replay`'s rule for an open loop), and only then joins this engine,
     whose step cost should then charge nothing for prompt tokens (`fleet.decode_only`); TTFT counts the pool's wait
     and prefill. The reference loop runs it.
+    `warmup_s`: a cold engine's first step takes this much longer (kernels compiled on first use, first-shape
+    graphs and memory pools set up while the first batch waits): every request the first step's delay reaches (the
+    first wave of a closed loop, the first arrivals of an open one) waits that much longer; a run measured whole
+    (`window='all'`) counts it, a steady window excludes the requests it reaches. 0 by default (a warm engine).
     """
     req = _check_requests(requests, stream=True)
     B = positive("max_batch", max_batch, integer=True)
@@ -686,6 +690,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
                                                                integer=True)
     n = len(req)
     lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
+    warm = float(positive("warmup_s", warmup_s, allow_zero=True, scalar=True))
     seats = None
     if closed_loop:
         seats = B if concurrency is None else int(positive("concurrency", concurrency, integer=True, scalar=True))
@@ -724,7 +729,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         out = run_compiled(req.chunks(CHUNK_REQUESTS), n, min(B, n), cap,
                            None if chunk is None else min(chunk, 1 << 62), closed_loop,
                            None if seats is None else min(seats, n), lat, wa, wb, consts, moe, CHUNK_REQUESTS,
-                           _check_chunk, None if keep else _Stream(lo, hi, window == "all"))
+                           _check_chunk, None if keep else _Stream(lo, hi, window == "all"), warm)
         return _continuous_result(lo, hi, n, common, **out)
 
     # requests are read CHUNK_REQUESTS at a time: global index i lives at i - base in the lists below; a run that
@@ -881,6 +886,8 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         if moe:
             mem -= m_exp * expm1(tokens * l1k)
         dt = (comp if comp > mem else mem) + ovh
+        if step == 0:  # a cold engine's first step (`warmup_s`)
+            dt += warm
         t += dt
         step += 1
         busy += dt

@@ -26,7 +26,7 @@ DONE, NEED_LOAD = 0, 1
 # float state (st_f)
 F_T, F_BUSY, F_STEPSUM, F_AREA, F_DECSUM, F_PFSUM = range(6)
 # parameters (pf_): per-token and per-byte times, as the reference loop derives them
-(P_FTOK, P_FCTX, P_FSEQ, P_FATT, P_MDENSE, P_MEXP, P_L1K, P_MCTX, P_MSEQ, P_MW, P_OVH, P_CAP, P_LAT) = range(13)
+(P_FTOK, P_FCTX, P_FSEQ, P_FATT, P_MDENSE, P_MEXP, P_L1K, P_MCTX, P_MSEQ, P_MW, P_OVH, P_CAP, P_LAT, P_WARM) = range(14)
 # integer parameters (pi_)
 PI_B, PI_CHUNK, PI_MOE, PI_CLOSED, PI_N, PI_WA, PI_WB, PI_CHUNKREQ, PI_AHEAD = range(9)
 
@@ -106,6 +106,7 @@ def run(arr, P, O, need, cch, prog, admit, first, finish, done_chunk, base, load
     f_tok, f_ctx, f_seq, f_att = pf_[P_FTOK], pf_[P_FCTX], pf_[P_FSEQ], pf_[P_FATT]
     m_dense, m_exp, l1k = pf_[P_MDENSE], pf_[P_MEXP], pf_[P_L1K]
     m_ctx, m_seq, m_w, ovh, cap, lat = pf_[P_MCTX], pf_[P_MSEQ], pf_[P_MW], pf_[P_OVH], pf_[P_CAP], pf_[P_LAT]
+    warm = pf_[P_WARM]
     B, chunk, moe, closed = pi_[PI_B], pi_[PI_CHUNK], pi_[PI_MOE] != 0, pi_[PI_CLOSED] != 0
     n, wa, wb, creq, ahead = pi_[PI_N], pi_[PI_WA], pi_[PI_WB], pi_[PI_CHUNKREQ], pi_[PI_AHEAD]
     step, head, sent = st_i[I_STEP], st_i[I_HEAD], st_i[I_SENT]
@@ -209,6 +210,8 @@ def run(arr, P, O, need, cch, prog, admit, first, finish, done_chunk, base, load
         if moe:
             mem -= m_exp * math.expm1(tokens * l1k)
         dt = (comp if comp > mem else mem) + ovh
+        if step == 0:  # a cold engine's first step (warmup_s)
+            dt += warm
         t += dt
         step += 1
         busy += dt
@@ -275,7 +278,7 @@ _FIELDS = (("arr", np.float64), ("P", np.int64), ("O", np.int64), ("need", np.in
 
 
 def run_compiled(source, n, B, cap, chunk, closed_loop, seats, lat, wa, wb, consts, moe, chunk_requests, check_chunk,
-                 stream):
+                 stream, warm=0.0):
     """Drive `run` over the chunks of `source` (arrival, prompt, output, cached arrays); `stream`: where finished
     chunks are folded (None: keep every request). Returns the loop's totals as `simulate._continuous_result` takes
     them."""
@@ -290,7 +293,7 @@ def run_compiled(source, n, B, cap, chunk, closed_loop, seats, lat, wa, wb, cons
     send_lag = lat if closed_loop else 0.0
     if closed_loop:
         st_i[I_SENT] = min(seats, n)
-    pf_ = np.array(list(consts) + [cap, lat], dtype=np.float64)
+    pf_ = np.array(list(consts) + [cap, lat, warm], dtype=np.float64)
     ahead = min(B, seats) if closed_loop else 0
     pi_ = np.array([B, (1 << 62) if chunk is None else chunk, int(moe), int(closed_loop), n, wa, wb, chunk_requests,
                     ahead], dtype=np.int64)
