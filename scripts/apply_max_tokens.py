@@ -23,23 +23,17 @@ FLAG = re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)")
 WHOLE = "prefills every prompt it admits whole"
 
 
-def apply(path: Path) -> int:
-    text = path.read_text()
-    rows = list(csv.DictReader(io.StringIO(text)))
+def rewrite_column(path: Path, column: str, value) -> int:
+    """Rewrite `path` (validation.csv's columns) with `column` (added last where missing) set to `value(row)` on every
+    row (`value` may also amend the row's notes); returns the rows given a non-empty value."""
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
     fields = list(rows[0].keys())
-    if "max_tokens" not in fields:
-        fields.append("max_tokens")
+    if column not in fields:
+        fields.append(column)
     n = 0
     for r in rows:
-        found = set(FLAG.findall(r["notes"]))
-        if len(found) > 1:
-            raise SystemExit(f"{r['id']}: notes quote several token budgets {sorted(found)}")
-        if WHOLE in r["notes"]:
-            if found:
-                raise SystemExit(f"{r['id']}: notes quote a token budget and whole-prompt prefill")
-            found = {"whole"}
-        r["max_tokens"] = found.pop() if found else ""
-        n += bool(r["max_tokens"])
+        r[column] = value(r)
+        n += bool(r[column])
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     w.writeheader()
@@ -48,9 +42,21 @@ def apply(path: Path) -> int:
     return n
 
 
+def budget(r: dict) -> str:
+    """The row's `max_tokens`: the one budget its notes quote, `whole`, or empty."""
+    found = set(FLAG.findall(r["notes"]))
+    if len(found) > 1:
+        raise SystemExit(f"{r['id']}: notes quote several token budgets {sorted(found)}")
+    if WHOLE in r["notes"]:
+        if found:
+            raise SystemExit(f"{r['id']}: notes quote a token budget and whole-prompt prefill")
+        found = {"whole"}
+    return found.pop() if found else ""
+
+
 def main() -> None:
     for path in FILES:
-        print(f"{path.name}: max_tokens set on {apply(path)} rows")
+        print(f"{path.name}: max_tokens set on {rewrite_column(path, 'max_tokens', budget)} rows")
 
 
 if __name__ == "__main__":

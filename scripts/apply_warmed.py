@@ -4,49 +4,45 @@
 reports started on a warm engine (chalk's replay then adds no cold first-step delay, `Calibration.warmup_s`). Read
 from the row's own notes: vLLM's `benchmark_latency` (its `--num-iters-warmup` iterations, default 10 in
 vllm benchmarks/benchmark_latency.py, run before the timed ones: a row that does not state the count gets a clause
-saying so) and runs whose notes state warm-up requests or iterations. Every other row stays empty (a cold engine or
-not stated). Idempotent; measured values, ids and other columns are not touched.
+saying so), runs whose notes state warm-up requests or iterations, and runs of one request in flight driven by
+vLLM's benchmark_serving (`vllm bench serve`), which sends the run's first prompt once as a test request before the
+timed run ("Starting initial single prompt test run...", benchmarks/benchmark_serving.py): that warms the engine
+for a first wave of one, not for a larger one. Every other row stays empty (a cold engine or not stated). Idempotent; measured values, ids and other columns are not touched.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import re
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1] / "src" / "chalk" / "validation"
-FILES = (HERE / "validation.csv", HERE / "surplus.csv")  # surplus.csv keeps validation.csv's columns
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from apply_max_tokens import FILES, rewrite_column  # noqa: E402 (the two files, and the CSV rewrite both share)
+
 STATED = re.compile(r"warm-?up (requests|iterations)|\d+ warm-?up \+ \d+ timed", re.I)
 LATENCY = "benchmark_latency"
 CLAUSE = ("; warmed: vLLM's benchmark_latency runs --num-iters-warmup iterations (default 10, "
           "benchmarks/benchmark_latency.py) before the timed ones")
+SERVE = ("benchmark_serving", "bench serve")
+SERVE_CLAUSE = ("; warmed: at one request in flight, benchmark_serving's single test prompt (the run's first prompt, "
+                "sent once before the timed run) has already run the shape the run repeats")
 
 
-def apply(path: Path) -> int:
-    text = path.read_text()
-    rows = list(csv.DictReader(io.StringIO(text)))
-    fields = list(rows[0].keys())
-    if "warmed" not in fields:
-        fields.append("warmed")
-    n = 0
-    for r in rows:
-        warm = bool(STATED.search(r["notes"])) or LATENCY in r["notes"]
-        if LATENCY in r["notes"] and not STATED.search(r["notes"]) and CLAUSE not in r["notes"]:
-            r["notes"] += CLAUSE
-        r["warmed"] = "1" if warm else ""
-        n += warm
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    path.write_text(out.getvalue())
-    return n
+def warmed(r: dict) -> str:
+    """'1' where the row's harness warmed the engine before its timed run (amending the notes to say why where
+    they do not), else empty."""
+    serve_one = r.get("concurrency") == "1" and any(h in r["notes"] for h in SERVE)
+    warm = bool(STATED.search(r["notes"])) or LATENCY in r["notes"] or serve_one
+    if LATENCY in r["notes"] and not STATED.search(r["notes"]) and CLAUSE not in r["notes"]:
+        r["notes"] += CLAUSE
+    elif serve_one and SERVE_CLAUSE not in r["notes"]:
+        r["notes"] += SERVE_CLAUSE
+    return "1" if warm else ""
 
 
 def main() -> None:
     for path in FILES:
-        print(f"{path.name}: warmed set on {apply(path)} rows")
+        print(f"{path.name}: warmed set on {rewrite_column(path, 'warmed', warmed)} rows")
 
 
 if __name__ == "__main__":
