@@ -366,3 +366,16 @@ def test_the_aggregate_calls_itself_a_bound_only_where_it_is_one():
         rc, out, err = run("estimate", "-m", "llama-3.1-8b", "-H", "h100", "--aggregate", "--gpus", "1", *extra)
         assert rc == 0, err
         assert words in " ".join(out.split())
+
+
+def test_simulate_states_the_window_its_percentiles_cover():
+    """issue 23: percentiles over a steady-state window, stated in every output: the table says which requests the
+    closed loop's figures cover (the JSON's latency_window) and that a short open loop is measured whole."""
+    base = ("simulate", "-m", "llama-3.1-8b", "-H", "h100", "--layout", "tp=1")
+    rc, out, err = run(*base, "--concurrency", "16", "-n", "320")
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "measured window steady state: requests 32 to 287 (256; the first 32 and last 32 left out)" in flat
+    rc, out, err = run(*base, "--rate", "5", "-n", "100")
+    assert rc == 0, err
+    assert "the whole run (100 requests, cold start and ramp-down included)" in " ".join(out.split())

@@ -158,6 +158,12 @@ def register(app: typer.Typer) -> None:
                       "TTFT" + ("; seat held)" if concurrency is not None else ")"))
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
+        w = r.latency_window
+        if w:
+            t.add_row("measured window", (f"steady state: requests {w['first_request']:,} to {w['last_request']:,} "
+                                          f"({w['requests']:,}; the first {w['warmup_requests']:,} and last "
+                                          f"{w['cooldown_requests']:,} left out)") if w["kind"] == "steady" else
+                      f"the whole run ({w['requests']:,} requests, cold start and ramp-down included)")
         console().print(t)
         for note in run.notes:
             console().print(f"[dim]note: {note}[/dim]")
