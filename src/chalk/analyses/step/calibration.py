@@ -91,8 +91,9 @@ class Calibration:
     #: context of I + O/2 + this * O/2.
     kv_reserve_output_fraction: float = 0.0
     #: Per-request latency a client sees outside the GPU steps before its first token (API server, tokeniser,
-    #: scheduler hand-off, streaming the first chunk); added to TTFT only. Fitted on the TTFT rows alone
-    #: (`chalk.analyses.fidelity.calibrate.fit_request_latency`).
+    #: scheduler hand-off, streaming the first chunk); added to TTFT only (a closed loop's seat is held for it).
+    #: Fitted with `warmup_s` on the TTFT rows, means and medians (`chalk.analyses.fidelity.calibrate
+    #: .fit_request_latency`).
     request_latency_s: float = 0.0
     #: How much longer a cold engine's first step takes than a warm one's (kernels compiled on first use, first-shape
     #: graphs and memory pools set up while the first batch waits): seen only by a benchmark run measured whole, cold
