@@ -1,4 +1,5 @@
-"""Write the `max_tokens` column of src/chalk/validation/validation.csv (and surplus.csv): `python scripts/apply_max_tokens.py`.
+"""Write the `max_tokens` column of src/chalk/validation/validation.csv (and surplus.csv):
+`python scripts/apply_max_tokens.py`.
 
 `max_tokens` is the prompt tokens one scheduler may run per step (the chunked-prefill budget) as the row's launch
 command set it: vLLM `--max-num-batched-tokens` (per engine), TensorRT-LLM `--max_num_tokens` (per rank, so per

@@ -1,4 +1,5 @@
-"""Write the `warmed` column of src/chalk/validation/validation.csv (and surplus.csv): `python scripts/apply_warmed.py`.
+"""Write the `warmed` column of src/chalk/validation/validation.csv (and surplus.csv):
+`python scripts/apply_warmed.py`.
 
 `warmed` is 1 where the row's harness ran warm-up requests on the same engine before its timed run, so the run it
 reports started on a warm engine (chalk's replay then adds no cold first-step delay, `Calibration.warmup_s`). Read
@@ -7,7 +8,8 @@ vllm benchmarks/benchmark_latency.py, run before the timed ones: a row that does
 saying so), runs whose notes state warm-up requests or iterations, and runs of one request in flight driven by
 vLLM's benchmark_serving (`vllm bench serve`), which sends the run's first prompt once as a test request before the
 timed run ("Starting initial single prompt test run...", benchmarks/benchmark_serving.py): that warms the engine
-for a first wave of one, not for a larger one. Every other row stays empty (a cold engine or not stated). Idempotent; measured values, ids and other columns are not touched.
+for a first wave of one, not for a larger one. Every other row stays empty (a cold engine or not stated).
+Idempotent; measured values, ids and other columns are not touched.
 """
 
 from __future__ import annotations

@@ -330,13 +330,9 @@ def _prefill_pool_points(costs, system: System, layouts: list[Layout], I: float,
     seqs = np.maximum(chunk / I, 1.0)
     w, kv = memory_per_chip(costs, tp, a, pp, ep, seqs, I)
     fits = (w + kv) <= system.chip.hbm_bytes * (1 - cal.memory_reserve)
-    if max_tokens is None or max_tokens >= I:
-        one = P.pipeline_token_latency_s(stage_step(costs, system, tp, a, pp, ep, 0.0, I, I, I, cal)["stage_time_s"],
-                                         pp)
-    else:  # a prompt longer than the budget: ceil(I / budget) steps of the budget's tokens
-        piece = float(max_tokens)
-        one = math.ceil(I / piece) * P.pipeline_token_latency_s(
-            stage_step(costs, system, tp, a, pp, ep, 0.0, piece, I, I, cal)["stage_time_s"], pp)
+    piece = prefill_piece(I, max_tokens)  # a prompt longer than the budget: ceil(I / budget) steps of the budget
+    one = math.ceil(I / piece) * P.pipeline_token_latency_s(
+        stage_step(costs, system, tp, a, pp, ep, 0.0, piece, I, I, cal)["stage_time_s"], pp)
     # the prompt's KV goes to the decode pool: over NVLink inside a rack-scale domain, else over the NIC
     chip = system.chip
     link = chip.scaleup_bandwidth_bytes_per_s if system.kind == "rack" else chip.scaleout_bandwidth_bytes_per_s
@@ -1607,6 +1603,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     B, tpot, ttft0, tpot_chunk, X, waiting = (float(v[0]) for v in _closed_form(fx, np.array([Nr])))
     ttft = ttft0 + waiting / X
     n_run = None
+    cold = 0.0 if warm_engine else fx.cal.warmup_s  # a whole run's first step on a cold engine takes this longer
     if requests is not None:
         n_all = float(positive("requests", requests, integer=True, scalar=True))
         if n_all < N:
@@ -1616,7 +1613,6 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # the first wave: Nr prompts sent at once, each prefilled after those ahead of it (a prefill pool admits
         # x_pool per second; a replica's own chunks take ttft0 per prompt); Nr of the run's n_run requests
         each = 1.0 / x_pool if np.isfinite(x_pool) else ttft0
-        cold = 0.0 if warm_engine else fx.cal.warmup_s  # a cold engine's first step
         ttft += (Nr / n_run) * (max(Nr - 1.0, 0.0) / 2.0 * each + cold)
     out_gpu = X * O * R / gpus
     ttft_p99 = float(_ttft_p99_closed(fx, np.array([ttft0]), np.array([waiting]), np.array([X]))[0])
@@ -1629,8 +1625,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # the request-level engine model answers: the replayed closed loop's steady state gives throughput and
         # every latency, so in flight = throughput x time per request (Little's law) holds as measured; a
         # disaggregated replica's prompts first queue for its share of the prefill pool
-        run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all",
-                                        **({"warmup_s": 0.0} if warm_engine else {})}
+        run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all", "warmup_s": cold}
 
         def replica(seats, batch):  # one replica's closed loop at `seats` in flight
             pool = {"prefill_pool": _pool_share(fx, seats, float(ttft0 - tpot * e))} if disagg else {}
@@ -1657,7 +1652,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
                           f"{window['requests']:,})") if n_run is None else \
             (f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included; "
-             + ("a warmed engine)" if warm_engine else f"a cold engine's first step {fx.cal.warmup_s:g} s longer)"))
+             + ("a warmed engine)" if warm_engine else f"a cold engine's first step {cold:g} s longer)"))
         if uneven:
             (nl, kl, nb, kb), many = uneven, lambda n: f"{n} replica" + ("s" if n != 1 else "")  # noqa: E731
             latency_source = (f"simulated closed loops of {many(nl)} at {kl} in flight and {many(nb)} at {kb} "
@@ -1792,9 +1787,9 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
     `requests`, `client_latency_s`, `window`: a caller's own (`chalk simulate --concurrency` replays through here,
     so it answers as `throughput --layout --concurrency` does); defaults: CLOSED_LOOP_ROUNDS per seat, the
     calibrated request latency, the steady state. A run measured whole (`window='all'`, cold start included) starts
-    on a cold engine: its first step takes `warmup_s` longer (default: the calibrated delay; 0: a warmed engine). `prefill_pool`: a disaggregated decode replica's share of its
-    prefill pool (`simulate_continuous`'s): prompts are prefilled there first, and the replica's steps charge
-    nothing for them (`fleet.decode_only`)."""
+    on a cold engine: its first step takes `warmup_s` longer (default: the calibrated delay; 0: a warmed engine).
+    `prefill_pool`: a disaggregated decode replica's share of its prefill pool (`simulate_continuous`'s): prompts are
+    prefilled there first, and the replica's steps charge nothing for them (`fleet.decode_only`)."""
     from chalk.analyses.traffic import fleet
     from chalk.analyses.traffic import simulate as sim
 
@@ -1812,7 +1807,7 @@ def closed_loop_latencies(m, system, lay, concurrency, seats, batch, context, co
                                    concurrency=clients, window=window,
                                    client_latency_s=cal.request_latency_s if client_latency_s is None
                                    else client_latency_s, prefill_pool=prefill_pool,
-                                   warmup_s=(cal.warmup_s if warmup_s is None else warmup_s) if window == "all" else 0.0)
+                                   warmup_s=0.0 if window != "all" else cal.warmup_s if warmup_s is None else warmup_s)
 
 
 def open_loop_step_cost(fx: _Fixed, batch: float):
