@@ -109,10 +109,10 @@ def test_estimate_prefill_and_strict_fit():
 
 
 def test_models_show_json():
-    # the KV cache defaults to auto, as everywhere: FP8 (packed MLA, 40,016 B/token) beside FP8 weights
+    # the KV cache defaults to auto, as everywhere: FP8 (61 x 576 B/token of MLA latent) beside FP8 weights
     rc, out, _ = run("models", "show", "deepseek-v3", "--json")
     d = json.loads(out)
-    assert rc == 0 and d["kv_bytes_per_token"] == 40016
+    assert rc == 0 and d["kv_bytes_per_token"] == 35136
     rc, out, _ = run("models", "show", "deepseek-v3", "--kv-precision", "bf16", "--json")
     d = json.loads(out)
     assert rc == 0 and d["kv_bytes_per_token"] == 70272

@@ -42,8 +42,12 @@ def test_sizes_match_published(mid):
 
 
 def test_fp8_kv_layouts():
-    # reference README convention 4: FlashMLA packed FP8 = 656 B/layer = 40,016 B; V3.2 indexer 61*132 = 8,052 B
-    assert ModelSizes(load_model("deepseek-v3")).kv_bytes_per_token("fp8") == 40016
+    # reference README convention 4: MLA = 61 * 576 elements per token; FlashMLA's packed FP8 layout (656 B/layer =
+    # 40,016 B) is its sparse decoding kernel's, the cache DeepSeek-V3.2 runs (vLLM's fp8_ds_mla); a dense MLA cache
+    # stores its 576 elements at the cache dtype (vLLM's dense MLA backends, TensorRT-LLM's and SGLang's MLA pools):
+    # 61 * 576 = 35,136 B in FP8. V3.2 indexer 61*132 = 8,052 B
+    assert ModelSizes(load_model("deepseek-v3")).kv_bytes_per_token("fp8") == 35136
+    assert ModelSizes(load_model("kimi-k2")).kv_bytes_per_token("fp8") == 61 * 576
     assert ModelSizes(load_model("deepseek-v3.2")).kv_bytes_per_token("fp8") == 40016 + 8052
     assert ModelSizes(load_model("deepseek-v3.2")).kv_bytes_per_token("bf16") == 70272 + 15616
     assert ModelSizes(load_model("llama-3.1-70b")).kv_bytes_per_token("fp8") == 163840

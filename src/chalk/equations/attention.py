@@ -37,18 +37,26 @@ def kv_bytes_per_token_layer_gqa(num_kv_heads, head_dim, bytes_per_element):
     return kv_elements_per_token_gqa(num_kv_heads, head_dim) * bytes_per_element
 
 
-def kv_bytes_per_token_layer_mla(kv_lora_rank, qk_rope_head_dim, bytes_per_element):
+def kv_bytes_per_token_layer_mla(kv_lora_rank, qk_rope_head_dim, bytes_per_element, packed=False):
     """Bytes one token stores per layer in an MLA cache (compressed latent plus the RoPE key).
 
-    Formula: (r_kv + d_rope) * bytes at 16 bits; below 16 bits the FlashMLA packed layout:
+    Formula: (r_kv + d_rope) * bytes (one latent "head" of r_kv + d_rope elements at the cache dtype, a
+             per-tensor scale beside it); with `packed` and below 16 bits, FlashMLA's sparse-decode layout:
              r_kv * bytes + 4 * r_kv/128 (fp32 scale per 128) + 2 * d_rope (RoPE part stays bf16)
-    Ref: DeepSeek-V2 sec. 2.1; README convention 4 (61 * 576 * 2 = 70,272 B; FP8 packed 656 B/layer).
-    Assumes: the packed layout FlashMLA and vLLM use for 8-bit and narrower caches.
+    Ref: DeepSeek-V2 sec. 2.1; README convention 4 (61 * 576 * 2 = 70,272 B; FP8 576 B/layer plain, 656 B packed).
+         vLLM's FlashMLASparseBackend.get_kv_cache_shape stores 656 bytes per token only for its "fp8_ds_mla" cache
+         (DeepSeek-V3.2's sparse attention, which turns any fp8 cache into it), its dense MLA backends
+         (num_blocks, block_size, r_kv + d_rope) at the cache dtype; TensorRT-LLM's paged MLA cache holds
+         (lora_size + rope_size) elements of one type per token (cpp/tests/unit_tests/kernels/mlaPreprocessTest.cu);
+         FlashMLA's README: the FP8 cache is the sparse decoding kernel's.
+    Assumes: `packed` for models whose MLA decode runs the sparse (DSA) kernel; dense MLA caches are plain.
     """
     b = flt(bytes_per_element)
     plain = (kv_lora_rank + qk_rope_head_dim) * b
-    packed = kv_lora_rank * b + 4 * np.ceil(kv_lora_rank / 128) + 2 * qk_rope_head_dim
-    return where(b >= 2, plain, packed)
+    if not packed:
+        return plain
+    pk = kv_lora_rank * b + 4 * np.ceil(kv_lora_rank / 128) + 2 * qk_rope_head_dim
+    return where(b >= 2, plain, pk)
 
 
 def dsa_indexer_key_bytes_per_token_layer(index_head_dim, bytes_per_element):

@@ -247,7 +247,7 @@ class ModelSizes:
     def _kv_layer_bytes(self, kv_precision: str) -> float:
         m, b = self.model, bytes_per_element(kv_precision)
         if m.attention == "mla":
-            return float(attn.kv_bytes_per_token_layer_mla(m.kv_lora_rank, m.qk_rope_head_dim, b))
+            return float(attn.kv_bytes_per_token_layer_mla(m.kv_lora_rank, m.qk_rope_head_dim, b, packed=m.is_dsa))
         return float(attn.kv_bytes_per_token_layer_gqa(m.num_kv_heads, m.head_dim, b))
 
     def _indexer_layer_bytes(self, kv_precision: str) -> float:
