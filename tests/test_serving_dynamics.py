@@ -799,6 +799,14 @@ def test_simulate_closed_loop_keeps_the_batch_cap_given(cap):
     t = fixed_deployment("llama-3.1-8b", "h100", max_seqs=cap, **kw)
     assert s.max_batch == cap
     assert s.output_tokens_per_s == pytest.approx(t["output_tokens_per_s_per_gpu"], rel=0.02)
+    # ... and with the caller's own prefill chunk or KV capacity beside it (QA 2026-11-28: those replayed every seat
+    # in the engine, mean batch 299 of 300 at --max-batch 64); the KV capacity given caps it where it binds
+    for extra in (dict(prefill_chunk=2048), dict(kv_capacity_tokens=10**7)):
+        own = simulate("llama-3.1-8b", "h100", max_batch=cap, **kw, **extra)
+        assert own.max_batch == cap and own.result.mean_batch <= cap + 1e-9
+        assert own.output_tokens_per_s < s.output_tokens_per_s * 1.5
+    tight = simulate("llama-3.1-8b", "h100", kv_capacity_tokens=cap * 1200, **kw)
+    assert tight.result.mean_batch <= cap + 1e-9 and tight.result.closed_loop_concurrency == 256
 
 
 def test_more_gpus_never_serve_less_when_disaggregation_must_fit_within_them():

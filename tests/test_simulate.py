@@ -464,6 +464,28 @@ def test_lengths_past_the_context_are_cut_and_noted(tmp_path):
     assert s.truncated_requests > 0 and s.max_context == 131_072
 
 
+def test_lengths_are_cut_to_the_context_before_the_replica_is_sized(tmp_path):
+    """A replica is sized for the lengths it serves: a 1,000,000-token prompt on Llama-3.1-8B (128K context) was
+    sized as one sequence of 1,000,064 tokens on one H100 and refused (QA 2026-11-28), and a 200,000-token one was
+    tangent at 200,032 tokens while every request served held 131,072. As a mean, a sampled distribution and a trace
+    row."""
+    import chalk
+
+    kw = dict(layout="tp=1", rate=1, requests=10)
+    for inp in (1_000_000, 200_000):
+        s = chalk.simulate("llama-3.1-8b", "h100", input_len=inp, output_len=64, **kw)
+        assert "of 131072 tokens" in s.step_cost and any("sized and replayed as cut" in n for n in s.notes)
+    s = chalk.simulate("llama-3.1-8b", "h100", input_len="lognormal:mean=400000,sigma=0.5", output_len=64, **kw)
+    assert s.max_batch >= 1 and s.input_len_mean <= 131_071
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_len,output_len\n0,1000000,10\n")
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", trace=p)
+    assert s.truncated_requests == 1 and "of 131072 tokens" in s.step_cost
+    # lengths that fit are sized as given
+    s = chalk.simulate("llama-3.1-8b", "h100", input_len=2000, output_len=64, **kw)
+    assert not any("sized and replayed as cut" in n for n in s.notes)
+
+
 def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():
     import chalk
 

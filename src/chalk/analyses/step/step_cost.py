@@ -142,7 +142,7 @@ class StepCost:
                    expert_bytes_all=0.0, log1m_expert_fraction=0.0, bandwidth_bytes_per_s=1.0,
                    overhead_s=max(fixed, 1e-9), kv_capacity_tokens=seqs * L,
                    label=f"{model.id} on {lay.label()} of {system.chip.id} ({costs.precision}, KV {kvp}; step model "
-                         f"tangent at {B:.0f} sequences of {L:.0f} tokens, {cal.label})")
+                         f"tangent at {B:.0f} sequence{'' if round(B) == 1 else 's'} of {L:.0f} tokens, {cal.label})")
 
     @classmethod
     def constant(cls, step_time_s: float) -> StepCost:

@@ -1341,6 +1341,12 @@ class _Fixed(_Setup):
     kv_tokens: float = math.inf  # KV tokens a replica's memory holds beside its weights (`open_loop_replay`)
 
     @property
+    def scheduler_cap(self) -> float:
+        """Sequences a replica's schedulers run at most, KV room aside (one scheduler per attention-DP rank and
+        pipeline stage)."""
+        return float(self.cal.max_seqs_per_scheduler * self.lay.attn_dp * self.lay.pp)
+
+    @property
     def lengths(self) -> tuple:
         """(input, output) as a replay draws them: the length distributions where given, else the means."""
         return self.di or self.I, self.do or self.O

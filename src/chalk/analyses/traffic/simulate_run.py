@@ -79,6 +79,34 @@ def _length(name: str, spec):
     return parse_lengths(spec)
 
 
+#: Lengths drawn to see whether a length distribution reaches past the model's context before anything is sized.
+CONTEXT_PROBE = 4096
+
+
+def _within_context(m, din, dout, seed: int = 0):
+    """(input, output) as sized and replayed, cut to the model's context first (`simulate.truncate_to_context`): a
+    mean past it is cut as one request would be; a distribution that reaches past it is replaced by a sample of it
+    (CONTEXT_PROBE draws), cut pair by pair. A replica sized for lengths no request can have refused runs that fit once
+    cut (QA 2026-11-28: --input-len 1000000 on Llama-3.1-8B asked for one sequence of 1,000,064 tokens on one H100).
+    Lengths that fit come back as given."""
+    from chalk.analyses.traffic import simulate as sim
+    from chalk.specs.lengths import empirical
+
+    if not m.max_context:
+        return din, dout
+    numbers = not hasattr(din, "sample") and not hasattr(dout, "sample")
+    if numbers:
+        P, O, cut = sim.truncate_to_context(np.array([round(din)]), np.array([round(dout)]), m.max_context)
+        return (float(P[0]), float(O[0])) if cut else (din, dout)
+    rng = np.random.default_rng(seed)
+    draw = (lambda d: d.sample(CONTEXT_PROBE, rng) if hasattr(d, "sample")  # noqa: E731
+            else np.full(CONTEXT_PROBE, max(int(round(d)), 1)))
+    P, O, cut = sim.truncate_to_context(draw(din), draw(dout), m.max_context)
+    if not cut:
+        return din, dout
+    return empirical(P, "prompts cut to the context"), empirical(O, "outputs cut to the context")
+
+
 def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None) -> tuple[str, str]:
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
     if layout is not None:
@@ -146,7 +174,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     else chalk's fitted scheduler."""
     from chalk.analyses.step.parallel import precisions
     from chalk.analyses.traffic import simulate as sim
-    from chalk.analyses.traffic.serving import SETTLE_ROUNDS, engine_kv_precision, open_loop_replay, settled_replay
+    from chalk.analyses.traffic.serving import (SETTLE_ROUNDS, engine_kv_precision, open_loop_replay,
+                                                replica_chunk_tokens, settled_replay)
     from chalk.specs.catalog import as_model, as_system
     from chalk.specs.lengths import empirical
     from chalk.specs.traces import read_trace
@@ -183,11 +212,17 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         tr = read_trace(trace, speedup=speedup)
         if n is not None:
             tr = tr.head(n)
-        din, dout = empirical(tr.input_len, "trace prompts"), empirical(tr.output_len, "trace outputs")
+        ti, to, _ = (sim.truncate_to_context(tr.input_len, tr.output_len, m.max_context) if m.max_context
+                     else (tr.input_len, tr.output_len, 0))
+        din, dout = empirical(ti, "trace prompts"), empirical(to, "trace outputs")  # sized as served: cut
     else:
         if speedup != 1.0:
             raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
-        din, dout = _length("input_len", input_len), _length("output_len", output_len)
+        raw = _length("input_len", input_len), _length("output_len", output_len)
+        din, dout = _within_context(m, *raw, seed)
+        if (din, dout) != raw:
+            notes.append(f"lengths reach past {m.id}'s {m.max_context:,}-token context: sized and replayed as cut to "
+                         "it (the output first, the prompt only where it alone fills the context)")
         if concurrency is None:
             positive("rate", rate, scalar=True)
 
@@ -265,8 +300,14 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if scheduler == "train":
         res = sim.simulate_train(held(), sc, period_s=period_s, max_batch=cap_b)
     elif concurrency is not None:  # a closed loop with the caller's KV capacity or prefill chunk
-        res = sim.simulate_continuous(held(), sc, max_batch=cap_b, kv_capacity_tokens=kv_capacity_tokens,
-                                      prefill_chunk_tokens=prefill_chunk, closed_loop=True, client_latency_s=lat)
+        # the engine runs at most its cap of the seats (the cap given, else its scheduler's; the KV room is the
+        # caller's capacity where given, else the engine's at the mean lengths), the rest wait in its queue
+        seats = int(concurrency)
+        engine_cap = cap_given or (fx.scheduler_cap if kv_capacity_tokens is not None else fx.cap)
+        res = sim.simulate_continuous(held(), sc, max_batch=max(int(min(engine_cap, seats)), 1), concurrency=seats,
+                                      kv_capacity_tokens=kv_capacity_tokens, closed_loop=True, client_latency_s=lat,
+                                      prefill_chunk_tokens=prefill_chunk if prefill_chunk is not None
+                                      else replica_chunk_tokens(fx))
     else:
         k = min(len(i_len), settle)
         at = rate if tr is None else len(i_len) / max(float(arrivals[-1] - arrivals[0]), 1e-9)  # requests/s
