@@ -486,6 +486,23 @@ def test_lengths_are_cut_to_the_context_before_the_replica_is_sized(tmp_path):
     assert not any("sized and replayed as cut" in n for n in s.notes)
 
 
+@pytest.mark.parametrize("rows", [["0,1000,100"], ["0,10,2", "0,10,2"], ["0,500,50", "0.5,500,50", "3,2000,8"]])
+def test_a_run_measured_whole_keeps_its_rates_on_the_clients_clock(tmp_path, rows):
+    """A trace too short for a steady state is measured whole, from the first send to the last finish: no more
+    requests are in flight on average than the trace holds, and in flight = requests/s x mean end-to-end (a
+    one-request trace was 1.09 in flight, its rates over the engine's span without the client latency; QA
+    2026-11-28)."""
+    import chalk
+
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_len,output_len\n" + "\n".join(rows) + "\n")
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", trace=p)
+    r = s.result
+    assert r.latency_window["kind"] == "all" and r.mean_in_flight <= len(rows) * (1 + 1e-9)
+    assert r.mean_in_flight == pytest.approx(r.requests_per_s * r.mean_e2e_s, rel=1e-6)
+    assert r.mean_concurrency <= r.mean_in_flight and 0 < r.utilisation <= 1
+
+
 def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():
     import chalk
 

@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
         output_len: Optional[str] = typer.Option(None, "--output-len", callback=length("--output-len"),
                                                  help="Output tokens per request: as --input-len (default 128)."),
         trace: Optional[str] = typer.Option(None, "--trace", help="Request trace: chalk CSV (arrival_s,input_len,"
-                                            "output_len), Azure LLM trace CSV or Mooncake JSONL (auto-detected)."),
+                                            "output_len: a set of requests, rows in any order), Azure LLM trace "
+                                            "CSV or Mooncake JSONL (logs: timestamps in order; auto-detected)."),
         speedup: float = typer.Option(1.0, "--speedup", help="Replay a trace this many times faster (rate x X)."),
         prefix_cache: bool = typer.Option(True, "--prefix-cache/--no-prefix-cache",
                                           help="Replay a trace's prefix-block ids (Mooncake) through an LRU cache "

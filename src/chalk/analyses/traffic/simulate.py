@@ -1105,6 +1105,17 @@ def on_client_clock(result: SimulationResult, latency_s: float) -> SimulationRes
     # each request is in flight `lat` longer: requests_per_s x lat more on average (Little's law for a fixed delay)
     moved["mean_in_flight"] = result.mean_in_flight + result.requests_per_s * lat
     moved.update({k: getattr(result, k) + lat for k in ("ttft_s", "e2e_s") if getattr(result, k) is not None})
+    w = result.latency_window
+    if w and w.get("kind") == "all" and math.isfinite(w.get("end_s", math.nan) - w.get("start_s", math.nan)):
+        # a run measured whole spans the client's clock, from the first send (`lat` before the engine saw it) to the
+        # last finish: its rates and time averages are over that longer span (one request of a 1-request trace was
+        # 1.09 in flight on average over the engine's span alone; QA 2026-11-28)
+        span = w["end_s"] - w["start_s"]
+        f = span / (span + lat) if span > 0 else 1.0
+        for k in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "mean_concurrency", "utilisation"):
+            moved[k] = getattr(result, k) * f
+        moved["mean_in_flight"] *= f
+        moved["latency_window"] = {**w, "start_s": w["start_s"] - lat}
     return dataclasses.replace(result, **moved)
 
 
