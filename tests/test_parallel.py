@@ -261,3 +261,26 @@ def test_expert_slowdown_in_the_stage_step():
     d_on = par.stage_step(dense, load_system("hgx-h100"), 8, 1, 1, 1, B, B, 2000, 2000, cal)["stage_time_s"]
     d_off = par.stage_step(dense, load_system("hgx-h100"), 8, 1, 1, 1, B, B, 2000, 2000, off)["stage_time_s"]
     assert np.allclose(d_on, d_off)
+
+
+def test_an_all_reduce_across_scale_up_domains_pays_the_scale_out_link():
+    """A TP group wider than its scale-up domain (TP16 over two 8-GPU H100 hosts): a ring in each host on NVLink,
+    then across hosts on the NIC with each GPU's 1/8 share (NCCL's hierarchical all-reduce). Within one domain it is
+    the plain ring; across, never cheaper than the ring inside the domain alone, and at a large message the NIC's
+    50 GB/s (vs 450 on NVLink) makes it slower than a 16-GPU ring on NVLink would be (what chalk timed before; QA
+    2026-11-28). `estimate` says which link it timed."""
+    import chalk
+    from chalk.equations.parallel import hierarchical_allreduce_time_s, ring_allreduce_time_s
+
+    up, out, a_up, a_out = 450e9, 50e9, 1e-6, 5e-6
+    for M in (1e4, 1e6, 1e8):
+        same = hierarchical_allreduce_time_s(M, 8, 8, up, a_up, out, a_out, 0.75)
+        assert same == pytest.approx(ring_allreduce_time_s(M, 8, up, a_up, 0.75), rel=1e-12)
+        two = hierarchical_allreduce_time_s(M, 16, 8, up, a_up, out, a_out, 0.75)
+        assert two > same
+    big = 1e8
+    assert hierarchical_allreduce_time_s(big, 16, 8, up, a_up, out, a_out, 0.75) > \
+        ring_allreduce_time_s(big, 16, up, a_up, 0.75)
+    r = chalk.estimate("deepseek-r1", "h100", batch=64, layout="tp=16,ep=16")
+    ar = next(o for o in r.ops if o["name"] == "allreduce")
+    assert "scale-out NIC" in ar["detail"]

@@ -53,6 +53,26 @@ def ring_allreduce_time_s(message_bytes, n, link_bandwidth_bytes_per_s, latency_
         flt(link_bandwidth_bytes_per_s) * efficiency)
 
 
+def hierarchical_allreduce_time_s(message_bytes, n, domain, scaleup_bandwidth_bytes_per_s, scaleup_latency_s,
+                                  scaleout_bandwidth_bytes_per_s, scaleout_latency_s, efficiency=1.0, torus_dims=0):
+    """Time of an all-reduce over n chips that span several scale-up domains of `domain` chips: a ring inside each
+    domain on the scale-up link, then a ring across the n / domain domains on the scale-out link, each chip carrying
+    its 1 / domain share of the message across; within one domain, the plain ring (`ring_allreduce_time_s`).
+
+    Formula: T = ring(M, min(n, D), beta_up, alpha_up) + ring(M / D, n / D, beta_out, alpha_out)   for n > D
+    Ref: NCCL's hierarchical (tree / NVLS + ring) algorithms; Thakur, Rabenseifner & Gropp 2005 for each ring.
+    Assumes: n a multiple of D; the inner phase's reduce-scatter and all-gather counted as one ring all-reduce
+    (an upper bound by at most the inner ring's latency terms).
+    """
+    n, D = flt(n), flt(domain)
+    inner = ring_allreduce_time_s(message_bytes, minimum(n, D), scaleup_bandwidth_bytes_per_s, scaleup_latency_s,
+                                  efficiency, torus_dims)
+    across = ring_allreduce_time_s(flt(message_bytes) / minimum(n, D), maximum(n / D, 1.0),
+                                   scaleout_bandwidth_bytes_per_s, scaleout_latency_s, efficiency)
+    return where(n > D, inner + across, ring_allreduce_time_s(message_bytes, n, scaleup_bandwidth_bytes_per_s,
+                                                               scaleup_latency_s, efficiency, torus_dims))
+
+
 def alltoall_bytes_per_chip(tokens, experts_per_token, hidden_size, bytes_per_element):
     """Bytes one chip sends in an MoE dispatch (or combine) of its tokens.
 

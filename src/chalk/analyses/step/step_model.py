@@ -452,16 +452,21 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
     eta, up_eff = cal.link, st.up_eff
     n_ar = st.n_ar
     msg = T_rank * H * ACTIVATION_BYTES
-    t_ring = P.ring_allreduce_time_s(msg, tp, up_eff, cal.scaleup_latency_s, eta, st.torus_dims)
-    detail = st.ring_detail
+    # a TP group wider than the scale-up domain (TP16 over two 8-GPU hosts) all-reduces hierarchically: a ring in
+    # each domain on its link, then across domains on the scale-out NIC (it was timed on NVLink alone; QA 2026-11-28)
+    across = tp > st.domain
+    t_ring = P.hierarchical_allreduce_time_s(msg, tp, st.domain, up_eff, cal.scaleup_latency_s, st.out_eff,
+                                             cal.scaleout_latency_s, eta, st.torus_dims)
+    detail = st.ring_detail + ("; a TP group wider than the scale-up domain: the ring in each domain, then across "
+                               "domains over the scale-out NIC" if some(across) else "")
     source = "roofline (link)"
     t_one = kp.allreduce_time_s(msg, tp) if kp is not None else None
     if t_one is not None:
         # the system's measured all-reduce kernels (the framework's custom kernels under CUDA graphs) where they
         # are faster: small, latency-bound messages; large ones take the fitted link model, which engines beat
-        # the tables' kernels with (NVLink SHARP / multimem, NCCL tuning)
+        # the tables' kernels with (NVLink SHARP / multimem, NCCL tuning); measured inside one domain only
         t_one = flt(t_one)
-        meas = t_one < t_ring
+        meas = (t_one < t_ring) & ~across
         t_ring = where(meas, t_one, t_ring)
         if some(meas):
             detail, source = st.ar_source + (f"; where faster: {detail}" if not every(meas) else ""), \
