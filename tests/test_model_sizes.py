@@ -57,8 +57,9 @@ def test_batch1_deepseek_reads_active_not_total():
     sz = ModelSizes(load_model("deepseek-v3"))
     read1 = float(sz.weight_bytes_read(1, "fp8"))
     assert 30e9 < read1 < 40e9  # ~37B parameters at 1 byte, not 671B
-    assert float(sz.weight_bytes_read(100_000, "fp8")) == pytest.approx(sz.weight_bytes("fp8") - sz.embedding_params,
-                                                                         rel=1e-3)
+    # every weight but the embedding table (read a row per token), which the FP8 checkpoint keeps in bf16
+    assert float(sz.weight_bytes_read(100_000, "fp8")) == pytest.approx(
+        sz.weight_bytes("fp8") - 2 * sz.embedding_params, rel=1e-4)
 
 
 def test_sliding_window_kv_is_bounded():

@@ -112,12 +112,16 @@ def test_each_unquantised_group_is_sized_at_the_16_bit_dtype():
 
 
 def test_checkpoints_chalk_already_sized_are_unchanged():
-    """gpt-oss (MXFP4 experts, the rest bf16) and DeepSeek-V3 (FP8) size as before: non-expert weights at the
-    main precision, routed experts at theirs."""
+    """gpt-oss (MXFP4 experts, the rest bf16) and DeepSeek-V3 (FP8 blocks) size as before: non-expert weights at the
+    main precision, routed experts at theirs; DeepSeek-V3's embeddings and LM head (2 x 129,280 x 7,168, untied) stay
+    bf16 as its checkpoint stores them (+1.85 GB over counting them at FP8)."""
     for mid, main, expert in (("gpt-oss-120b", 2.0, 4.25 / 8), ("deepseek-v3", 1.0, 1.0)):
-        sz = sizes(load_model(mid))
-        assert sz.weight_bytes() == pytest.approx(sz.dense_params * main + sz.routed_expert_params * expert,
-                                                  rel=1e-12)
+        m = load_model(mid)
+        sz = sizes(m)
+        kept = 0.0 if main == 2.0 else 2 * m.vocab_size * m.hidden_size * (2.0 - main)
+        # (and its norms, 0.9 MB, bf16 too: within rel 2e-6)
+        assert sz.weight_bytes() == pytest.approx(sz.dense_params * main + sz.routed_expert_params * expert + kept,
+                                                  rel=2e-6 if kept else 1e-12)
 
 
 @pytest.mark.parametrize("q, says", [
@@ -195,12 +199,13 @@ def test_weight_only_names_spell_their_size():
 
 def test_block_scaled_fp4_counts_its_scales():
     """NVFP4 stores one FP8 (E4M3) scale per 16 four-bit elements (4.5 bits), MXFP4 one 8-bit scale per 32 (4.25
-    bits): a DeepSeek-R1 FP4 checkpoint's 671e9 parameters weigh 377 GB at NVFP4, not the 335 GB of bare 4-bit."""
+    bits): a DeepSeek-R1 FP4 checkpoint's 671e9 parameters weigh 377 GB at NVFP4, not the 335 GB of bare 4-bit. Its
+    own FP8 checkpoint: 671.03 GB at one byte each, plus 1.85 GB for the bf16 embeddings and LM head it keeps."""
     assert bytes_per_element("fp4") == bytes_per_element("nvfp4") == pytest.approx((4 + 8 / 16) / 8)
     assert bytes_per_element("mxfp4") == pytest.approx((4 + 8 / 32) / 8)
     fp4, fp8 = (estimate("deepseek-r1", "b200", precision=p, layout="tp=8", batch=1, context=1000).weight_bytes
                 for p in ("fp4", "fp8"))
-    assert fp4 / fp8 == pytest.approx(0.5625) and fp4 == pytest.approx(377.45e9, rel=1e-4)
+    assert fp4 == pytest.approx(377.45e9, rel=1e-4) and fp8 == pytest.approx(671.03e9 + 1.853e9, rel=1e-4)
 
 
 # --------------------------------------------------------------------------- what it is sized and timed as
@@ -461,3 +466,17 @@ def test_a_checkpoints_own_mix_reads_its_experts_at_their_stored_bits(model):
     one = estimate(model, "h100-sxm", batch=1, context=2000, layout="tp=1", ideal=True)
     all_narrow = estimate(model, "h100-sxm", batch=1, context=2000, layout="tp=1", ideal=True, precision="mxfp4")
     assert one.step_time_s >= all_narrow.step_time_s  # more bytes (BF16 attention) never faster
+
+
+def test_an_fp8_block_checkpoint_keeps_its_embeddings_and_lm_head_at_16_bits():
+    """FP8 block scaling quantises the blocks' Linear layers: a Llama-3.1-70B FP8-block config sizes as its W8A8
+    compressed-tensors twin that ignores lm_head does (embeddings, norms and LM head bf16), not 2 GB lighter
+    (QA 2026-11-28: 70.6 GB, 'fits' one H100, where the twin needed TP2)."""
+    block = model_from_config(_cfg("llama-3.1-70b", {"quant_method": "fp8", "weight_block_size": [128, 128]}),
+                              id="fp8-block")
+    ct = model_from_config(_cfg("llama-3.1-70b", {
+        "quant_method": "compressed-tensors", "ignore": ["lm_head"],
+        "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}}), id="w8a8")
+    wb, wc = sizes(block).weight_bytes(), sizes(ct).weight_bytes()
+    assert wb == pytest.approx(wc, rel=1e-3) and wb > 72e9
+    assert dict(block.weight_format.unquantised).get("lm_head") == 1.0

@@ -44,14 +44,17 @@ MODULE_WORDS = {
 #: AWQ (AutoAWQ) and bitsandbytes (transformers keeps the output embedding: `get_keys_to_not_convert`) leave the LM
 #: head, and their MoE module lists leave the router gate, in 16 bits. compressed-tensors quantises every Linear it
 #: does not `ignore`. MXFP4 and FP8 block checkpoints say what they keep in `modules_to_not_convert` where they do;
-#: chalk's FP8 sizing counts only what the config lists (DeepSeek-V3's bf16 embeddings, 0.3% of its bytes, are not).
+#: an FP8 block checkpoint's embeddings and LM head stay 16-bit whether listed or not (DeepSeek-V3's config lists
+#: none, and its model.embed_tokens and lm_head tensors are bf16 with no weight_scale_inv beside them: FP8 block
+#: scaling quantises the Linear layers of the blocks); counted as FP8 they under-sized a Llama-70B FP8-block
+#: checkpoint by 2 GB, fitting one H100 that its W8A8 twin (LM head kept) does not (QA 2026-11-28).
 SCHEME_KEEPS = {
     "gptq": ("embedding", "norms", "lm_head", "router"),
     "awq": ("embedding", "norms", "lm_head", "router"),
     "bitsandbytes": ("embedding", "norms", "lm_head", "router"),
     "compressed-tensors": ("embedding", "norms"),
     "mxfp4": ("embedding", "norms"),
-    "fp8": (),
+    "fp8": ("embedding", "norms", "lm_head"),
 }
 
 _DTYPES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
