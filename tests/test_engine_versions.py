@@ -196,6 +196,18 @@ def test_throughput_names_engine_release_and_kernels():
     assert plain["kernels"] == f"trtllm 1.3.0rc20 ({PKG})" and plain["engine_release"] is None
 
 
+def test_plan_sizes_and_launches_the_release_asked_for():
+    """`plan --engine sglang@0.4` sizes on SGLang 0.4's profile and says so (QA 2026-11-28: the release was dropped,
+    every option answered as 0.5); without a release, the newest."""
+    kw = dict(users=32, input_len=2000, output_len=300, modes=("aggregated",))
+    old = chalk.plan("llama-3.1-70b", ["h100"], engine="sglang@0.4", **kw)
+    new = chalk.plan("llama-3.1-70b", ["h100"], engine="sglang", **kw)
+    o, n = old["options"][0], new["options"][0]
+    assert (o["engine"], o["engine_release"]) == ("sglang", "0.4") and o["engine_version"].startswith("0.4")
+    assert (n["engine"], n["engine_release"]) == ("sglang", "0.5")
+    assert "sglang" in o["launch"] and "sglang.launch_server" in o["launch"]["sglang"]
+
+
 def test_estimate_names_kernels():
     r = chalk.estimate("llama-3.1-70b", "h100-sxm", batch=16)
     assert r.kernels == f"trtllm 1.3.0rc20 ({PKG})"
@@ -215,3 +227,22 @@ def test_cli_json_and_text_name_kernels():
     assert code == 0 and "kernel tables" in out and "vllm 0.6 defaults" in out.replace("\n", " "), out
     code, out, err = cli("estimate", "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "8", "--json")
     assert code == 0 and json.loads(out)["kernels"] == f"trtllm 1.3.0rc20 ({PKG})"
+
+
+@pytest.mark.parametrize("chip, engine", [("tpu-v6e", "trtllm"), ("mi300x", "trtllm@1.1"), ("tpu-v6e", "sglang")])
+def test_an_engine_is_refused_on_chips_it_does_not_run_on(chip, engine):
+    """The chips an engine runs on are profile data (`vendors`, sourced): TensorRT-LLM on an MI300X or a TPU was
+    answered as if it ran there (QA 2026-11-28). estimate, throughput and fixed deployments refuse in one line;
+    plan sizes only the engines that run on each chip."""
+    from chalk.analyses.planning.plan import engines_for_vendor
+
+    with pytest.raises(InputError, match="does not run on"):
+        chalk.estimate("llama-3.1-70b", chip, batch=8, engine=engine)
+    with pytest.raises(InputError, match="does not run on"):
+        chalk.throughput("llama-3.1-70b", chip, input_len=1000, output_len=100, engine=engine)
+    rc, out, err = cli("estimate", "-m", "llama-3.1-70b", "-H", chip, "--engine", engine)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    vendor = load_chip(chip).vendor
+    assert load_engine(engine).id not in engines_for_vendor(vendor)
+    assert engines_for_vendor("NVIDIA") == ("vllm", "sglang", "trtllm") and "vllm" in engines_for_vendor(vendor)
+    assert all(load_engine(e).sources.get("vendors") for e in ENGINES)

@@ -274,3 +274,15 @@ def test_a_layout_wider_than_the_gpus_given_is_refused():
     with pytest.raises(InputError, match="takes 8 GPUs, more than the 4 given"):
         estimate("llama-3.1-70b", "h100-sxm", layout="tp=8", gpus=4)
     assert estimate("llama-3.1-70b", "h100-sxm", layout="tp=4", gpus=8).chips == 4
+
+
+def test_a_model_past_one_domain_is_laid_over_the_gpus_given():
+    """DeepSeek-R1 (FP8, ~690 GB) does not fit one 8-GPU H100 host: with --gpus 16 the default layout spans two hosts
+    and fits, its cross-host traffic said and timed on the scale-out network (QA 2026-11-28: TP8 of 8 GPUs, 'does not
+    fit', exit 0). A model that fits one host keeps a layout inside it."""
+    r = estimate("deepseek-r1", "h100", 64, 4096, gpus=16)
+    assert r.layout["gpus"] == 16 and r.fits and r.chips == 16
+    assert any("crosses the scale-out network" in n for n in r.notes)
+    assert not estimate("deepseek-r1", "h100", 64, 4096).fits  # within one host it cannot
+    small = estimate("llama-3.1-70b", "h100", 64, 4096, gpus=16)
+    assert small.layout["gpus"] <= 8 and any("answers for one replica inside it" in n for n in small.notes)

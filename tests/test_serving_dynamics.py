@@ -303,6 +303,21 @@ def test_an_unreachable_p99_target_says_why_in_one_line():
     assert tried and len(set(tried)) == len(tried) and not any(" x" in t for t in tried)
 
 
+def test_an_unmet_search_names_the_binding_target_and_its_best():
+    """A search no layout answers names the target(s) no layout reaches, each with the best any layout that fits
+    does, not the ones it meets (QA 2026-11-28: a p99 TTFT failure read 'fastest that fits: 79.3 tokens/s per user;
+    p99 TPOT <= 0.1 s asked', both met)."""
+    from chalk.errors import FitError
+
+    with pytest.raises(FitError) as e:
+        throughput("llama-3.1-70b", "h100", input_len=1000, output_len=200, min_user_tps=400)
+    assert "mean speed >= 400 tokens/s per user (best " in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(FitError) as e:
+        throughput("llama-3.1-8b", "h100", input_len=1000, output_len=200, tpot_p99_s=1.0, ttft_p99_s=0.06)
+    msg = str(e.value)
+    assert "p99 TTFT <= 60 ms (best " in msg and "TPOT" not in msg
+
+
 def test_arrivals_must_be_named():
     from chalk.errors import InputError
 

@@ -22,6 +22,9 @@ from chalk.errors import InputError, SpecError, UnknownNameError
 from chalk.specs.catalog import _catalog_dir, read_yaml
 
 ENGINES = ("vllm", "sglang", "trtllm")
+#: The vendor `chalk measure` gives the chip it calibrates (chalk.analyses.step.measure.ceilings.calibrated_chip):
+#: its maker is not read, so every engine may run on it.
+MEASURED_VENDOR = "measured"
 GIB = 2.0 ** 30
 MIB = 2.0 ** 20
 _REQUIRED = ("id", "release", "version", "max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction",
@@ -71,6 +74,15 @@ class EngineProfile:
     #: whether an attention-DP rank can itself be tensor-parallel (SGLang: --tp N --dp M, M < N; vLLM: DP x TP), or
     #: attention DP means attention TP 1 (TensorRT-LLM's enable_attention_dp)
     attention_dp_with_tp: bool = True
+    #: the chip vendors the engine runs on (lower case; empty: every vendor)
+    vendors: tuple[str, ...] = ()
+
+    def runs_on(self, vendor: str) -> str | None:
+        """Why this engine cannot run on `vendor`'s chips, or None where it can (`vendors`, with its source)."""
+        v = str(vendor).lower()
+        if not self.vendors or v in self.vendors or v == MEASURED_VENDOR:  # a calibrated chip's maker is not known
+            return None
+        return f"{self.label} does not run on {vendor} chips (it runs on {', '.join(self.vendors)} chips)"
 
     def refuses(self, method: str | None, vendor: str) -> str | None:
         """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
@@ -364,7 +376,8 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             speculative=MappingProxyType(dict(d.get("speculative", {}))), rules=rules,
             release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest,
             unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where),
-            attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)))
+            attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)),
+            vendors=tuple(str(v).lower() for v in (d.get("vendors") or ())))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
     if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):

@@ -33,7 +33,12 @@ from chalk.specs.workload import count, positive
 #: Requests each option's replay simulates by default (more when a replica holds many in flight).
 DEFAULT_SIM_REQUESTS = 12_000
 #: Engines that run on each vendor's chips.
-ENGINES_BY_VENDOR = {"nvidia": ("vllm", "sglang", "trtllm"), "amd": ("vllm", "sglang"), "google": ("vllm",)}
+def engines_for_vendor(vendor: str) -> tuple:
+    """The engines chalk sizes and launches on a vendor's chips: each catalog engine whose profile runs there
+    (`EngineProfile.vendors`, with its source), in `ENGINES` order."""
+    from chalk.specs.engine import ENGINES, load_engine
+
+    return tuple(e for e in ENGINES if load_engine(e).runs_on(vendor) is None)
 
 
 def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, rate=None, min_user_tps=None,
@@ -59,7 +64,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     `trace`: a request trace file (`chalk.analyses.planning.trace_demand`) giving the rate (its busiest minute) and the
     length distributions instead of `rate` / `users` and `input_len` / `output_len`; `speedup` scales its rate.
     `engine`: size (and launch) with that engine only; None: size each engine that runs on the chip's vendor
-    (`ENGINES_BY_VENDOR`) with its own profile, one option per chip, mode and engine.
+    (`engines_for_vendor`) with its own profile, one option per chip, mode and engine.
     `checkpoint`: the user's own checkpoint (a repo id or folder) for the launch commands, loaded as given.
     `replay_all`: replay every option. By default an option is replayed only while it can still be the cheapest
     (`sizing.verify_finalists`): one whose sized cost already exceeds that of a replayed option meeting the targets
@@ -93,10 +98,13 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     seed = int(positive("seed", seed, integer=True, allow_zero=True, maximum=2**32))
     if speculative is not None and not isinstance(speculative, (Speculation, str)):
         raise InputError(f"speculative must be a Speculation(draft_tokens, acceptance), got {speculative!r}")
+    engine_spec = None  # the engine asked for as sized and launched: its id, with the release where one was named
     if engine is not None:
         from chalk.specs.engine import load_engine
 
-        engine = load_engine(engine).id
+        prof = load_engine(engine)
+        engine_spec = f"{prof.id}@{prof.release}" if "@" in str(engine) else prof.id
+        engine = prof.id
     if checkpoint is not None:
         from chalk.specs.checkpoints import user_checkpoint
 
@@ -135,7 +143,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
         ask_s = ask if not exploring else dataclasses.replace(ask, precisions=tuple(
             p for p in ask.precisions if p is None or p in system.chip.flops_per_s))
         for eng in (engine,) if engine is not None else runs:
-            ask_e = dataclasses.replace(ask_s, engine=eng)
+            ask_e = dataclasses.replace(ask_s, engine=engine_spec if eng == engine else eng)
             for mode in modes:
                 try:
                     s, why = S.best(ask_e, system, mode)
@@ -191,9 +199,9 @@ def _name(h) -> str:
 
 
 def _engines(system) -> tuple:
-    """The engines chalk sizes and launches on `system`'s chips (`ENGINES_BY_VENDOR`; `_refusals` says which of them
+    """The engines chalk sizes and launches on `system`'s chips (`engines_for_vendor`; `_refusals` says which of them
     cannot load the checkpoint)."""
-    return ENGINES_BY_VENDOR.get(system.chip.vendor.lower(), ("vllm", "sglang"))
+    return engines_for_vendor(system.chip.vendor)
 
 
 def _checkpoint_methods(model, checkpoint: str | None = None) -> tuple:
@@ -303,8 +311,10 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
 
     sim = v["simulated"]  # None: not replayed (`sizing.verify_finalists`)
     par = v["parallelism"]
-    o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"], "engine": ask.engine,
-         "engine_version": load_engine(ask.engine).version if ask.engine else None,
+    prof = load_engine(ask.engine) if ask.engine else None
+    o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
+         "engine": prof.id if prof else None, "engine_release": prof.release if prof else None,
+         "engine_version": prof.version if prof else None,
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
          "replica_layout": v["layout"], "domain_chips": system.chips,
          "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),
@@ -419,7 +429,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
 
-    engines = (ask.engine,)
+    engines = (ask.engine,)  # as sized: an id, or id@release (its release's profile)
     mid = model_arg if isinstance(model_arg, str) else ask.model.id
     spec = None
     if v["speculative"] is not None:
@@ -444,11 +454,12 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     if v["prefill"] is not None:
         pools.insert(0, ("prefill", v["prefill"]["parallelism"], None, v["prefill_replicas"]))
     out, notes, loads, steps = {}, [], {}, {}
-    for e in engines:
+    for asked in engines:
+        e = load_engine(asked).id
         parts, mine = [], []
         try:
             for role, par, seqs, n in pools:
-                prof, note = _profile(load_engine(e), system, par, spec is not None and role != "prefill")
+                prof, note = _profile(load_engine(asked), system, par, spec is not None and role != "prefill")
                 if note and note not in notes:
                     notes.append(f"{e} {role}: {note}")
                 d0 = dep(par, seqs, role)
@@ -570,7 +581,7 @@ def _notes(options, systems, curve) -> list[str]:
     if skipped:
         n.append(f"{skipped} of {len(options)} options were not replayed: sized, each already cost more than an "
                  "option that met the targets in its replay (or as much, listed after it), and a replay only adds "
-                 "replicas (replay_all=True replays them too)")
+                 "replicas (the Python API's chalk.plan(..., replay_all=True) replays them too)")
     if curve is not None:
         n.append("sized for the peak hour; autoscaled hours keep the layout and concurrency cap")
     return n
@@ -612,8 +623,10 @@ def _unmet(ask, systems, options, unavailable) -> str:
                 f"on {o['hardware']} ({o['mode']}, {o['layout']})")
     if best_speed[1] is None:
         return _cannot_serve(ask.model.id, unavailable)
-    msg = f"no candidate meets {' and '.join(want) or 'the targets'}: best reachable {best_speed[0]:.1f} tok/s " \
-          f"per user (TPOT {_ms(1 / best_speed[0])}) on {best_speed[1]}"
+    msg = f"no candidate meets {' and '.join(want) or 'the targets'}: at the mean lengths the best reachable is " \
+          f"{best_speed[0]:.1f} tok/s per user (mean TPOT {_ms(1 / best_speed[0])}) on {best_speed[1]}"
     if best_ttft[1] is not None and t.ttft_p99_s:
-        msg += f", TTFT {_ms(best_ttft[0])} on {best_ttft[1]}"
+        msg += f", mean TTFT {_ms(best_ttft[0])} on {best_ttft[1]}"
+    if t.tpot_target_s or t.ttft_p99_s:  # the means may pass where the p99s (the long prompts' tail) do not
+        msg += "; the targets are p99s, over the prompt distribution's tail and the replay's queueing"
     return msg

@@ -220,13 +220,13 @@ def _power_w(chip):
 def candidates(pf) -> list[dict]:
     """Every model x chip x precision x engine x mode, each with a key that changes when anything its answer
     depends on changes (so a resumed run reuses exactly the answers still valid)."""
-    from chalk.analyses.planning.plan import ENGINES_BY_VENDOR
+    from chalk.analyses.planning.plan import engines_for_vendor
     from chalk.specs.catalog import as_system
 
     out = []
     for m in pf["models"]:
         for chip in m["chips"]:
-            runs = ENGINES_BY_VENDOR.get(as_system(chip).chip.vendor.lower(), ("vllm", "sglang"))
+            runs = engines_for_vendor(as_system(chip).chip.vendor)
             for p in m["precisions"]:
                 for e in m["engines"]:
                     if e is not None and e not in runs:

@@ -220,6 +220,12 @@ def choose_layout(model: ModelSpec, system: System, su: _Setup, batch, context, 
     per_seq = Bs * su.costs.kv_bytes(Ls) if phase == "decode" else 0.0
     need = [c.weights + per_seq * c.kv_share for c in cands]
     fitting = tuple(c.layout for c, n in zip(cands, need) if n <= su.usable_chip)
+    if not fitting and gpus > system.chips:
+        # none fits one scale-up domain and more GPUs are given: a replica over several domains (its traffic
+        # between them timed on the scale-out network), as throughput deploys it (DeepSeek-R1 on 16 H100s answered
+        # TP8 of 8 GPUs, 'does not fit'; QA 2026-11-28)
+        wide = [c for c in su.candidates if c.layout.replica_gpus <= gpus]
+        fitting = tuple(c.layout for c in wide if c.weights + per_seq * c.kv_share <= su.usable_chip)
     timed: dict = {}
     if not fitting:
         least = min(range(len(cands)), key=lambda i: (need[i], cands[i].layout.replica_gpus))
@@ -344,7 +350,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     alternative = None
     lay_d = lay.to_dict()
     if choice is not None:
-        lay_d["out_of_gpus"] = min(n_avail, system.chips)
+        lay_d["out_of_gpus"] = min(n_avail, max(system.chips, G))
         alternative = _alternative(model, system, su, cal, choice, phase, how)
         if not choice.fits:
             notes.append(f"layout {lay.label()}: no layout within {min(n_avail, system.chips)} GPUs holds the "
@@ -353,7 +359,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     if G > system.chips:
         notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
                      "traffic between domains crosses the scale-out network")
-    if gpus is not None and gpus > system.chips and layout is None:
+    if gpus is not None and gpus > system.chips and layout is None and G <= system.chips:
         notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
                      "replica inside it; use `chalk throughput` for a deployment of replicas")
     w_chip, kv_chip = su.memory_on(lay, B, L)
@@ -549,8 +555,11 @@ def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, prec
     from chalk.analyses.step.parallel import engine_kernels, engine_overhead_s
     from chalk.specs.engine import load_engine
 
-    eng = (load_engine(engine) if isinstance(engine, str) else engine).for_gpu(system.chip.hbm_bytes,
-                                                                                 chip=system.chip.id)
+    eng = load_engine(engine) if isinstance(engine, str) else engine
+    why = eng.runs_on(system.chip.vendor)
+    if why:  # TensorRT-LLM on an MI300X or a TPU was answered as if it ran there (QA 2026-11-28)
+        raise InputError(f"{why}: choose another --engine")
+    eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     ideal = cal.label == "ideal"
     return {"kernels": engine_kernels(system.chip, cal, eng), "overhead_s": engine_overhead_s(eng, cal),
             "kv_precision": eng.kv_precision(kv_precision, model, precision),

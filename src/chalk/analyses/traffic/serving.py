@@ -404,6 +404,7 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     eng = _engine(engine)
     fmt = getattr(m, "weight_format", None)
     refused = eng.refuses(fmt.method, system.chip.vendor) if eng is not None and fmt is not None else None
+    refused = (eng.runs_on(system.chip.vendor) if eng is not None else None) or refused
     if refused:
         raise InputError(f"{refused}: choose another --engine")
     if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
@@ -813,10 +814,18 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
         ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
     pool = pool_points = None
-    if disaggregated:
-        pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, max_ttft_s, max_tokens)
-        pool = _prefill_pool_or_fail(m, system, layouts, pool_points, max_ttft_s)
     p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
+    if disaggregated:
+        # a prefill worker must prefill the p99 prompt alone within the p99 TTFT (less the request latency; prefill
+        # time grows at least linearly with the prompt), else the pool's fastest-per-GPU layout answered every p99
+        # target with narrow workers (Llama-3.1-70B, 85k-token prompts: TP2 workers at 19 s a prompt, no answer
+        # for a 15 s p99 that TP8 meets; QA 2026-11-28)
+        pool_ttft = max_ttft_s
+        if ttft_p99_s:
+            per_mean = (ttft_p99_s - cal.request_latency_s) / max(p99_I / max(I, 1.0), 1.0)
+            pool_ttft = min(pool_ttft, per_mean) if pool_ttft else per_mean
+        pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, pool_ttft, max_tokens)
+        pool = _prefill_pool_or_fail(m, system, layouts, pool_points, pool_ttft)
     args = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
                 ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
@@ -840,7 +849,8 @@ def _prefill_pool_or_fail(m, system, layouts, points, max_ttft_s) -> dict:
     pool = _pick_prefill_pool(layouts, *points)
     if pool is None:
         raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
-                       + (f" with TTFT <= {max_ttft_s} s" if max_ttft_s else ""))
+                       + (f" and prefills a prompt alone within {_ms(max_ttft_s)} (the TTFT target, at the p99 prompt "
+                          "where a p99 is asked)" if max_ttft_s else ""))
     return pool
 
 
@@ -922,16 +932,25 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     if s.ttft_p99_s:
         ok &= ev["ttft_p99_s"] <= s.ttft_p99_s
     if not np.any(ok):
-        best_speed = float(np.max(np.where(feasible, ev["user_tokens_per_s"], 0)))
-        raise FitError(f"no layout of {m.id} on {system.chip.id} meets the constraints "
-                       f"(fastest that fits: {best_speed:.1f} tokens/s per user"
-                       + (f"; TTFT <= {max_ttft_s} s asked" if max_ttft_s else "")
-                       + (f"; p99 TPOT <= {s.tpot_p99_s} s asked" if s.tpot_p99_s else "")
-                       + (f"; p99 TTFT <= {s.ttft_p99_s} s asked" if s.ttft_p99_s else "")
-                       + (f": every TTFT includes the calibrated {cal.request_latency_s * 1e3:.0f} ms per request "
-                          "outside the engine's steps" if s.ttft_p99_s and s.ttft_p99_s <= cal.request_latency_s
-                          or max_ttft_s and max_ttft_s <= cal.request_latency_s else "")
-                       + ("" if speculative else "; --mtp may reach further") + ")")
+        raise FitError(_unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s, speculative))
+    plain = None
+    if s.ev_spec is not None:  # the best point without speculation under the same constraints (where MTP won at
+        # every point, the merged arrays held no plain point and the gain over plain read null)
+        e0 = s.ev
+        t0 = (np.full_like(e0["output_per_gpu"], pool["ttft_s"]) if disaggregated else e0["ttft_s"]) \
+            + cal.request_latency_s
+        ok0 = e0["fits"].copy()
+        if min_user_tps:
+            ok0 &= e0["user_tokens_per_s"] >= min_user_tps
+        if max_ttft_s:
+            ok0 &= t0 <= max_ttft_s
+        if s.tpot_p99_s:
+            ok0 &= e0["tpot_p99_s"] <= s.tpot_p99_s
+        if s.ttft_p99_s:
+            ok0 &= (t0 - cal.request_latency_s) * s.ttft_p99_ratio + cal.request_latency_s <= s.ttft_p99_s
+        pg0 = e0["output_per_gpu"] / (1 + e0["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]) \
+            if disaggregated else e0["output_per_gpu"]
+        plain = float(np.max(np.where(ok0, pg0, -np.inf))) if np.any(ok0) else None
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
     if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
@@ -981,7 +1000,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         res["latency_source"] = ("closed form: a lone prompt's prefill plus the calibrated per-request latency, "
                                  "as `--layout --concurrency` gives with simulate=False; the replayed closed loop "
                                  "(prompts queueing for their prefill chunks) is that command's answer")
-    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), g, ev, per_gpu, ok, i)
+    res["speculative"] = _spec_report(spec_used, bool(ev["speculative"][i]), per_gpu, i, plain)
     # the modes' rates on the answer's footing: a disaggregated answer counts whole prefill workers (`_point`), the
     # grid a fractional pool, which put its own 1x row at 0.95x its price (DeepSeek-R1 on H100)
     whole = float(res["output_tokens_per_s_per_gpu"]) / float(per_gpu[i]) if per_gpu[i] > 0 else 1.0
@@ -1276,12 +1295,11 @@ def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
                                                        f"{t['ttft_p99_s'] * 1e3:.0f} ms" for t in tried) + ")")
 
 
-def _spec_report(spec: Speculation | None, used: bool, g, ev, per_gpu, ok, i) -> dict | None:
-    """Whether the chosen point speculates, and what it bought over the best plain point under the same constraints."""
+def _spec_report(spec: Speculation | None, used: bool, per_gpu, i, best_plain: float | None) -> dict | None:
+    """Whether the chosen point speculates, and what it bought over `best_plain`, the best point without speculation
+    under the same constraints (None: none meets them)."""
     if spec is None:
         return None
-    plain = ok & ~ev["speculative"]
-    best_plain = float(np.max(np.where(plain, per_gpu, -np.inf))) if np.any(plain) else None
     return {"used": used, "draft_tokens": spec.draft_tokens, "acceptance": spec.acceptance,
             "acceptance_decay": spec.decay, "tokens_per_step": spec.tokens_per_step, "source": spec.source or "given",
             "best_plain_output_tokens_per_s_per_gpu": best_plain,
@@ -1454,6 +1472,43 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
                   R=R, cap=cap, q=q, e=e, Ip=Ip, ovh=ovh, chunk=chunk, piece=piece, lat=lat, x_pool=x_pool,
                   times=times, grid=grid, held=held, x_grid=x_grid,
                   kv_tokens=fit * (L + cal.kv_reserve_output_fraction * O / 2))
+
+
+def _unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s, speculative) -> str:
+    """One line: no layout meets the constraints. Each target with the best any layout that fits reaches on its own,
+    the ones no layout meets first (the binding ones), else that each is met alone but not together."""
+    def best(values, better) -> float:
+        v = np.where(feasible, values, np.nan)
+        return float(np.nanmax(v) if better == "high" else np.nanmin(v))
+
+    checks = []  # (target, met alone by some layout, best reached)
+    if min_user_tps:
+        checks.append((f"mean speed >= {min_user_tps:g} tokens/s per user",
+                       ev["user_tokens_per_s"] >= min_user_tps,
+                       f"{best(ev['user_tokens_per_s'], 'high'):.1f} tokens/s per user"))
+    if max_ttft_s:
+        checks.append((f"mean TTFT <= {_ms(max_ttft_s)}", ev["ttft_s"] <= max_ttft_s, _ms(best(ev["ttft_s"], "low"))))
+    if s.tpot_p99_s:
+        checks.append((f"p99 TPOT <= {_ms(s.tpot_p99_s)}", ev["tpot_p99_s"] <= s.tpot_p99_s,
+                       _ms(best(ev["tpot_p99_s"], "low"))))
+    if s.ttft_p99_s:
+        checks.append((f"p99 TTFT <= {_ms(s.ttft_p99_s)}", ev["ttft_p99_s"] <= s.ttft_p99_s,
+                       _ms(best(ev["ttft_p99_s"], "low"))))
+    failing = [c for c in checks if not np.any(feasible & c[1])]
+    shown = failing or checks
+    what = "; ".join(f"{t} (best {b})" for t, _, b in shown)
+    head = (f"no layout of {m.id} on {system.chip.id} reaches {what}" if failing else
+            f"no layout of {m.id} on {system.chip.id} meets every constraint at once, though each alone is met: "
+            f"{what}")
+    lat = cal.request_latency_s
+    if (s.ttft_p99_s and s.ttft_p99_s <= lat) or (max_ttft_s and max_ttft_s <= lat):
+        head += f": every TTFT includes the calibrated {lat * 1e3:.0f} ms per request outside the engine's steps"
+    return head + ("" if speculative else "; --mtp may reach further")
+
+
+def _ms(seconds: float) -> str:
+    """A duration as a person reads it: ms below 1 s, else s."""
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def _pool_share(fx: _Fixed, seats: float, lone_s: float) -> tuple:

@@ -13,6 +13,7 @@ cached prompt tokens go to the simulator (no prefill compute for them; their KV 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -327,6 +328,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                                                      "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
                   "prefix_cache": None if hits is None else hits.to_dict(),
                   "prefix_cache_hit_rate": None if hits is None else hits.hit_rate})
+    if hits is None and not res.prefix_hit_rate:  # no prefix cache replayed: no hit rate, not a 0% one
+        res = dataclasses.replace(res, prefix_hit_rate=None)
     return SimulateRun(res, setup, notes, sc)
 
 

@@ -23,6 +23,7 @@ import yaml
 from chalk.analyses.step.measure.common import (TORCH_TO_CHALK, _THREAD_NOTE, _calibrate_inner, _check_device,
                                            _sync_fn, _time_fn, _torch)
 from chalk.errors import ChalkError, InputError
+from chalk.specs.engine import MEASURED_VENDOR
 from chalk.specs.files import atomic_write, make_folder
 from chalk.specs.hardware import Chip, System
 
@@ -229,7 +230,7 @@ def calibrated_chip(ceilings: Ceilings, name: str | None = None, id: str | None 
     return Chip(
         id=id or f"measured-{_slug(ceilings.device_name)}",
         name=name or f"{ceilings.device_name} (measured)",
-        vendor="measured",
+        vendor=MEASURED_VENDOR,
         flops_per_s=dict(ceilings.flops_per_s),
         hbm_bytes=max(ceilings.memory_bytes, 1.0),
         hbm_bandwidth_bytes_per_s=ceilings.mem_bandwidth_bytes_per_s,
