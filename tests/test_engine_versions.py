@@ -246,3 +246,15 @@ def test_an_engine_is_refused_on_chips_it_does_not_run_on(chip, engine):
     assert load_engine(engine).id not in engines_for_vendor(vendor)
     assert engines_for_vendor("NVIDIA") == ("vllm", "sglang", "trtllm") and "vllm" in engines_for_vendor(vendor)
     assert all(load_engine(e).sources.get("vendors") for e in ENGINES)
+
+
+def test_answers_say_when_a_profiles_defaults_and_its_kernel_tables_are_different_versions():
+    """vLLM's newest profile holds 0.11's defaults while its kernels time from the newest measured vLLM tables (0.24.0):
+    throughput says so (QA 2026-11-28: no word of it), and simulate names its kernel tables as throughput does."""
+    kw = dict(input_len=1000, output_len=200)
+    r = chalk.throughput("llama-3.1-8b", "h100-sxm", engine="vllm", **kw)
+    assert any("vLLM 0.11's defaults" in n and "vllm 0.24.0" in n for n in r["notes"])
+    same = chalk.throughput("llama-3.1-8b", "h100-sxm", engine="sglang", **kw)
+    assert not any("'s defaults (scheduler cap" in n for n in same["notes"])
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", rate=5, requests=300, engine="vllm")
+    assert s.setup["kernels"] == r["kernels"]

@@ -432,7 +432,12 @@ def _kernel_answer(res: dict, system, cal, eng, m) -> None:
     kp = kernel_provenance(kern, m)
     res["kernels"] = kp["kernels"]
     res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
-    res["notes"] = list(res.get("notes") or []) + kp["notes"]
+    notes = list(kp["notes"])
+    if eng is not None and eng.newest and not notes and kern and not kp["kernels"].startswith(
+            f"{eng.kernel_framework} {eng.release}"):
+        notes.append(f"{eng.label}'s defaults (scheduler cap, memory fraction, chunk) with the kernel tables of "
+                     f"{kp['kernels']}: the newest its framework was measured at")
+    res["notes"] = list(res.get("notes") or []) + notes
 
 
 def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None,

@@ -370,9 +370,13 @@ def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurr
 
 
 def _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx) -> dict:
+    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
+
     eng = fx.eng
+    # which framework version the step times' kernel tables come from, as throughput and estimate say it
+    kernels = kernel_provenance(engine_kernels(system.chip, fx.cal, eng), m)["kernels"]
     return {"model": m.id, "hardware": system.id, "chip": system.chip.id, "layout": lay.label(),
-            "engine": None if eng is None else f"{eng.id} {eng.version}",
+            "engine": None if eng is None else f"{eng.id} {eng.version}", "kernels": kernels,
             "layout_text": lay_text, "layout_source": lay_source, "replica_gpus": lay.replica_gpus,
             "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "attn_dp": lay.attn_dp},
             "precision": prec, "kv_precision": kvp, "max_context": m.max_context}
