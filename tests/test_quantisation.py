@@ -480,3 +480,14 @@ def test_an_fp8_block_checkpoint_keeps_its_embeddings_and_lm_head_at_16_bits():
     wb, wc = sizes(block).weight_bytes(), sizes(ct).weight_bytes()
     assert wb == pytest.approx(wc, rel=1e-3) and wb > 72e9
     assert dict(block.weight_format.unquantised).get("lm_head") == 1.0
+
+
+def test_a_precision_asked_over_a_quantised_checkpoint_says_it_replaces_the_stored_one():
+    """`-p fp8` over a GPTQ checkpoint sizes every weight at FP8 and says so, naming what the checkpoint stores
+    (QA 2026-11-28: the quantization_config was dropped without a word); the checkpoint's own precision, or none
+    asked, sizes it as stored."""
+    asked = estimate(str(GPTQ_70B), "h100-sxm", precision="fp8", layout="tp=2")
+    assert any("weights sized at fp8 as asked" in n and "gptq" in n for n in asked.notes)
+    stored = estimate(str(GPTQ_70B), "h100-sxm")
+    assert not any("as asked" in n for n in stored.notes) and any("weights as stored" in n for n in stored.notes)
+    assert asked.weight_bytes > 1.7 * stored.weight_bytes  # 8 bits a weight against 4.16

@@ -26,7 +26,7 @@ from chalk.errors import FitError
 from chalk.memo import by_identity
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
-from chalk.specs.precision import bytes_per_element, weight_only
+from chalk.specs.precision import bytes_per_element, canonical, weight_only
 from chalk.specs.workload import MAX_GPUS, Workload, context_note, count, sparse_law_name
 
 
@@ -327,6 +327,11 @@ class Lecture:
             notes.append(f"{chip.id} price ${chip.price_usd_per_hour}/h is an assumption: {chip.price_note}")
         if precision is None and model.weight_format is not None:  # what was sized: the checkpoint as stored
             notes.append(f"weights as stored: {model.weight_format.describe()}")
+        elif model.weight_format is not None and canonical(precision) != model.weight_format.precision:
+            # a precision asked for over a quantised checkpoint sizes every weight at it (QA 2026-11-28: -p fp8 on
+            # a GPTQ config dropped its quantization_config without a word)
+            notes.append(f"weights sized at {canonical(precision)} as asked, not as the checkpoint stores them "
+                         f"({model.weight_format.describe()}; leave --precision out to size those)")
         if weight_only(prec):
             notes.append(f"{prec} is weight-only quantisation: weights read at {bytes_per_element(prec) * 8:.3g} bits "
                          f"each, multiplied at {cprec} (dequantised on chip, assumed hidden under the math)")
