@@ -258,3 +258,12 @@ def test_answers_say_when_a_profiles_defaults_and_its_kernel_tables_are_differen
     assert not any("'s defaults (scheduler cap" in n for n in same["notes"])
     s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", rate=5, requests=300, engine="vllm")
     assert s.setup["kernels"] == r["kernels"]
+
+
+def test_a_sweep_names_its_kernel_tables():
+    """`chalk sweep` (and its JSON meta) names the kernel tables its steps are timed from, as estimate does (QA
+    2026-11-28: it never did)."""
+    s = chalk.sweep("llama-3.1-8b", "h100-sxm", batches=[1, 64])
+    assert s.meta["kernels"] == chalk.estimate("llama-3.1-8b", "h100-sxm", batch=64).kernels
+    rc, out, _ = cli("sweep", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--json")
+    assert rc == 0 and json.loads(out)["meta"]["kernels"].startswith("trtllm ")

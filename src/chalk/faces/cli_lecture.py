@@ -67,6 +67,8 @@ def sweep(
                   num(row["tokens_per_s"]), num(row["user_tokens_per_s"]), usd(row["cost_per_mtok_usd"]),
                   "yes" if row["fits"] else "no")
     console().print(t)
+    if a.get("kernels"):
+        console().print(f"[dim]kernel tables: {a['kernels']}[/dim]")
 
 
 def _parse_grid(text: str, name: str):

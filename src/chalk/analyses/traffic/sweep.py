@@ -89,5 +89,5 @@ def sweep_table(result, columns=SWEEP_COLUMNS) -> SweepResult:
     meta = dict(model=result.model, hardware=result.hardware, chips=result.chips, phase=result.phase,
                 precision=result.precision, kv_precision=result.kv_precision,
                 critical_batch=_plain(result.critical_batch), balance_context=_plain(result.balance_context),
-                efficiency=result.efficiency)
+                efficiency=result.efficiency, kernels=getattr(result, "kernels", None))
     return SweepResult(columns=cols, meta=meta)
