@@ -501,6 +501,8 @@ def test_a_run_measured_whole_keeps_its_rates_on_the_clients_clock(tmp_path, row
     assert r.latency_window["kind"] == "all" and r.mean_in_flight <= len(rows) * (1 + 1e-9)
     assert r.mean_in_flight == pytest.approx(r.requests_per_s * r.mean_e2e_s, rel=1e-6)
     assert r.mean_concurrency <= r.mean_in_flight and 0 < r.utilisation <= 1
+    more = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", trace=p, requests=50)
+    assert more.result.n_requests == len(rows) and any("more requests than the trace holds" in n for n in more.notes)
 
 
 def test_simulate_lengths_take_throughputs_forms_and_speedup_needs_a_trace():

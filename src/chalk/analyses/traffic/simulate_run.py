@@ -211,6 +211,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     tr = None
     if trace is not None:
         tr = read_trace(trace, speedup=speedup)
+        if n is not None and n > len(tr):  # said, not silent (QA 2026-11-28)
+            notes.append(f"-n {n:,} asks for more requests than the trace holds: its {len(tr):,} replayed once")
         if n is not None:
             tr = tr.head(n)
         ti, to, _ = (sim.truncate_to_context(tr.input_len, tr.output_len, m.max_context) if m.max_context
