@@ -43,8 +43,9 @@ def plan(
     output_len: Optional[str] = typer.Option(None, "--output-len", callback=length("--output-len"),
                                              help="Output tokens per request: as --input-len."),
     trace: Optional[str] = typer.Option(None, "--trace", help="Request trace (chalk CSV, rows in any order; Azure LLM "
-                                        "trace CSV or Mooncake JSONL, timestamps in order): the rate of its busiest minute and its own lengths, "
-                                        "instead of --rate/--users and --input-len/--output-len."),
+                                        "trace CSV or Mooncake JSONL, timestamps in order): the rate of its "
+                                        "busiest minute and its own lengths, instead of --rate/--users and "
+                                        "--input-len/--output-len."),
     speedup: float = typer.Option(1.0, "--speedup", help="With --trace: its rate times this."),
     min_user_tps: Optional[float] = typer.Option(None, "--min-user-tps", help="Output tokens/s every user gets "
                                                  "(checked as p99 TPOT <= 1/X)."),

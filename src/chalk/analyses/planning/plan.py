@@ -21,7 +21,8 @@ from chalk.analyses.traffic.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
-from chalk.analyses.traffic.serving import Speculation, _length, context_note, resolve_speculation, throughput
+from chalk.analyses.traffic.serving import (Speculation, _length, context_note, duration_text as _ms,
+                                            resolve_speculation, throughput)
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
 from chalk.specs.catalog import as_model, as_system
@@ -392,10 +393,6 @@ def _why(options) -> None:
         if abs(p - 1) > 0.005:
             parts.append(f"{p:.2f}x $/GPU-h")
         o["why"] = f"{ratio:.2f}x cost: " + (", ".join(parts) or "same GPUs and price")
-
-
-def _ms(v) -> str:
-    return "n/a" if v is None or not math.isfinite(v) else f"{v * 1e3:.3g} ms" if v < 1 else f"{v:.3g} s"
 
 
 def _diurnal(ask, demand: Demand, curve, v) -> dict:

@@ -854,8 +854,8 @@ def _prefill_pool_or_fail(m, system, layouts, points, max_ttft_s) -> dict:
     pool = _pick_prefill_pool(layouts, *points)
     if pool is None:
         raise FitError(f"no prefill layout of {m.id} on {system.chip.id} fits"
-                       + (f" and prefills a prompt alone within {_ms(max_ttft_s)} (the TTFT target, at the p99 prompt "
-                          "where a p99 is asked)" if max_ttft_s else ""))
+                       + (f" and prefills a prompt alone within {duration_text(max_ttft_s)} (the TTFT target, at "
+                          "the p99 prompt where a p99 is asked)" if max_ttft_s else ""))
     return pool
 
 
@@ -1492,13 +1492,14 @@ def _unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s
                        ev["user_tokens_per_s"] >= min_user_tps,
                        f"{best(ev['user_tokens_per_s'], 'high'):.1f} tokens/s per user"))
     if max_ttft_s:
-        checks.append((f"mean TTFT <= {_ms(max_ttft_s)}", ev["ttft_s"] <= max_ttft_s, _ms(best(ev["ttft_s"], "low"))))
+        checks.append((f"mean TTFT <= {duration_text(max_ttft_s)}", ev["ttft_s"] <= max_ttft_s,
+                       duration_text(best(ev["ttft_s"], "low"))))
     if s.tpot_p99_s:
-        checks.append((f"p99 TPOT <= {_ms(s.tpot_p99_s)}", ev["tpot_p99_s"] <= s.tpot_p99_s,
-                       _ms(best(ev["tpot_p99_s"], "low"))))
+        checks.append((f"p99 TPOT <= {duration_text(s.tpot_p99_s)}", ev["tpot_p99_s"] <= s.tpot_p99_s,
+                       duration_text(best(ev["tpot_p99_s"], "low"))))
     if s.ttft_p99_s:
-        checks.append((f"p99 TTFT <= {_ms(s.ttft_p99_s)}", ev["ttft_p99_s"] <= s.ttft_p99_s,
-                       _ms(best(ev["ttft_p99_s"], "low"))))
+        checks.append((f"p99 TTFT <= {duration_text(s.ttft_p99_s)}", ev["ttft_p99_s"] <= s.ttft_p99_s,
+                       duration_text(best(ev["ttft_p99_s"], "low"))))
     failing = [c for c in checks if not np.any(feasible & c[1])]
     shown = failing or checks
     what = "; ".join(f"{t} (best {b})" for t, _, b in shown)
@@ -1511,9 +1512,12 @@ def _unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s
     return head + ("" if speculative else "; --mtp may reach further")
 
 
-def _ms(seconds: float) -> str:
-    """A duration as a person reads it: ms below 1 s, else s."""
+def duration_text(seconds) -> str:
+    """A duration as a person reads it in a message: ms below 1 s, else s ('n/a' for none or not finite)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
     return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
 
 
 def _pool_share(fx: _Fixed, seats: float, lone_s: float) -> tuple:
