@@ -12,7 +12,6 @@ p10-p90 0.998-1.000); no repeat of the kernel run was made on this lease.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,35 +20,13 @@ import pytest
 
 from chalk.analyses.step.kernels import FRAMEWORKS, STREAM_CEILING
 from chalk.specs.catalog import load_chip
+from device_fixtures import cd, chip, ratios, rows  # noqa: F401 (fixtures, with DATA and CHIP below)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h100_device"
 H200_DATA = ROOT / "tests" / "data" / "h200_device"
 DEVICE = "NVIDIA H100 80GB HBM3"
 CHIP = "h100"  # the catalog's h100-sxm (H100 SXM5 80 GB HBM3, the card measured)
-
-
-@pytest.fixture(scope="module")
-def cd():
-    spec = importlib.util.spec_from_file_location("compare_device", ROOT / "scripts" / "compare_device.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def rows(cd):
-    return cd.load_rows(DATA / "kernels.csv")
-
-
-@pytest.fixture(scope="module")
-def chip():
-    return load_chip(CHIP)
-
-
-@pytest.fixture(scope="module")
-def ratios(cd, rows, chip):
-    return {fw: {op: cd.summary(v) for op, v in cd.ratios(rows, chip, fw).items()} for fw in FRAMEWORKS}
 
 
 def test_chip_is_the_card_measured(chip):

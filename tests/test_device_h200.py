@@ -10,7 +10,6 @@ one kernel may fairly be; the run-to-run spread of a repeated run (p10-p90 0.975
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -18,33 +17,11 @@ import numpy as np
 import pytest
 
 from chalk.analyses.step.kernels import FRAMEWORKS, STREAM_CEILING
-from chalk.specs.catalog import load_chip
+from device_fixtures import cd, chip, ratios, rows  # noqa: F401 (fixtures, with DATA and CHIP below)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h200_device"
-
-
-@pytest.fixture(scope="module")
-def cd():
-    spec = importlib.util.spec_from_file_location("compare_device", ROOT / "scripts" / "compare_device.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def rows(cd):
-    return cd.load_rows(DATA / "kernels.csv")
-
-
-@pytest.fixture(scope="module")
-def chip():
-    return load_chip("h200")
-
-
-@pytest.fixture(scope="module")
-def ratios(cd, rows, chip):
-    return {fw: {op: cd.summary(v) for op, v in cd.ratios(rows, chip, fw).items()} for fw in FRAMEWORKS}
+CHIP = "h200"
 
 
 def test_rows_name_their_device_and_cover_the_grid(rows):
