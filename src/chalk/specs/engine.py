@@ -84,6 +84,13 @@ class EngineProfile:
             return None
         return f"{self.label} does not run on {vendor} chips (it runs on {', '.join(self.vendors)} chips)"
 
+    def check_chip(self, vendor: str, method: str | None = None) -> None:
+        """One InputError line where this engine does not run on `vendor`'s chips (`runs_on`), or does not load a
+        checkpoint quantised with `method` there (`refuses`)."""
+        why = self.runs_on(vendor) or (self.refuses(method, vendor) if method is not None else None)
+        if why:
+            raise InputError(f"{why}: choose another --engine")
+
     def refuses(self, method: str | None, vendor: str) -> str | None:
         """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
         (the catalog's `unsupported_checkpoints`, with the source it was read from)."""

@@ -33,7 +33,8 @@ from chalk.specs.workload import count, positive
 
 #: Requests each option's replay simulates by default (more when a replica holds many in flight).
 DEFAULT_SIM_REQUESTS = 12_000
-#: Engines that run on each vendor's chips.
+
+
 def engines_for_vendor(vendor: str) -> tuple:
     """The engines chalk sizes and launches on a vendor's chips: each catalog engine whose profile runs there
     (`EngineProfile.vendors`, with its source), in `ENGINES` order."""
@@ -144,7 +145,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
         ask_s = ask if not exploring else dataclasses.replace(ask, precisions=tuple(
             p for p in ask.precisions if p is None or p in system.chip.flops_per_s))
         for eng in (engine,) if engine is not None else runs:
-            ask_e = dataclasses.replace(ask_s, engine=engine_spec if eng == engine else eng)
+            ask_e = dataclasses.replace(ask_s, engine=engine_spec or eng)
             for mode in modes:
                 try:
                     s, why = S.best(ask_e, system, mode)

@@ -24,7 +24,7 @@ from chalk.analyses.step.calibration import calibration
 from chalk.analyses.step.parallel import engine_overhead_s
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
-                                            default_chunk_tokens, fixed_deployment, prefill_piece,
+                                            default_chunk_tokens, fixed_deployment, p99_prompt_ratio, prefill_piece,
                                             prefill_step_tokens, replica_chunk_tokens, search_sizes,
                                             settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
@@ -271,25 +271,19 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     return s
 
 
-def _ttft(c: dict, op, lat: float, p99_prompt_ratio: float = 1.0):
+def _ttft(c: dict, op, lat: float, p99_ratio: float = 1.0):
     """(mean TTFT, p99 TTFT) that candidate `c` predicts at operating point `op` (numbers, or arrays over a curve):
     aggregated, the closed form's (its prefill chunks and queue, the request latency included); disaggregated, one
     prompt alone on the prefill pool with its KV transfer, one decode step, and the request latency `lat` outside
     the engines (as the replay counts it, `replay`'s client_latency_s); its p99 the p99 prompt's, the lone prompt's
-    time scaled by `p99_prompt_ratio` (p99 prompt / mean prompt: prefill time grows at least linearly with the
-    prompt; the plan's p99 read the mean prompt, 0.21 s against a replayed 1.47 s on Azure's conversation trace)."""
+    time scaled by `p99_ratio` (`serving.p99_prompt_ratio`, p99 prompt / mean prompt: prefill time grows at least
+    linearly with the prompt; the plan's p99 read the mean prompt, 0.21 s against a replayed 1.47 s on Azure's
+    conversation trace)."""
     if c["mode"] == "aggregated":
         return op["ttft_s"], op["ttft_p99_s"]
     lone = c["prefill"]["lone_prompt_s"]
     t = lone + op["tpot_s"] + lat
-    return t, t + lone * (max(p99_prompt_ratio, 1.0) - 1.0)
-
-
-def _p99_prompt_ratio(ask) -> float:
-    """The asked prompt lengths' p99 over their mean (1 for a fixed length)."""
-    d = ask.input_len
-    p99 = getattr(d, "p99", None)
-    return float(p99 / ask.I) if p99 is not None and ask.I > 0 else 1.0
+    return t, t + lone * (p99_ratio - 1.0)
 
 
 def _in_flight_for_rate(ask: Ask, system: System, c: dict, rate: float) -> float:
@@ -335,7 +329,7 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
         spare = min(spare, float(F.headroom(P, prompts * (c["e2e_at_cap_s"] if d.kind == "users" else 1.0),
                                             d.value)))
     ttft_mean, ttft = (float(t) for t in _ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s,
-                                                _p99_prompt_ratio(ask)))
+                                                p99_prompt_ratio(ask.input_len, ask.I)))
     return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
             "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,

@@ -556,9 +556,7 @@ def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, prec
     from chalk.specs.engine import load_engine
 
     eng = load_engine(engine) if isinstance(engine, str) else engine
-    why = eng.runs_on(system.chip.vendor)
-    if why:  # TensorRT-LLM on an MI300X or a TPU was answered as if it ran there (QA 2026-11-28)
-        raise InputError(f"{why}: choose another --engine")
+    eng.check_chip(system.chip.vendor)  # TensorRT-LLM on an MI300X or a TPU was answered as if it ran there
     eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     ideal = cal.label == "ideal"
     return {"kernels": engine_kernels(system.chip, cal, eng), "overhead_s": engine_overhead_s(eng, cal),

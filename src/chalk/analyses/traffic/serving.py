@@ -403,10 +403,8 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
     cal = with_eplb(calibration_override or calibration(ideal, system.chip), eplb)
     eng = _engine(engine)
     fmt = getattr(m, "weight_format", None)
-    refused = eng.refuses(fmt.method, system.chip.vendor) if eng is not None and fmt is not None else None
-    refused = (eng.runs_on(system.chip.vendor) if eng is not None else None) or refused
-    if refused:
-        raise InputError(f"{refused}: choose another --engine")
+    if eng is not None:
+        eng.check_chip(system.chip.vendor, fmt.method if fmt is not None else None)
     if eng is not None and hasattr(eng, "for_gpu"):  # the engine's own GPU-dependent defaults
         eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     if eng is not None and cal.label != "ideal":
@@ -819,7 +817,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
         ev_s = _evaluate(costs, system, g, Ip, O, cal, disaggregated, spec=speculative, **kw)
     pool = pool_points = None
-    p99_I = float(input_len.quantile(0.99)) if hasattr(input_len, "quantile") else I
+    p99_ratio = p99_prompt_ratio(input_len, I)
     if disaggregated:
         # a prefill worker must prefill the p99 prompt alone within the p99 TTFT (less the request latency; prefill
         # time grows at least linearly with the prompt), else the pool's fastest-per-GPU layout answered every p99
@@ -827,7 +825,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
         # for a 15 s p99 that TP8 meets; QA 2026-11-28)
         pool_ttft = max_ttft_s
         if ttft_p99_s:
-            per_mean = (ttft_p99_s - cal.request_latency_s) / max(p99_I / max(I, 1.0), 1.0)
+            per_mean = (ttft_p99_s - cal.request_latency_s) / p99_ratio
             pool_ttft = min(pool_ttft, per_mean) if pool_ttft else per_mean
         pool_points = _prefill_pool_points(costs, system, layouts, max(Ip, 1.0), cal, pool_ttft, max_tokens)
         pool = _prefill_pool_or_fail(m, system, layouts, pool_points, pool_ttft)
@@ -835,7 +833,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
                 ideal=ideal, calibration_override=calibration_override, engine=engine, cache_hit=cache_hit,
                 eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens)
     return _Search(m, system, I, O, L, F, cal, eng, costs, sizes, layouts, g, Ip, ev, ev_s, speculative, pool,
-                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, max(p99_I / max(I, 1.0), 1.0), args,
+                   max_ttft_s, disaggregated, tpot_p99_s, ttft_p99_s, p99_ratio, args,
                    pool_points, arrivals, gpus is not None)
 
 
@@ -912,49 +910,47 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
             ev[key] = np.where(better, ev_s[key], ev[key])
         spec_used = speculative
     ev["speculative"] = better
+    def pool_ratio(out):  # prefill-pool GPUs per decode GPU at `out` output tokens/s per decode GPU
+        return out * Ip / O / pool["input_tokens_per_s_per_gpu"]
+
     if disaggregated:
-        ratio = ev["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]
+        ratio = pool_ratio(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"] / (1 + ratio)
         ev["ttft_s"], ev["prefill_share"] = np.full_like(per_gpu, pool["ttft_s"]), np.zeros_like(per_gpu)
     else:
         ratio = np.zeros_like(ev["output_per_gpu"])
         per_gpu = ev["output_per_gpu"]
-    # TTFT on the client's clock, as a fixed deployment and every replay report it: the engine's (a lone prompt's
-    # prefill) plus the calibrated per-request latency outside its steps
+    lat = cal.request_latency_s
+
+    def meets(e, engine_ttft):
+        """Where evaluation `e` (engine TTFT `engine_ttft`) fits and meets every constraint asked: TTFT on the client's
+        clock, as a fixed deployment and every replay report it (the engine's plus the calibrated per-request latency
+        outside its steps), its p99 at the p99 prompt."""
+        ok = e["fits"].copy()
+        if min_user_tps:
+            ok &= e["user_tokens_per_s"] >= min_user_tps
+        if max_ttft_s:
+            ok &= engine_ttft + lat <= max_ttft_s
+        if s.tpot_p99_s:
+            ok &= e["tpot_p99_s"] <= s.tpot_p99_s
+        if s.ttft_p99_s:
+            ok &= engine_ttft * s.ttft_p99_ratio + lat <= s.ttft_p99_s
+        return ok
+
     engine_ttft = ev["ttft_s"]
-    ev["ttft_s"] = engine_ttft + cal.request_latency_s
-    ok = ev["fits"].copy()
-    if not np.any(ok):
+    ev["ttft_s"], ev["ttft_p99_s"] = engine_ttft + lat, engine_ttft * s.ttft_p99_ratio + lat
+    feasible = ev["fits"].copy()
+    if not np.any(feasible):
         raise FitError(_no_fit(m, costs, s.sizes, system, cal, context=I + O))
-    feasible = ok.copy()
-    if min_user_tps:
-        ok &= ev["user_tokens_per_s"] >= min_user_tps
-    if max_ttft_s:
-        ok &= ev["ttft_s"] <= max_ttft_s
-    ev["ttft_p99_s"] = engine_ttft * s.ttft_p99_ratio + cal.request_latency_s
-    if s.tpot_p99_s:
-        ok &= ev["tpot_p99_s"] <= s.tpot_p99_s
-    if s.ttft_p99_s:
-        ok &= ev["ttft_p99_s"] <= s.ttft_p99_s
+    ok = meets(ev, engine_ttft)
     if not np.any(ok):
         raise FitError(_unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s, speculative))
     plain = None
     if s.ev_spec is not None:  # the best point without speculation under the same constraints (where MTP won at
         # every point, the merged arrays held no plain point and the gain over plain read null)
         e0 = s.ev
-        t0 = (np.full_like(e0["output_per_gpu"], pool["ttft_s"]) if disaggregated else e0["ttft_s"]) \
-            + cal.request_latency_s
-        ok0 = e0["fits"].copy()
-        if min_user_tps:
-            ok0 &= e0["user_tokens_per_s"] >= min_user_tps
-        if max_ttft_s:
-            ok0 &= t0 <= max_ttft_s
-        if s.tpot_p99_s:
-            ok0 &= e0["tpot_p99_s"] <= s.tpot_p99_s
-        if s.ttft_p99_s:
-            ok0 &= (t0 - cal.request_latency_s) * s.ttft_p99_ratio + cal.request_latency_s <= s.ttft_p99_s
-        pg0 = e0["output_per_gpu"] / (1 + e0["output_per_gpu"] * Ip / O / pool["input_tokens_per_s_per_gpu"]) \
-            if disaggregated else e0["output_per_gpu"]
+        ok0 = meets(e0, np.full_like(e0["output_per_gpu"], pool["ttft_s"]) if disaggregated else e0["ttft_s"])
+        pg0 = e0["output_per_gpu"] / (1 + pool_ratio(e0["output_per_gpu"])) if disaggregated else e0["output_per_gpu"]
         plain = float(np.max(np.where(ok0, pg0, -np.inf))) if np.any(ok0) else None
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
@@ -1512,12 +1508,18 @@ def _unmet_constraints(m, system, cal, ev, feasible, min_user_tps, max_ttft_s, s
     return head + ("" if speculative else "; --mtp may reach further")
 
 
+def p99_prompt_ratio(lengths, mean: float) -> float:
+    """The prompts' p99 length over their mean, at least 1 (1 for a length given as a number, or None): a p99 TTFT
+    is the p99 prompt's."""
+    p99 = float(lengths.quantile(0.99)) if hasattr(lengths, "quantile") else mean
+    return max(p99 / max(mean, 1.0), 1.0)
+
+
 def duration_text(seconds) -> str:
     """A duration as a person reads it in a message: ms below 1 s, else s ('n/a' for none or not finite)."""
     if seconds is None or not math.isfinite(seconds):
         return "n/a"
     return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
-
 
 
 def _pool_share(fx: _Fixed, seats: float, lone_s: float) -> tuple:
@@ -1592,9 +1594,7 @@ def _closed_form(fx: _Fixed, Nr):
 def _ttft_p99_closed(fx: _Fixed, ttft0, waiting, X):
     """The closed form's p99 TTFT on the engine's clock: the p99 prompt's prefill plus the mean wait. The prompt
     lengths are the parsed distribution (`fx.di`), so a spec string and its parsed object give the same p99."""
-    I = fx.I
-    p99_I = float(fx.di.quantile(0.99)) if fx.di is not None else I
-    return ttft0 * max(p99_I / max(I, 1.0), 1.0) + waiting / X
+    return ttft0 * p99_prompt_ratio(fx.di, fx.I) + waiting / X
 
 
 class FixedCurve:

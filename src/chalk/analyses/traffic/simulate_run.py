@@ -215,9 +215,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
             notes.append(f"-n {n:,} asks for more requests than the trace holds: its {len(tr):,} replayed once")
         if n is not None:
             tr = tr.head(n)
-        ti, to, _ = (sim.truncate_to_context(tr.input_len, tr.output_len, m.max_context) if m.max_context
+        # cut to the context once, before anything is sized: the replica is sized for, and replays, what it serves
+        trace_cut = (sim.truncate_to_context(tr.input_len, tr.output_len, m.max_context) if m.max_context
                      else (tr.input_len, tr.output_len, 0))
-        din, dout = empirical(ti, "trace prompts"), empirical(to, "trace outputs")  # sized as served: cut
+        din, dout = empirical(trace_cut[0], "trace prompts"), empirical(trace_cut[1], "trace outputs")
     else:
         if speedup != 1.0:
             raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
@@ -261,16 +262,16 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
                          limits)
     if tr is not None:
-        arrivals, i_len, o_len = tr.arrival_s, tr.input_len, tr.output_len
+        arrivals, (i_len, o_len, cut) = tr.arrival_s, trace_cut
     elif concurrency is not None:
         r0 = sim.closed_loop_requests(max_batch, n or DEFAULT_REQUESTS, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
     else:  # lengths drawn as throughput's open loop draws them (a mean spread as a closed loop spreads it)
         r0 = sim.poisson_requests(rate, n or DEFAULT_REQUESTS, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
-    cut = 0
-    if m.max_context:
-        i_len, o_len, cut = sim.truncate_to_context(i_len, o_len, m.max_context)
+    if tr is None:  # drawn lengths (a mean spreads past it) cut as a trace's were
+        i_len, o_len, cut = (sim.truncate_to_context(i_len, o_len, m.max_context) if m.max_context
+                             else (i_len, o_len, 0))
     if cut:
         notes.append(f"{cut:,} of {i_len.size:,} requests longer than {m.id}'s {m.max_context:,}-token context "
                      f"{'was' if cut == 1 else 'were'} cut to fit it (the output first, the prompt only where it "
