@@ -556,7 +556,8 @@ def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, prec
     from chalk.specs.engine import load_engine
 
     eng = load_engine(engine) if isinstance(engine, str) else engine
-    eng.check_chip(system.chip.vendor)  # TensorRT-LLM on an MI300X or a TPU was answered as if it ran there
+    fmt = getattr(model, "weight_format", None)  # as `throughput` and `plan` check it: the chip and the checkpoint
+    eng.check_chip(system.chip.vendor, fmt.method if fmt is not None else None)
     eng = eng.for_gpu(system.chip.hbm_bytes, chip=system.chip.id)
     ideal = cal.label == "ideal"
     return {"kernels": engine_kernels(system.chip, cal, eng), "overhead_s": engine_overhead_s(eng, cal),
