@@ -171,6 +171,19 @@ def test_layout_report_fit_error():
         par.layout_report(load_model("deepseek-v3"), load_system("hgx-h100"), gpus=1)
 
 
+def test_layout_report_kv_per_sequence_per_gpu_splits_over_tp_and_pp():
+    """One sequence's KV at 4,096 tokens on Llama-3.1-70B (80 layers x 8 KV heads x 128 x 2 x 2 bytes = 327,680 B per
+    token, 1.34 GB) is split over the GPUs that hold it: 4 ways by TP4 (8 KV heads) and 4 ways by PP4 alike; the
+    PP rows showed the whole 1.34 GB (QA 2026-11-28)."""
+    rows = {(r["tp"], r["pp"]): r for r in par.layout_report(load_model("llama-3.1-70b"), load_system("hgx-h100"),
+                                                             precision="bf16", kv_precision="bf16",
+                                                             context=4096)["layouts"]}
+    whole = 327_680 * 4096
+    assert rows[(1, 1)]["kv_bytes_per_sequence_per_gpu"] == pytest.approx(whole, rel=1e-9)
+    for tp, pp in ((4, 1), (1, 4), (2, 2)):
+        assert rows[(tp, pp)]["kv_bytes_per_sequence_per_gpu"] == pytest.approx(whole / 4, rel=1e-9)
+
+
 def test_claims():
     cs = {c.id: c for c in par.claims()}
     assert set(cs) == {"scale_out_slowdown", "pipeline_kv_per_gpu_constant", "pipeline_training_bubble"}

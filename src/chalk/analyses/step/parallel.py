@@ -484,7 +484,8 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
         kv1 = float(memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, lay.pp * lay.attn_dp, context)[1])
         per_stage_max = float(P.max_sequences_fit(usable, w, kv1)) if kv1 > 0 else float("inf")
         table.append({**lay.to_dict(), "weight_bytes_per_gpu": float(w), "fits_weights": bool(w < usable),
-                      "kv_bytes_per_sequence_per_gpu": kv1,
+                      # kv1 is one sequence per stage and rank: each GPU holds its stage's layers of pp of them
+                      "kv_bytes_per_sequence_per_gpu": kv1 / lay.pp,
                       "max_sequences_per_replica": per_stage_max * lay.pp * lay.attn_dp})
     if not any(r["fits_weights"] for r in table):
         raise FitError(f"{model.id} does not fit on {n} x {system.chip.id} in any layout: weights need "
