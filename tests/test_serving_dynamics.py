@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +15,7 @@ from hypothesis import strategies as st
 
 from chalk.analyses.traffic import simulate as S
 from chalk.analyses.traffic.serving import FixedCurve, Speculation, fixed_deployment, throughput
-from chalk.errors import FitError
+from chalk.errors import FitError, InputError
 
 SC_8B = S.StepCost.from_step_model("llama-3.1-8b", "h100-sxm", "tp=1", batch=64, context=1200, prompt_len=1000,
                                    prefill_tokens=300)
@@ -383,6 +386,29 @@ def test_the_replayed_mean_step_names_a_batch_estimate_takes():
     e = estimate("llama-3.1-70b", "h100-sxm", batch=round(ms["decode_sequences"]), context=r["mean_decode_context"],
                  layout="tp=4")
     assert e.step_time_s == pytest.approx(ms["pure_decode_step_s"], rel=1e-9)
+
+
+def test_the_fixed_answer_shows_the_op_table_of_its_mean_mix():
+    """The mean step's ops (issue 23: 'the op table of that mixed step'): one step carrying the mean decode batch and
+    the mean prompt tokens, its ops adding up to its time (no overlap on TP4), slower than the pure decode step by
+    the prompt tokens it carries; the text answer prints it beside the pure step `estimate` times (QA 2026-11-28)."""
+    r = fixed_deployment("llama-3.1-70b", "h100-sxm", layout="tp=4", concurrency=32, input_len=2000, output_len=500)
+    ms = r["mean_step"]
+    assert ms["prefill_tokens_per_step"] > 0 and ms["mean_mix_step_s"] > ms["pure_decode_step_s"]
+    assert sum(ms["mean_mix_ops_s"].values()) == pytest.approx(ms["mean_mix_step_s"], rel=1e-6)
+    assert {"mlp", "attention_decode", "attention_prefill", "overhead"} <= set(ms["mean_mix_ops_s"])
+    p = subprocess.run([sys.executable, "-m", "chalk", "throughput", "-m", "llama-3.1-70b", "-H", "h100-sxm",
+                        "--layout", "tp=4", "--concurrency", "32", "--input-len", "2000", "--output-len", "500"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0 and "mean step per replica" in p.stdout
+    assert f"estimate --batch {round(ms['decode_sequences'])} --context 2250" in p.stdout
+
+
+def test_concurrency_is_bounded_as_users_are():
+    """1e12 requests in flight printed a TTFT of 1,930,233 days (QA 2026-11-28): bounded as plan's users (1e9)."""
+    with pytest.raises(InputError, match="concurrency must be at most 1,000,000,000"):
+        fixed_deployment("llama-3.1-70b", "h100-sxm", layout="tp=4", concurrency=10 ** 12, input_len=2000,
+                         output_len=200)
 
 
 @pytest.mark.parametrize("engine", [None, "vllm", "sglang@0.4", "trtllm"])

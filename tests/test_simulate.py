@@ -486,6 +486,49 @@ def test_lengths_are_cut_to_the_context_before_the_replica_is_sized(tmp_path):
     assert not any("sized and replayed as cut" in n for n in s.notes)
 
 
+def test_every_door_cuts_lengths_past_the_context_the_same_way():
+    """200,000 prompt tokens and 200 outputs on Llama-3.1-8B (131,072-token context) are one request of 131,071 in
+    and 1 out through `throughput --layout --concurrency`, `simulate --concurrency` and the search alike, each with
+    the note (throughput timed the 200,000 tokens while simulate cut them, 80x apart; QA 2026-11-28); every request
+    of a mean past the context counts as cut (55 of 100 were said)."""
+    import chalk
+    from chalk.analyses.traffic.serving import throughput
+
+    kw = dict(input_len=200_000, output_len=200)
+    t = throughput("llama-3.1-8b", "h100", layout="tp=2", concurrency=2, **kw)
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=2", concurrency=2, requests=400, **kw)
+    assert (t["input_len"], t["output_len"]) == (131_071, 1) and s.input_len_mean == 131_071
+    assert s.output_tokens_per_s / 2 == pytest.approx(t["output_tokens_per_s_per_gpu"], rel=0.02)  # TP2
+    assert s.truncated_requests == 400
+    assert any("sized and replayed as cut" in n for n in t["notes"])
+    found = throughput("llama-3.1-8b", "h100", **kw)
+    assert (found["input_len"], found["output_len"]) == (131_071, 1)
+    assert any("sized and replayed as cut" in n for n in found["notes"])
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", rate=1, requests=100, input_len=500_000, output_len=10)
+    assert s.truncated_requests == 100
+    # a measured run is answered as it ran (validate): its engine was built for the longer sequence
+    kept = throughput("llama-3.1-8b", "h100", layout="tp=2", concurrency=2, cut_to_context=False,
+                      input_len=120_000, output_len=20_000)
+    assert kept["input_len"] == 120_000 and any("timed as asked" in n for n in kept["notes"])
+
+
+def test_one_token_outputs_are_exactly_one_token_and_little_holds():
+    """--output-len 1 draws one token per request (a mean's spread narrows to stay at or above one token: the clip
+    made it 1.03, output tokens/s 3% above requests/s), TPOT is undefined, and in flight = requests/s x time per
+    request (3.8% off at one in flight; QA 2026-11-28)."""
+    import chalk
+
+    s = chalk.simulate("llama-3.1-70b", "h100", layout="tp=4", concurrency=1, input_len=2000, output_len=1,
+                       requests=2048)
+    assert s.output_tokens_per_s == pytest.approx(s.requests_per_s, rel=1e-9)
+    assert s.requests_per_s * s.mean_e2e_s == pytest.approx(1.0, rel=0.02)
+    from chalk.analyses.traffic.serving import throughput
+
+    t = throughput("llama-3.1-70b", "h100", layout="tp=4", concurrency=1, input_len=2000, output_len=1)
+    x = t["output_tokens_per_s_per_gpu"] * 4  # requests/s: one token each
+    assert x * t["ttft_s"] == pytest.approx(1.0, rel=0.02)
+
+
 @pytest.mark.parametrize("rows", [["0,1000,100"], ["0,10,2", "0,10,2"], ["0,500,50", "0.5,500,50", "3,2000,8"]])
 def test_a_run_measured_whole_keeps_its_rates_on_the_clients_clock(tmp_path, rows):
     """A trace too short for a steady state is measured whole, from the first send to the last finish: no more

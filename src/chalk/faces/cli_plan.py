@@ -237,6 +237,8 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             + f"; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica at the demand ("
             + ("Little's law at that load's own latency; " if "/s" in b["demand_unit"] else "")
+            + (f"its replay held {num(b['simulated']['mean_in_flight_per_replica'])}; "
+               if (b.get("simulated") or {}).get("mean_in_flight_per_replica") is not None else "")
             + f"at most {num(b['max_concurrency_per_replica'])} meet the targets), capacity "
             f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica, headroom {pct(b['headroom'])}; "
             f"{b['precision']} weights, {b['kv_precision']} KV"

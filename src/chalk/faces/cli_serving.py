@@ -498,6 +498,16 @@ def _print_fixed(c, r, system):
              + (f"; {num(r['mean_step']['decode_sequences'])} decoding in a mean step, the rest prefilling"
                 if (r.get("mean_step") or {}).get("source", "").startswith("replayed") else "")),
             ("cost", f"{usd(r['cost_per_mtok_output_usd'])} per M output tokens (all GPU time)")]
+    ms = r.get("mean_step")
+    if ms:  # what TPOT is made of, reconciled with `estimate` at the same batch
+        top = sorted(ms["mean_mix_ops_s"].items(), key=lambda kv: -kv[1])[:4]
+        rows.insert(-1, ("mean step per replica",
+                         f"{seconds(ms['mean_step_s'])}: {num(ms['decode_sequences'])} decode + "
+                         f"{num(ms['prefill_tokens_per_step'])} prompt tokens per step on average; a pure decode step "
+                         f"{seconds(ms['pure_decode_step_s'])} "
+                         f"(estimate --batch {max(round(ms['decode_sequences']), 1)} "
+                         f"--context {r['mean_decode_context']:.0f}); at the mean mix "
+                         + ", ".join(f"{k} {seconds(v)}" for k, v in top)))
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
                                                      if r.get("engine") else "")))

@@ -265,7 +265,8 @@ def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_preci
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
                             simulate=simulate or requests is not None, requests=requests, max_seqs=max_batch,
-                            prefill_layout=prefill_layout, max_tokens=max_tokens, warm_engine=warmed)
+                            prefill_layout=prefill_layout, max_tokens=max_tokens, warm_engine=warmed,
+                            cut_to_context=False)  # a measured run's engine ran the lengths it ran
 
 
 def row_engine(row: Row) -> str | None:
@@ -327,7 +328,7 @@ def _searched(model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, s
     return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
                       kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
                       layout=lay, speculative=spec, engine=eng, max_seqs=max_batch, tpot_p99_s=tpot99,
-                      ttft_p99_s=ttft99, max_tokens=max_tokens,
+                      ttft_p99_s=ttft99, max_tokens=max_tokens, cut_to_context=False,
                       replay_latency=False)  # (its rows are throughputs: no latency replay)
 
 

@@ -21,7 +21,7 @@ from chalk.analyses.traffic.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
-from chalk.analyses.traffic.serving import (Speculation, _length, context_note, duration_text as _ms,
+from chalk.analyses.traffic.serving import (Speculation, _length, context_note, cut_lengths, duration_text as _ms,
                                             resolve_speculation, throughput)
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
@@ -113,6 +113,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
         checkpoint = user_checkpoint(checkpoint)
     m = as_model(model)
     speculative = resolve_speculation(speculative, m)
+    # sized for what the replicas serve: lengths past the context cut to it, as every door cuts them
+    input_len, output_len, asked = cut_lengths(m, input_len, output_len)
     I, din = _length("input_len", input_len)
     O, dout = _length("output_len", output_len)
     names = candidate_list(hardware)
@@ -188,7 +190,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                                                     for p in precisions))
     if from_trace is not None:
         res["notes"] = from_trace["notes"] + res["notes"]
-    ctx = context_note(m, I, O)
+    ctx = context_note(m, *asked)
     if ctx:
         res["notes"] = [ctx] + res["notes"]
     if curves:

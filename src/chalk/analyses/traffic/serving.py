@@ -28,6 +28,7 @@ from chalk.equations import parallel as P
 from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
 from chalk.specs.catalog import as_model, as_system
+from chalk.specs.demand import MAX_USERS
 from chalk.specs.hardware import System
 from chalk.specs.workload import MAX_GPUS, count, positive, short, tokens
 
@@ -363,16 +364,58 @@ def _length(name: str, spec):
     return float(d.mean), d
 
 
-def context_note(m, I: float, O: float) -> str | None:
-    """A note where requests of `I` prompt and `O` output tokens (means) run past `m`'s context (its config's
-    max_position_embeddings): engines that hold to it (vLLM, SGLang) refuse them; measured runs past it exist
-    (TensorRT-LLM built with a longer max_seq_len: Llama-2-70B at 128 + 4,096 on H200), so they are timed, not
-    refused (a sampled distribution's tail past the context is truncated, `simulate`)."""
+def context_note(m, I: float, O: float, cut: bool = True) -> str | None:
+    """A note where requests of `I` prompt and `O` output tokens (means, as asked) run past `m`'s context (its
+    config's max_position_embeddings): `cut` (every door's default, `within_context`): they were sized and replayed
+    cut to it; else (a measured run's answer, `validate`: TensorRT-LLM built with a longer max_seq_len ran Llama-2-70B
+    at 128 + 4,096 on H200) timed as asked."""
     if m.max_context and I + O > m.max_context:
-        return (f"input {I:,.0f} + output {O:,.0f} = {I + O:,.0f} tokens per request is beyond {m.id}'s "
-                f"{m.max_context:,}-token context (max_position_embeddings): vLLM and SGLang refuse such requests; "
-                "an engine built for a longer sequence extrapolates the position encoding")
+        head = (f"input {I:,.0f} + output {O:,.0f} = {I + O:,.0f} tokens per request is beyond {m.id}'s "
+                f"{m.max_context:,}-token context (max_position_embeddings)")
+        if cut:
+            return head + (": sized and replayed as cut to it (the output first, the prompt only where it alone "
+                           "fills the context), as vLLM and SGLang refuse longer requests")
+        return head + ": timed as asked (an engine built for a longer sequence extrapolates the position encoding)"
     return None
+
+
+#: Lengths drawn to see whether a length distribution reaches past the model's context before anything is sized.
+CONTEXT_PROBE = 4096
+
+
+def within_context(m, din, dout, seed: int = 0) -> tuple:
+    """(input, output, share of requests cut: 0 for none, 1 for a mean past the context): lengths (numbers or length
+    distributions) as sized and replayed, cut to `m`'s context first (`simulate.truncate_to_context`: the output
+    first, down to one token, then the prompt): a mean past it is cut as one request would be; a distribution that
+    reaches past it is replaced by a sample of it (CONTEXT_PROBE draws), cut pair by pair. Every door cuts the same
+    way, so the same request is the same everywhere (QA 2026-11-28: `throughput` timed 200,000 prompt tokens on a
+    131,072-token model that `simulate` cut). Lengths that fit come back as given."""
+    from chalk.analyses.traffic import simulate as sim
+    from chalk.specs.lengths import empirical
+
+    if not m.max_context:
+        return din, dout, 0.0
+    if not hasattr(din, "sample") and not hasattr(dout, "sample"):
+        P, O, cut = sim.truncate_to_context(np.array([round(din)]), np.array([round(dout)]), m.max_context)
+        return (float(P[0]), float(O[0]), 1.0) if cut else (din, dout, 0.0)
+    rng = np.random.default_rng(seed)
+    draw = (lambda d: d.sample(CONTEXT_PROBE, rng) if hasattr(d, "sample")  # noqa: E731
+            else np.full(CONTEXT_PROBE, max(int(round(d)), 1)))
+    P, O, cut = sim.truncate_to_context(draw(din), draw(dout), m.max_context)
+    if not cut:
+        return din, dout, 0.0
+    return (empirical(P, "prompts cut to the context"), empirical(O, "outputs cut to the context"),
+            cut / CONTEXT_PROBE)
+
+
+def cut_lengths(m, input_len, output_len, cut: bool = True) -> tuple:
+    """(input spec, output spec, (I, O) as asked): a door's length arguments parsed (`_length`) and, with `cut`,
+    cut to `m`'s context (`within_context`); the means as asked go to `context_note`."""
+    (I, di), (O, do) = _length("input_len", input_len), _length("output_len", output_len)
+    if not cut:
+        return input_len, output_len, (I, O)
+    a, b, _ = within_context(m, di if di is not None else I, do if do is not None else O)
+    return a, b, (I, O)
 
 
 def _engine(engine):
@@ -446,7 +489,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                cache_hit: float | None = None, prefill_gpus: int | None = None, eplb: str | None = None,
                tpot_p99_s: float | None = None, ttft_p99_s: float | None = None, max_seqs: int | None = None,
                max_tokens: int | None = None, prefill_layout=None, arrivals: str = "poisson",
-               replay_latency: bool = True) -> dict:
+               replay_latency: bool = True, cut_to_context: bool = True) -> dict:
     """Highest output tokens/s per GPU over layouts x batch that fits and meets the constraints; or, with both
     `layout` and `concurrency`, what exactly that deployment does (`fixed_deployment`); `disaggregated` with them
     decodes on `gpus` (default one replica) and prefills on `prefill_gpus` more.
@@ -472,7 +515,18 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     replay_latency (default): an aggregated answer's TTFT and p99s are its deployment's replayed closed loop, as
     `--layout --concurrency` gives them (`_with_replayed_latency`); False keeps the search's closed form (callers that
     read only its throughput, or replay it themselves).
+    cut_to_context (default): lengths past the model's context are sized and replayed cut to it, as every door cuts
+    them (`within_context`); False times them as asked (`validate`: a measured run's engine ran what it ran).
     """
+    m_ = as_model(model)
+    input_len, output_len, asked = cut_lengths(m_, input_len, output_len, cut_to_context)
+    ctx = context_note(m_, *asked, cut=cut_to_context)
+
+    def noted(r):  # the context note, once, on the lengths as asked
+        if ctx and isinstance(r, dict) and ctx not in r.get("notes", []):
+            r["notes"] = [ctx] + list(r.get("notes", []))
+        return r
+
     if prefill_layout is not None and prefill_gpus is None:
         raise InputError("--prefill-layout is the layout of a fixed disaggregated deployment's prefill pool: add "
                          "--disaggregated --prefill-gpus N --layout and --concurrency")
@@ -489,8 +543,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                       kv_precision=kv_precision, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s, pareto=pareto,
                       ideal=ideal, calibration_override=calibration_override, layout=layout,
                       speculative=speculative, engine=engine, cache_hit=cache_hit, eplb=eplb, tpot_p99_s=tpot_p99_s,
-                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens, arrivals=arrivals)
-            return _better_mode(model, hardware, kw)
+                      ttft_p99_s=ttft_p99_s, max_seqs=max_seqs, max_tokens=max_tokens, arrivals=arrivals,
+                      cut_to_context=cut_to_context)
+            return noted(_better_mode(model, hardware, kw))
     if concurrency is not None:
         if layout is None:
             raise InputError("--concurrency needs --layout: a fixed deployment is one layout at one concurrency")
@@ -504,12 +559,14 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
             decode_gpus = count("gpus", gpus, MAX_GPUS) if gpus is not None else \
                 make_layout(as_model(model), layout).replica_gpus
             gpus = decode_gpus + count("prefill_gpus", prefill_gpus, MAX_GPUS)
-        return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
-                                output_len=output_len, gpus=gpus, precision=precision, kv_precision=kv_precision,
-                                ideal=ideal, calibration_override=calibration_override,
-                                speculative=None if isinstance(speculative, str) else speculative,
-                                engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
-                                max_seqs=max_seqs, max_tokens=max_tokens, prefill_layout=prefill_layout)
+        return noted(fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=input_len,
+                                      output_len=output_len, gpus=gpus, precision=precision,
+                                      kv_precision=kv_precision, ideal=ideal,
+                                      calibration_override=calibration_override,
+                                      speculative=None if isinstance(speculative, str) else speculative,
+                                      engine=engine, cache_hit=cache_hit, decode_gpus=decode_gpus, eplb=eplb,
+                                      max_seqs=max_seqs, max_tokens=max_tokens, prefill_layout=prefill_layout,
+                                      cut_to_context=cut_to_context))
     spec = resolve_speculation(speculative, model)
 
     def answer(n):
@@ -530,10 +587,11 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         res = _aggregated_within(model, hardware, answer, count("gpus", gpus, MAX_GPUS), precision, kv_precision,
                                  ideal, calibration_override)
     if not replay_latency or res.get("mode") != "aggregated" or "latency_window" in res:
-        return res
-    return _with_replayed_latency(res, model, hardware, max_ttft_s, spec, dict(
+        return noted(res)
+    return noted(_with_replayed_latency(res, model, hardware, max_ttft_s, spec, dict(
         input_len=input_len, output_len=output_len, ideal=ideal, calibration_override=calibration_override,
-        engine=engine, cache_hit=cache_hit, eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens))
+        engine=engine, cache_hit=cache_hit, eplb=eplb, max_seqs=max_seqs, max_tokens=max_tokens,
+        cut_to_context=cut_to_context)))
 
 
 #: A mean TTFT target (`max_ttft_s`) the chosen deployment misses when replayed: it is replayed at fewer in flight,
@@ -954,6 +1012,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
         plain = float(np.max(np.where(ok0, pg0, -np.inf))) if np.any(ok0) else None
     i = int(np.argmax(np.where(ok, per_gpu, -np.inf)))
     tail = None
+    screen = dict(ev), per_gpu  # every point on the screen's footing (a replayed tail below replaces the chosen one)
     if (s.tpot_p99_s or s.ttft_p99_s) and not disaggregated:
         arrived = _arrival_tail(s, ok, per_gpu, ev["speculative"], min_user_tps) if s.arrivals == "poisson" \
             else None
@@ -983,7 +1042,7 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     res = _point(i, g, ev, per_gpu, ratio, s.layouts, system, costs, cal, I, O, pool, disaggregated, s.gpus_given)
     res.update(model=m.id, hardware=system.id, precision=costs.precision, kv_precision=costs.kv_precision,
                input_len=I, output_len=O, efficiency=cal.label, min_user_tps=min_user_tps, max_ttft_s=max_ttft_s,
-               notes=_notes(system, cal, m, res["parallelism"], (I, O)),
+               notes=_notes(system, cal, m, res["parallelism"]),
                engine=s.eng.id if s.eng is not None else None, cache_hit=s.F,
                mean_decode_context=s.L)
     res["tpot_p99_s"], res["ttft_p99_s"] = float(ev["tpot_p99_s"][i]), float(ev["ttft_p99_s"][i])
@@ -1005,7 +1064,17 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     # the modes' rates on the answer's footing: a disaggregated answer counts whole prefill workers (`_point`), the
     # grid a fractional pool, which put its own 1x row at 0.95x its price (DeepSeek-R1 on H100)
     whole = float(res["output_tokens_per_s_per_gpu"]) / float(per_gpu[i]) if per_gpu[i] > 0 else 1.0
-    res["modes"] = _modes(front, ev, per_gpu * whole, s.layouts, g, res, system)
+    if tail is None:
+        res["modes"] = _modes(front, ev, per_gpu * whole, s.layouts, g, res, system)
+    else:  # the replayed answer beside neighbours screened in closed form read faster and cheaper than itself
+        # (QA 2026-11-28: a 1x row at 0.94x its price): the multiples on the screen's footing, moved onto the answer's
+        e0, pg0 = screen
+        f0 = float(res["output_tokens_per_s_per_gpu"]) / float(pg0[i]) if pg0[i] > 0 else 1.0
+        front0 = idx[_pareto(e0["user_tokens_per_s"][idx], pg0[idx])]
+        base = dict(res, user_tokens_per_s=float(e0["user_tokens_per_s"][i]))
+        rows = _modes(front0, e0, pg0 * f0, s.layouts, g, base, system)
+        fu = float(res["user_tokens_per_s"]) / float(e0["user_tokens_per_s"][i])
+        res["modes"] = [dict(mo, user_tokens_per_s=mo["user_tokens_per_s"] * fu) for mo in rows]
     if pareto:
         res["frontier"] = [_frontier_point(j, g, ev, per_gpu, s.layouts, system, O) for j in front]
     return ServingResult(res)
@@ -1539,7 +1608,8 @@ def _fixed_concurrency(concurrency, R: int) -> int:
     """Requests in flight, checked: a whole number >= 1 and at least one per replica."""
     if isinstance(concurrency, bool):
         raise InputError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-    N = count("concurrency", concurrency)  # one line for a float, NaN, < 1 or beyond int64 (1e20)
+    # one line for a float, NaN, < 1 or beyond the users a plan sizes for (1e12 gave a TTFT of 1,930,233 days)
+    N = count("concurrency", concurrency, MAX_USERS)
     if N < R:
         raise InputError(f"concurrency {N} is below the {R} replicas: each replica needs a request in flight")
     return N
@@ -1625,7 +1695,8 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                      engine=None, cache_hit: float | None = None, decode_gpus: int | None = None,
                      simulate: bool = True, eplb: str | None = None, max_seqs: int | None = None,
                      max_tokens: int | None = None, replay: dict | None = None,
-                     requests: int | None = None, prefill_layout=None, warm_engine: bool = False) -> dict:
+                     requests: int | None = None, prefill_layout=None, warm_engine: bool = False,
+                     cut_to_context: bool = True) -> dict:
     """What one deployment does at a fixed number of requests in flight (closed loop, like `conc` in vLLM/SGLang
     benchmarks): `concurrency` requests across `gpus` GPUs (default: one replica of `layout`).
 
@@ -1656,7 +1727,11 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     them; the closed form (speculation) adds the first wave's queue to the mean TTFT. The run starts on a cold
     engine, whose first step takes the calibrated `warmup_s` longer, unless `warm_engine` (its harness ran warm-up
     requests on the same engine before the timed run, as vLLM's benchmark_latency does).
+    `cut_to_context`: as `throughput`'s.
     """
+    m_ = as_model(model)
+    input_len, output_len, asked = cut_lengths(m_, input_len, output_len, cut_to_context)
+    ctx = context_note(m_, *asked, cut=cut_to_context)
     fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, gpus=gpus,
                       precision=precision, kv_precision=kv_precision, ideal=ideal,
                       calibration_override=calibration_override, speculative=speculative, engine=engine,
@@ -1753,11 +1828,13 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
                "acceptance_decay": speculative.decay, "tokens_per_step": e},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
-           "notes": _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp}, (I, O))
-           + ([f"{waiting:.0f} of {Nr:.0f} requests per replica wait on average: "
+           "notes": ([ctx] if ctx else []) + _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
+           + ([f"{waiting:,.0f} of {Nr:,.0f} requests per replica wait on average: "
                + ("for the prefill pool (queued or being prefilled; the decode scheduler / KV memory allows "
-                  f"{cap:.0f} in flight)" if disagg else f"the scheduler cap / KV memory allows {cap:.0f} in flight")]
-              if waiting >= max(0.5, LITTLE_TOLERANCE * Nr) else [])
+                  f"{cap:,.0f} in flight)" if disagg else f"the scheduler cap / KV memory allows {cap:,.0f} in flight")]
+              # aggregated, only where the cap binds: below it nothing waits for a slot (QA 2026-11-28: a note blamed
+              # a cap of 224 at 64 in flight)
+              if waiting >= max(0.5, LITTLE_TOLERANCE * Nr) and (disagg or Nr > cap) else [])
            + ([f"TTFT is on the benchmark client's clock: it includes the calibrated {lat * 1e3:.0f} ms per request "
                "outside the engine's steps (HTTP, tokenisation, queueing), a time each request holds its seat "
                "without decoding"] if lat > 0 else [])}
@@ -1807,6 +1884,8 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
                                            0.0, L, max(I, 1.0), cal, **kw)["stage_time_s"]))
         d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
              "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
+        mix = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(dec, 1.0), pf, L, max(I, 1.0),
+                         cal, **kw)
     else:
         c = prefill_step_tokens(max(B, 1.0), e, Ip, O, piece, lay.attn_dp, cal.dp_prefill_alignment)[0]
         mean, chunk, pure, F = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip,
@@ -1814,6 +1893,11 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
         d = {"source": "closed form", "decode_sequences": float(B), "prefill_tokens_per_step": float(c * F),
              "mean_step_s": float(np.asarray(mean)), "pure_decode_step_s": float(np.asarray(pure)),
              "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
+        mix = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), float(c * F), L,
+                         max(I, 1.0), cal, **kw)
+    # the op table of one step carrying the mean mix (its steps vary around it: a chunk comes whole or not at all)
+    d["mean_mix_step_s"] = float(np.asarray(mix["stage_time_s"]))
+    d["mean_mix_ops_s"] = {k: float(np.asarray(o.time_s)) for k, o in mix["ops"].items() if float(np.asarray(o.time_s))}
     d["pipeline_stages"] = lay.pp
     d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
                  "`estimate --batch <decode_sequences, rounded> --context <mean_decode_context>` at this layout (and "
@@ -2132,14 +2216,11 @@ def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
     return rows
 
 
-def _notes(system: System, cal: Calibration, model=None, par: dict | None = None, lengths=None) -> list[str]:
+def _notes(system: System, cal: Calibration, model=None, par: dict | None = None) -> list[str]:
     """Assumptions an answer rests on: an assumed price, the ideal roofline, for an MoE model on a layout (`model`,
     its parallelism `par`) the expert loads its kernels were timed with, and requests (`lengths`: mean prompt and
-    output tokens) past the model's context (`context_note`)."""
+    output tokens): the doors add their context note (`context_note`) on the lengths as asked."""
     n = []
-    ctx = context_note(model, *lengths) if model is not None and lengths is not None else None
-    if ctx:
-        n.append(ctx)
     ep = float(par["ep"]) if par is not None and par["attn_dp"] > 1 else None  # experts over an EP group
     if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:
         if cal.balances_experts(ep, par["attn_dp"]):

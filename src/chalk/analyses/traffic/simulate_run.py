@@ -80,34 +80,6 @@ def _length(name: str, spec):
     return parse_lengths(spec)
 
 
-#: Lengths drawn to see whether a length distribution reaches past the model's context before anything is sized.
-CONTEXT_PROBE = 4096
-
-
-def _within_context(m, din, dout, seed: int = 0):
-    """(input, output) as sized and replayed, cut to the model's context first (`simulate.truncate_to_context`): a
-    mean past it is cut as one request would be; a distribution that reaches past it is replaced by a sample of it
-    (CONTEXT_PROBE draws), cut pair by pair. A replica sized for lengths no request can have refused runs that fit once
-    cut (QA 2026-11-28: --input-len 1000000 on Llama-3.1-8B asked for one sequence of 1,000,064 tokens on one H100).
-    Lengths that fit come back as given."""
-    from chalk.analyses.traffic import simulate as sim
-    from chalk.specs.lengths import empirical
-
-    if not m.max_context:
-        return din, dout
-    numbers = not hasattr(din, "sample") and not hasattr(dout, "sample")
-    if numbers:
-        P, O, cut = sim.truncate_to_context(np.array([round(din)]), np.array([round(dout)]), m.max_context)
-        return (float(P[0]), float(O[0])) if cut else (din, dout)
-    rng = np.random.default_rng(seed)
-    draw = (lambda d: d.sample(CONTEXT_PROBE, rng) if hasattr(d, "sample")  # noqa: E731
-            else np.full(CONTEXT_PROBE, max(int(round(d)), 1)))
-    P, O, cut = sim.truncate_to_context(draw(din), draw(dout), m.max_context)
-    if not cut:
-        return din, dout
-    return empirical(P, "prompts cut to the context"), empirical(O, "outputs cut to the context")
-
-
 def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None) -> tuple[str, str]:
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
     if layout is not None:
@@ -208,7 +180,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     prec, kvp = precisions(m, system, precision, engine_kv_precision(engine, kv_precision, m, precision))
     notes = []
 
-    tr = None
+    tr, cut_up_front = None, 0.0
     if trace is not None:
         tr = read_trace(trace, speedup=speedup)
         if n is not None and n > len(tr):  # said, not silent (QA 2026-11-28)
@@ -222,9 +194,11 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     else:
         if speedup != 1.0:
             raise InputError("--speedup scales a trace's arrival times: give --trace (or raise --rate)")
+        from chalk.analyses.traffic.serving import within_context
+
         raw = _length("input_len", input_len), _length("output_len", output_len)
-        din, dout = _within_context(m, *raw, seed)
-        if (din, dout) != raw:
+        din, dout, cut_up_front = within_context(m, *raw, seed)
+        if cut_up_front:
             notes.append(f"lengths reach past {m.id}'s {m.max_context:,}-token context: sized and replayed as cut to "
                          "it (the output first, the prompt only where it alone fills the context)")
         if concurrency is None:
@@ -240,7 +214,7 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
 
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
-                            lat, notes, engine, fx, cap_given)
+                            lat, notes, engine, fx, cap_given, cut_up_front)
     settle = SETTLE_REQUESTS
     if tr is None and concurrency is None and n is None and scheduler == "continuous":
         # the default run is long enough to reach a steady state: STEADY_ROUNDS times the requests the closed form
@@ -272,7 +246,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if tr is None:  # drawn lengths (a mean spreads past it) cut as a trace's were
         i_len, o_len, cut = (sim.truncate_to_context(i_len, o_len, m.max_context) if m.max_context
                              else (i_len, o_len, 0))
-    if cut:
+        # requests cut up front (`within_context`: a mean past the context, every request; a distribution's tail,
+        # its share) count as cut though their drawn lengths fit (QA 2026-11-28: 55 of 100 said where all were)
+        cut = max(cut, int(round(cut_up_front * i_len.size)))
+    if cut and not cut_up_front:
         notes.append(f"{cut:,} of {i_len.size:,} requests longer than {m.id}'s {m.max_context:,}-token context "
                      f"{'was' if cut == 1 else 'were'} cut to fit it (the output first, the prompt only where it "
                      "alone fills the context)")
@@ -351,7 +328,7 @@ def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
-                 notes, engine, fx, max_batch=None) -> SimulateRun:
+                 notes, engine, fx, max_batch=None, cut_share: float = 0.0) -> SimulateRun:
     """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
     (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
     deployment gets the same latencies through both doors. `max_batch`: the replica's cap on sequences, given (as
@@ -367,7 +344,8 @@ def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurr
                  "KV room), the rest wait in its queue")
     setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
     mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
-    setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout), "truncated_requests": 0,
+    setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout),
+                  "truncated_requests": int(round(cut_share * res.n_requests)),  # cut up front (`within_context`)
                   "client_latency_s": lat, "trace": None, "prefix_cache": None, "prefix_cache_hit_rate": None})
     return SimulateRun(res, setup, notes)
 
