@@ -118,6 +118,11 @@ def test_format_is_told_by_the_first_line_not_the_name(tmp_path):
                                                                           "positive integer"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1.5,3\n", "line 2: ContextTokens"),
     ("arrival_s,input_len,output_len\n0.1,10,0\n", "line 2: output_len"),
+    # lengths past int64 wrapped round and were called 'not positive' (QA 2026-11-28)
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,9223372036854775807,3\n",
+     "line 2: ContextTokens must be at most 1,000,000,000,000,000 tokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,1e308\n", "line 2: GeneratedTokens must be at"),
+    ('{"timestamp": 0, "input_length": 99999999999999999999, "output_length": 2}\n', "line 1: input_length must be at"),
     # malformed lines
     ('{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": 1, "input_len\n', "line 2: not a JSON"),
     ('{"timestamp": 0, "input_length": 10, "output_length": 2}\n[1, 2]\n', "line 2: expected a JSON object"),
@@ -265,6 +270,20 @@ def test_simulate_replays_the_mooncake_conversation_with_prefix_hits():
     assert 0 < d["ttft_p50_s"] <= d["ttft_p99_s"] and 0 < d["tpot_p50_s"] <= d["tpot_p99_s"]
     assert (d["model"], d["chip"], d["layout"], d["replica_gpus"], d["precision"], d["kv_precision"]) == \
         ("llama-3.1-8b", "h100-sxm", "TP1", 1, "bf16", "bf16")
+
+
+def test_a_kv_capacity_past_the_replicas_memory_is_said_to_be_hypothetical():
+    """20M tokens of KV (2.6 TB) on one H200 was replayed as its memory, 31.8% of prompt tokens hitting where its
+    memory gives 4.6% (QA 2026-11-28): the note says how far past the memory it is, and whose capacity it is."""
+    _need(MOON_CONV)
+    import chalk
+
+    s = chalk.simulate("llama-3.1-8b", "h200", layout="tp=1", trace=str(MOON_CONV), requests=2000, speedup=0.2,
+                       kv_capacity_tokens=20_000_000)
+    assert any("a hypothetical cache" in n for n in s.notes)
+    assert any("the KV capacity given" in n for n in s.notes)
+    own = chalk.simulate("llama-3.1-8b", "h200", layout="tp=1", trace=str(MOON_CONV), requests=2000, speedup=0.2)
+    assert not any("hypothetical" in n for n in own.notes) and own.prefix_cache_hit_rate < s.prefix_cache_hit_rate
 
 
 def test_prefix_hits_reach_the_simulator_and_cut_prefill():

@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
             v = s.get(key)
             t.add_row(f"{what} throughput", per(v, "tokens/s", "replica", g)
                       + (f" = {per(v / g, 'tokens/s', 'gpu')}" if v is not None else ""))
-        t.add_row("mean batch", num(s.get("mean_batch")))
+        t.add_row("mean batch", f"{num(s.get('mean_batch'))} sequences per step (per replica)")
         if s.get("mean_in_flight") is not None:
             t.add_row("requests in flight (mean)", f"{num(s['mean_in_flight'])} per replica (sent, not finished: "
                       f"{num(s.get('mean_concurrency'))} in the engine)")

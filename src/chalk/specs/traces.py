@@ -26,6 +26,7 @@ import numpy as np
 
 from chalk.errors import InputError, SpecError
 from chalk.specs.files import read_bounded
+from chalk.specs.workload import MAX_QUANTITY
 
 #: Largest trace file read (bytes): ~25M Azure rows or ~4M Mooncake rows, well past what one simulation takes.
 MAX_TRACE_BYTES = 1_000_000_000
@@ -201,6 +202,10 @@ def _lengths(data, j: int, name: str, where: str) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         raise SpecError(f"{where}: line {data[i][0]}: {name} must be a positive integer, got {raw[i]!r}")
+    big = x > MAX_QUANTITY  # 9.2e18 wrapped round int64 and was called 'not positive' (QA 2026-11-28)
+    if big.any():
+        i = int(np.argmax(big))
+        raise SpecError(f"{where}: line {data[i][0]}: {name} must be at most {MAX_QUANTITY:,.0f} tokens, got {raw[i]}")
     return x.astype(np.int64)
 
 
@@ -277,6 +282,8 @@ def _read_mooncake(text: str, where: str) -> Trace:
             v = r[k]
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise SpecError(f"{where}: line {n}: {k} must be a positive integer, got {_short(v)}")
+            if v > MAX_QUANTITY:
+                raise SpecError(f"{where}: line {n}: {k} must be at most {MAX_QUANTITY:,.0f} tokens, got {_short(v)}")
         h = r.get("hash_ids", [])
         if not isinstance(h, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in h):
             raise SpecError(f"{where}: line {n}: hash_ids must be a list of integers")

@@ -255,6 +255,12 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
                      "alone fills the context)")
 
     cap_tokens = sc.kv_capacity_tokens if kv_capacity_tokens is None else float(kv_capacity_tokens)
+    if kv_capacity_tokens is not None and math.isfinite(cap_tokens) and cap_tokens > sc.kv_capacity_tokens:
+        # said, not silent: a cache the replica cannot hold serves hits it would miss (QA 2026-11-28: 20M tokens,
+        # 2.6 TB of KV on one H200, read as its memory: 31.8% of prompt tokens hit where its memory gives 4.6%)
+        notes.append(f"--kv-capacity-tokens {cap_tokens:,.0f} is {cap_tokens / sc.kv_capacity_tokens:,.1f}x the "
+                     f"{sc.kv_capacity_tokens:,.0f} tokens of KV this replica's memory holds beside its weights: a "
+                     "hypothetical cache")
     hits = None
     cached = None
     if tr is not None and tr.has_blocks and prefix_cache:
@@ -263,7 +269,8 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
         hits = trace_prefix_hits(tr, capacity_blocks_for(cap_tokens, tr.block_tokens), input_len=i_len)
         cached = hits.cached_tokens
         notes.append(f"prefix cache: {hits.hit_rate:.1%} of prompt tokens hit an LRU cache of "
-                     f"{hits.capacity_blocks:,.0f} blocks of {hits.block_tokens} tokens (the replica's KV memory), "
+                     f"{hits.capacity_blocks:,.0f} blocks of {hits.block_tokens} tokens ("
+                     + ("the replica's KV memory" if kv_capacity_tokens is None else "the KV capacity given") + "), "
                      "replayed from the trace's block ids; hits skip prefill compute, their KV is still read")
         if scheduler == "train":
             notes.append("the train scheduler prefills every prompt in full: the prefix hits are reported, "
