@@ -212,6 +212,19 @@ def test_cli_validate_json():
         [r["abs_error"] for r in d["rows"] if r["metric"] in d["headline_metrics"] and r["abs_error"] is not None])))
     errs = [r["abs_error"] for r in d["rows"] if r["metric"] in d["headline_metrics"]]
     assert d["p90_abs_error"] == pytest.approx(float(np.percentile(errs, 90)))
+    # every row names its family, engine, version and the profile it was answered with; per-family figures are in
+    # the plain run too, not only under --cv (QA 2026-11-28)
+    rows = {r.id: r for r in load_rows()}
+    for o in d["rows"]:
+        assert (o["family"], o["engine"], o["engine_version"]) == (rows[o["id"]].family, rows[o["id"]].engine,
+                                                                  rows[o["id"]].engine_version)
+    assert any((o["engine_profile"] or "").startswith("vllm@") for o in d["rows"])
+    fams = {o["family"] for o in d["rows"] if o["metric"] in d["headline_metrics"]}
+    assert set(d["families"]) == fams and sum(v["n"] for v in d["families"].values()) == d["n_headline"] - d["failed"]
+    for f, v in d["families"].items():
+        e = [abs(o["error"]) for o in d["rows"] if o["family"] == f and o["metric"] in d["headline_metrics"]]
+        assert v["median_abs_error"] == pytest.approx(float(np.median(e)))
+    assert 0 < d["family_weighted_median_abs_error"] < 1
 
 
 def test_held_out_mlperf_rows_sourced_and_reported(report):

@@ -372,8 +372,8 @@ def modes_table(modes: list):
     return t
 
 
-WORKERS_OPT = typer.Option(None, "--workers", help="Processes answering the validation rows (default: the usable "
-                           "CPUs; 1: this process only).")
+WORKERS_OPT = typer.Option(None, "--workers", help="With --cv (calibrate: always): processes answering the "
+                           "validation rows (default: the usable CPUs; 1: this process only).")
 
 
 def calibrate(
@@ -594,13 +594,29 @@ def validate(
         emit_json(r)
         return
     t = table(f"validation · {r['n']} measured rows · {r['efficiency']}",
-              ["id", "model", "hardware", "GPUs", "metric", "measured", "predicted", "error"])
+              ["id", "family", "engine", "model", "hardware", "metric", "measured", "predicted", "error"])
     for o in r["rows"]:
-        t.add_row(o["id"], o["model"], o["hardware"], num(o["gpus"]), o["metric"].replace("_per_s_per_gpu", "/s/GPU"),
-                  num(o["measured"]), num(o["predicted"]),
+        eng = o.get("engine_profile") or o.get("engine") or ""
+        if o.get("engine_version") and o.get("engine_profile") and "@" not in o["engine_profile"]:
+            eng += f" ({o['engine_version']}: newest profile)"  # a version chalk has no profile of says so
+        t.add_row(o["id"], o["family"], eng, o["model"], f"{num(o['gpus'])} x {o['hardware']}",
+                  o["metric"].replace("_per_s_per_gpu", "/s/GPU"), num(o["measured"]), num(o["predicted"]),
                   "failed: " + o["error_note"] if o["error"] is None else f"{100 * o['error']:+.0f}%")
     c = console()
     c.print(t)
-    c.print(f"median |error| {pct(r['median_abs_error'])} (bound {pct(r['median_error_bound'])}), "
+    ft = table("by source family (throughput and TPOT rows)", ["family", "rows", "median |error|", "p90 |error|",
+                                                                "median error"])
+    for f, v in r["families"].items():
+        ft.add_row(f, num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]), pct(v["median_signed_error"]))
+    c.print(ft)
+    gt = table("by group (TTFT rows are their own groups)", ["group", "rows", "median |error|", "p90 |error|",
+                                                             "families equal"])
+    for g, v in r["groups"].items():
+        gt.add_row(g, num(v["n"]), pct(v["median_abs_error"]), pct(v["p90_abs_error"]),
+                   pct(v["family_weighted_median_abs_error"]))
+    c.print(gt)
+    c.print(f"over the {num(r['n_headline'])} throughput and TPOT rows: "
+            f"median |error| {pct(r['median_abs_error'])} (bound {pct(r['median_error_bound'])}; families weighing "
+            f"the same {pct(r['family_weighted_median_abs_error'])}), "
             f"p90 |error| {pct(r['p90_abs_error'])}, median signed error {pct(r['median_signed_error'])}; "
             f"residual log(measured/predicted) p10 {r['residual_p10']:+.2f}, p90 {r['residual_p90']:+.2f}")

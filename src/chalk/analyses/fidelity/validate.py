@@ -403,7 +403,10 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             note = str(e)
         else:
             note = ""
-        out.append({"id": r.id, "family": r.family, "kind": r.kind, "model": r.model, "hardware": r.hardware, "gpus": r.gpus,
+        out.append({"id": r.id, "family": r.family, "kind": r.kind, "model": r.model, "hardware": r.hardware,
+                    "gpus": r.gpus, "engine": r.engine, "engine_version": r.engine_version,
+                    # the profile the row was answered with (`row_engine`: its version's, else the newest)
+                    "engine_profile": row_engine(r) if not ideal else None,
                     "precision": r.precision, "input_len": r.input_len, "output_len": r.output_len,
                     "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
                     "measured": r.measured, "predicted": p, "error": err,
@@ -429,6 +432,12 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
                        "family_weighted_median_abs_error": _family_weighted_median(e, [o["family"] for o in sel])}
     head = [o for o in out if headline(o)]
     errs = np.array([o["abs_error"] for o in head if o["abs_error"] is not None])
+    families = {}  # per source family, over the headline rows (as `validate --cv` holds each out)
+    for f in sorted({o["family"] for o in head}):
+        e = np.array([o["error"] for o in head if o["family"] == f and o["error"] is not None])
+        families[f] = {"n": int(e.size), "median_abs_error": float(np.median(np.abs(e))) if e.size else None,
+                       "p90_abs_error": float(np.percentile(np.abs(e), 90)) if e.size else None,
+                       "median_signed_error": float(np.median(e)) if e.size else None}
     res = np.array([np.log(o["measured"] / o["predicted"]) for o in head if o["predicted"]])
     failed = sum(o["predicted"] is None for o in out)
     from chalk.analyses.records.results import ValidationReport
@@ -442,4 +451,7 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             if errs.size else None,
             "residual_p10": float(np.percentile(res, 10)) if res.size else None,
             "residual_p90": float(np.percentile(res, 90)) if res.size else None,
-            "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group})
+            "family_weighted_median_abs_error": _family_weighted_median(
+                np.array([o["abs_error"] for o in head if o["abs_error"] is not None]),
+                [o["family"] for o in head if o["abs_error"] is not None]),
+            "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group, "families": families})
