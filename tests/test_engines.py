@@ -188,6 +188,29 @@ def test_estimate_names_the_kernel_tables_its_engine_ran(engine):
     assert e.kernels == t["kernels"] and e.kernels.startswith(engine.split("@")[0])
 
 
+@pytest.mark.parametrize("engine", ["vllm@0.11", "vllm@0.6", "sglang@0.4"])
+def test_every_door_names_the_kernel_tables_and_notes_alike(engine):
+    """estimate, throughput, simulate and plan say which framework version their kernel tables come from, with the
+    same note where the tables are another version's (estimate said nothing for vllm@0.11 on the vllm 0.24.0
+    tables where throughput noted it; plan and simulate's text named no tables; QA 2026-11-28)."""
+    import chalk
+    from chalk.analyses.planning.plan import plan
+    from chalk.api import estimate
+    from chalk.analyses.traffic.serving import throughput
+
+    e = estimate("llama-3.1-8b", "h100", engine=engine)
+    t = throughput("llama-3.1-8b", "h100", input_len=1000, output_len=200, engine=engine, replay_latency=False)
+    s = chalk.simulate("llama-3.1-8b", "h100", layout="tp=1", rate=2, requests=200, input_len=1000, output_len=200,
+                       engine=engine)
+    p = plan("llama-3.1-8b", "h100", rate=2, input_len=1000, output_len=200, engine=engine, modes=("aggregated",),
+             sim_requests=500, curves=False, precision="bf16")
+    o = p["options"][0]
+    assert e.kernels == t["kernels"] == s.kernels == o["kernels"]
+    kernel_notes = [n for n in t["notes"] if "kernel tables" in n]
+    assert kernel_notes and all(n in e.notes and n in s.notes for n in kernel_notes)
+    assert o["kernel_notes"] == kernel_notes
+
+
 def test_tensorrt_llm_is_never_sized_on_layouts_it_cannot_launch():
     """TensorRT-LLM's enable_attention_dp makes every rank its own attention-DP rank (attention TP 1): plan sized
     DeepSeek-R1 on H200 as DP-attn2 x TP4 EP8 with a cap of 218 and launched --tp_size 8 with attention DP and

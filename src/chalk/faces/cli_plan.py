@@ -246,6 +246,10 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
                f"{num(b['speculative']['tokens_per_step'])} tokens per step emitted)" if b["speculative"] else ""))
     for k, v in energy_rows(b.get("energy")):
         c.print(f"  {k}: {v}")
+    if b.get("kernels"):
+        c.print(f"  kernel tables: {b['kernels']}")
+        for n in b.get("kernel_notes") or []:
+            c.print(f"  [dim]{n}[/dim]")
     for o in r["options"]:
         if o.get("diurnal"):
             di = o["diurnal"]

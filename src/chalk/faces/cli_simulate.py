@@ -157,6 +157,8 @@ def register(app: typer.Typer) -> None:
         if st["client_latency_s"]:
             t.add_row("client latency per request", f"{seconds(st['client_latency_s'])} (outside the engine; in "
                       "TTFT" + ("; seat held)" if concurrency is not None else ")"))
+        if st.get("kernels"):
+            t.add_row("kernel tables", st["kernels"])
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         w = r.latency_window

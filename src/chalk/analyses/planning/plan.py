@@ -313,12 +313,17 @@ def _targets(d: Demand) -> dict:
 def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpoint=None) -> dict:
     from chalk.specs.engine import load_engine
 
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
+
     sim = v["simulated"]  # None: not replayed (`sizing.verify_finalists`)
     par = v["parallelism"]
     prof = load_engine(ask.engine) if ask.engine else None
+    # which framework version the option's step times come from, as estimate, throughput and simulate say it
+    kp = kernel_provenance(engine_kernels(system.chip, calibration(ask.ideal, system.chip), prof), ask.model, prof)
     o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
          "engine": prof.id if prof else None, "engine_release": prof.release if prof else None,
-         "engine_version": prof.version if prof else None,
+         "engine_version": prof.version if prof else None, "kernels": kp["kernels"], "kernel_notes": kp["notes"],
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
          "replica_layout": v["layout"], "domain_chips": system.chips,
          "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),

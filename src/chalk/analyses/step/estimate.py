@@ -327,7 +327,7 @@ def _alternative(model: ModelSpec, system: System, su: _Setup, cal: Calibration,
     out = {"objective": other, "batch": float(choice.batch), "context": float(choice.context)}
     if not choice.fitting:
         return {**out, "layout": None, "why": "no layout within the GPUs given holds the weights and this KV"}
-    kernels, overhead_s, query_tokens = how
+    kernels, overhead_s, query_tokens, _ = how
     lay = _pick(choice, other, system, su, cal, phase, kernels, overhead_s, query_tokens)
     t = flt(_timed(choice, lay, system, su, cal, phase, kernels, overhead_s, query_tokens)["stage_time_s"])
     tokens = choice.batch if phase == "decode" else choice.batch * choice.context
@@ -372,7 +372,7 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     # the context note, and of the aggregate view's notes those that hold on a layout too (price, missing rates)
     notes += context_note(model, L) + [x for x in lec.notes if "price" in x or "rate" in x or x.startswith("weight")]
     # which framework and version the kernel tables the step ran on come from (an engine's, `how`, else the setup's)
-    kp = kernel_provenance(su.kernels if how[0] is None else how[0], model)
+    kp = kernel_provenance(su.kernels if how[0] is None else how[0], model, how[3])
     notes += kp["notes"]
     peak = chip.flops_per_s[chip.compute_precision(prec)] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
@@ -428,7 +428,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
                     efficiency: RF.Efficiency | None = None, sparse_law: str | None = None,
                     strict_fit: bool = False, overhead_s: float | None = None, kernels=None,
                     query_tokens: float = 1.0, objective: str | None = None,
-                    engine: str | None = None) -> RF.RooflineResult:
+                    engine: str | None = None, engine_profile=None) -> RF.RooflineResult:
     """One decode step (or prefill of `batch` prompts of `context` tokens) of one replica on a real layout.
 
     batch: sequences per replica (all pipeline micro-batches). The analytic lecture quantities (critical batch,
@@ -437,6 +437,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     answer's `alternative` says what the other objective would pick.
     What the step time needs is worked out here; the op table, the range, the largest batch that fits and the
     lecture's context-dependent quantities when first read (`RooflineResult.deferred`), from the same step.
+    `engine_profile`: the engine profile `engine` names (its kernel-table note, `kernel_provenance`).
     """
     cal = cal or calibration(ideal, system.chip)
     su = _setup(model, system, cal, precision, kv_precision, efficiency)
@@ -489,7 +490,7 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     # $ per M tokens given at once: the energy the API attaches reads it, and need not work out the rest
     cost = R.cost_per_token_usd(t, chip.price_usd_per_s, G, tokens) * 1e6
     later = partial(_layout_later, model, system, su, cal, lay, choice, n_avail, gpus, layout, B, L, t, tokens, cost,
-                    r, phase, n, (kernels, overhead_s, query_tokens))
+                    r, phase, n, (kernels, overhead_s, query_tokens, engine_profile))
     return RF.RooflineResult.deferred(
         later, model=model.id, hardware=system.id, phase=w.phase, batch=sc(B), context=sc(L), kv_precision=kvp,
         weights_read="refined (distinct experts touched)" if model.is_moe else "all weights (lecture)",
@@ -545,7 +546,8 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     e = engine_step(engine, m, system, cal, precision, kvp)
     return layout_estimate(m, system, batch, context, phase=phase, layout=layout, gpus=n, precision=precision,
                            kv_precision=e["kv_precision"], ideal=ideal, strict_fit=strict_fit, cal=e["cal"],
-                           objective=objective, kernels=e["kernels"], overhead_s=e["overhead_s"], engine=e["engine"])
+                           objective=objective, kernels=e["kernels"], overhead_s=e["overhead_s"], engine=e["engine"],
+                           engine_profile=e["profile"])
 
 
 def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, precision, kv_precision) -> dict:
@@ -563,7 +565,7 @@ def engine_step(engine, model: ModelSpec, system: System, cal: Calibration, prec
     return {"kernels": engine_kernels(system.chip, cal, eng), "overhead_s": engine_overhead_s(eng, cal),
             "kv_precision": eng.kv_precision(kv_precision, model, precision),
             "cal": cal if ideal else dataclasses.replace(cal, label=f"{cal.label}, {eng.id} {eng.version} profile"),
-            "engine": f"{eng.id} {eng.release}"}
+            "engine": f"{eng.id} {eng.release}", "profile": eng}
 
 
 _NUMBERS = (int, float)

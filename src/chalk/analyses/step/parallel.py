@@ -357,17 +357,23 @@ def engine_overhead_s(engine, cal: Calibration) -> float | None:
     return getattr(engine, "step_overhead_s", None) if engine is not None and cal.label != "ideal" else None
 
 
-def kernel_provenance(kernels, model=None) -> dict:
+def kernel_provenance(kernels, model=None, engine=None) -> dict:
     """{'kernels': which framework and version the kernel tables come from (one line), 'notes': [...]} for the
     families `model` uses (all when None); {'kernels': 'roofline (no kernel tables)', 'notes': []} without
-    tables."""
+    tables. `engine` (a profile): where it is its engine's newest release and the tables are another version's, a
+    note says so, in every answer alike (estimate said nothing where throughput did; QA 2026-11-28)."""
     if not kernels:
         return {"kernels": "roofline (no kernel tables)", "notes": []}
     fams = None
     if model is not None:
         fams = ("gemm", "mla_decode" if model.attention == "mla" else "mha_decode") + (("moe",) if model.is_moe
                                                                                       else ())
-    return kernels.provenance(fams)
+    kp = kernels.provenance(fams)
+    if engine is not None and engine.newest and not kp["notes"] and not kp["kernels"].startswith(
+            f"{engine.kernel_framework} {engine.release}"):
+        kp = {**kp, "notes": [f"{engine.label}'s defaults (scheduler cap, memory fraction, chunk) with the kernel "
+                              f"tables of {kp['kernels']}: the newest its framework was measured at"]}
+    return kp
 
 
 # --------------------------------------------------------------------------- reports

@@ -469,16 +469,10 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
 def _kernel_answer(res: dict, system, cal, eng, m) -> None:
     """Say in an answer which engine release it models and which framework version its kernel tables come from
     (`kernels`, `engine_release`; a note where the tables are another version's or framework's than asked)."""
-    kern = engine_kernels(system.chip, cal, eng)
-    kp = kernel_provenance(kern, m)
+    kp = kernel_provenance(engine_kernels(system.chip, cal, eng), m, eng)
     res["kernels"] = kp["kernels"]
     res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
-    notes = list(kp["notes"])
-    if eng is not None and eng.newest and not notes and kern and not kp["kernels"].startswith(
-            f"{eng.kernel_framework} {eng.release}"):
-        notes.append(f"{eng.label}'s defaults (scheduler cap, memory fraction, chunk) with the kernel tables of "
-                     f"{kp['kernels']}: the newest its framework was measured at")
-    res["notes"] = list(res.get("notes") or []) + notes
+    res["notes"] = list(res.get("notes") or []) + kp["notes"]
 
 
 def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None,

@@ -211,6 +211,10 @@ def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | N
     if layout is None:
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
+    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
+
+    # where the kernel tables are another version's than the engine asked for, said as throughput says it
+    notes += kernel_provenance(engine_kernels(system.chip, fx.cal, fx.eng), m, fx.eng)["notes"]
 
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
