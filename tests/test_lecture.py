@@ -56,3 +56,5 @@ def test_lecture_prose_mentions_numbers():
     p = subprocess.run([sys.executable, "-m", "chalk.faces.cli", "lecture"], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0 and "2400" in p.stdout and "critical batch" in p.stdout.lower()
+    # a unit in brackets is text, not a rich style tag that swallows it (QA 2026-11-28)
+    assert "[reversible/standard activation" in " ".join(p.stdout.split())

@@ -28,11 +28,16 @@ ALIASES = {"moe rack layout": "parallel", "pipeline parallelism": "parallel", "p
 
 
 def _fmt(v, unit: str) -> str:
+    """A value and its unit as printed through rich: escaped, so a unit such as '[reversible/standard ...]' is text,
+    not a style tag rich swallows (QA 2026-11-28)."""
+    from rich.markup import escape
+
     if isinstance(v, (int, float)):
-        return f"{num(v)} {unit}".strip()
+        return escape(f"{num(v)} {unit}".strip())
     if isinstance(v, list):
-        return "[" + ", ".join(num(x) if isinstance(x, (int, float)) else str(x) for x in v) + f"] {unit}".rstrip()
-    return f"{v} {unit}".strip() if v is not None else "n/a"
+        return escape("[" + ", ".join(num(x) if isinstance(x, (int, float)) else str(x) for x in v)
+                      + f"] {unit}".rstrip())
+    return escape(f"{v} {unit}".strip()) if v is not None else "n/a"
 
 
 def render(claims, console) -> None:
