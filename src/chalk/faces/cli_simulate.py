@@ -98,9 +98,7 @@ def register(app: typer.Typer) -> None:
         if concurrency is not None and rate is not None:
             raise InputError("--concurrency runs a closed loop (a request sent as each one finishes): --rate is an "
                              "open loop's Poisson rate; give one of the two")
-        rate = 100.0 if rate is None else rate
-        input_len = 512.0 if input_len is None else input_len
-        output_len = 128.0 if output_len is None else output_len
+        # (a rate or lengths not given stay None: the library's defaults, 100/s, 512 and 128, apply)
 
         with busy(as_json, "simulating the requests"):
             run = simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
@@ -112,26 +110,19 @@ def register(app: typer.Typer) -> None:
                                     prefix_cache=prefix_cache, engine=engine,
                                     **({} if period_s is None else {"period_s": period_s}))
         r, st = run.result, run.setup
-        over = sim.overload(r)
-        gap = sim.steady_gap(r)
+        over, gap = st["overload"], st["steady_state_gap"]
         if plot:
             from chalk.faces.plots_simulate import plot_simulation
 
             wrote(plot_simulation(r, plot, title=f"{scheduler.value} scheduler: {st['model']} on {st['layout']} "
                                                  f"of {st['chip']}"))
         if as_json:
-            d = run.to_dict()
-            d["overload"] = over
-            d["steady_state_gap"] = gap
-            for k in ("output_tokens_per_s", "input_tokens_per_s"):  # the run is one replica's
-                if d.get(k) is not None:
-                    d.setdefault(f"{k}_per_replica", d[k])
-                    d.setdefault(f"{k}_per_gpu", d[k] / st["replica_gpus"])
-            emit_json(d)
+            emit_json(run.to_dict())
             return
         s = r.summary()
         source = f"trace {st['trace']['path']} ({st['trace']['format']})" if st["trace"] else \
-            (f"closed loop of {concurrency}" if concurrency is not None else f"Poisson {num(rate)}/s")
+            (f"closed loop of {concurrency}" if concurrency is not None
+             else f"Poisson {num(100.0 if rate is None else rate)}/s")
         g = st["replica_gpus"]
         t = table(header(st["model"], st["chip"], g, f"{st['layout']} (one replica)", st["precision"],
                          st["kv_precision"], st["engine"], "ideal" if ideal else "calibrated",

@@ -23,6 +23,7 @@ from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, 
                                      enumerate_layouts, kernel_provenance, layout_arrays, memory_per_chip, stage_step,
                                      step_costs)
 from chalk.analyses.records.results import ServingResult
+from chalk.analyses.traffic import simulate as sim_mod
 from chalk.analyses.traffic.simulate import MAX_REQUESTS
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
@@ -1766,14 +1767,20 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         # disaggregated replica's prompts first queue for its share of the prefill pool
         run = {} if n_run is None else {"requests": int(round(n_run)), "window": "all", "warmup_s": cold}
 
-        def replica(seats, batch):  # one replica's closed loop at `seats` in flight
+        def replica(seats, batch, n=None):  # one replica's closed loop at `seats` in flight
             pool = {"prefill_pool": _pool_share(fx, seats, float(ttft0 - tpot * e))} if disagg else {}
+            more = {"requests": n} if n else {}
             return closed_loop_latencies(m, system, lay, seats, cap, batch, L, costs, cal, ovh, chunk, di or I,
-                                         do or O, kernels=kern, **{**run, **pool, **(replay or {})})
+                                         do or O, kernels=kern, **{**run, **pool, **(replay or {}), **more})
 
         lo, uneven = math.floor(Nr), None
         if lo == Nr or n_run is not None or (replay or {}).get("result_only"):
             sim = replica(Nr, B)
+            # a steady state the caller did not size: replayed longer until its window has settled (`settled`)
+            doublings = 0
+            while (n_run is None and not (replay or {}).get("requests") and doublings < SETTLE_DOUBLINGS
+                   and not sim_mod.settled(sim) and 2 * sim.n_requests <= sim_mod.MAX_REQUESTS):
+                sim, doublings = replica(Nr, B, 2 * sim.n_requests), doublings + 1
         else:  # N over R replicas unevenly: N mod R of them carry one request more (a balancer's round robin)
             busy = N - lo * R
             uneven = (R - busy, lo, busy, lo + 1)
@@ -1789,7 +1796,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         waiting = max(Nr - float(sim.mean_concurrency) - X * lat, 0.0)
         window = sim.latency_window
         latency_source = (f"simulated closed loop ({sim.n_requests:,} requests, steady-state window of "
-                          f"{window['requests']:,})") if n_run is None else \
+                          f"{window['requests']:,}" + ("" if sim_mod.settled(sim) else
+                                                       "; not settled: its TTFT still drifts across the window")
+                          + ")") if n_run is None else \
             (f"simulated benchmark run ({sim.n_requests:,} requests per replica, cold start and ramp-down included; "
              + ("a warmed engine)" if warm_engine else f"a cold engine's first step {cold:g} s longer)"))
         if uneven:
@@ -1842,6 +1851,9 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
 #: system) before a gap between the seats and the requests in the engine is reported as requests waiting: the
 #: window's edges and its rate estimate leave ~1% (tests/test_serving_dynamics.py holds the law to 2%).
 LITTLE_TOLERANCE = 0.02
+#: A steady closed loop whose window has not settled (`simulate.settled`) is replayed with twice the requests, at
+#: most this many times (within simulate.MAX_REQUESTS).
+SETTLE_DOUBLINGS = 3
 
 #: Requests replayed per replica in a closed-loop latency check: this many times the concurrency, within the bounds
 #: below. A closed loop started at t = 0 moves in waves that fade slowly; with 8 rounds the window's rate aliased
@@ -2067,6 +2079,22 @@ def replica_step_cost(model, system, layout, batch, input_len, output_len, *, co
     return StepCost.from_step_model(model, system, lay, batch=b, context=I + O / 2 if context is None else context,
                                     prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
                                     **kw)
+
+
+def label_rates(r: dict) -> None:
+    """Add what the per-GPU rate comes to per replica and per fleet (all `gpus` of the answer), with the replica's
+    GPUs, where the answer is one pool of identical replicas (aggregated serving); a disaggregated answer's per fleet
+    (its decode and prefill pools), which has no one replica."""
+    if not r.get("gpus"):
+        return
+    if r.get("disaggregated") or r.get("mode") == "disaggregated" or "prefill" in r:
+        r.setdefault("output_tokens_per_s_per_fleet", r["output_tokens_per_s_per_gpu"] * r["gpus"])
+        return
+    reps = r.get("replicas") or (r.get("parallelism") or {}).get("dp") or 1
+    per_gpu, g = r["output_tokens_per_s_per_gpu"], r["gpus"]
+    r.setdefault("gpus_per_replica", g // reps if g % reps == 0 else g / reps)
+    r.setdefault("output_tokens_per_s_per_replica", per_gpu * g / reps)
+    r.setdefault("output_tokens_per_s_per_fleet", per_gpu * g)
 
 
 def _cost_per_mtok(system: System, per_gpu_rate):

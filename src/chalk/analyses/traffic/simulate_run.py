@@ -132,7 +132,34 @@ SETTLE_REQUESTS = 16_000
 STEADY_ROUNDS, SETTLE_STEADY_ROUNDS = 10, 4
 
 
-def simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
+def simulate_requests(model, hardware, **kw) -> SimulateRun:
+    """Requests on one replica (`_simulate_requests`, its arguments), the run's checks beside its figures: whether
+    arrivals outran the replica (`overload`), how far its window is from Little's law (`steady_state_gap`), and its
+    rates per replica and per GPU, so the library's answer carries what the command's JSON does (QA 2026-11-28)."""
+    from chalk.analyses.traffic import simulate as sim
+
+    # what the command refuses, the library refuses too (it dropped a rate beside a closed loop in silence)
+    given = {k for k in ("rate", "input_len", "output_len") if kw.get(k) is not None}
+    if "rate" in given and kw.get("trace") is not None:
+        raise InputError("rate sets a Poisson rate, but a trace brings its own arrival times: give speedup X to "
+                         "replay it X times faster")
+    if kw.get("trace") is not None and given & {"input_len", "output_len"}:
+        raise InputError("a trace brings each request's own lengths: drop input_len / output_len")
+    if "rate" in given and kw.get("concurrency") is not None:
+        raise InputError("concurrency runs a closed loop (a request sent as each one finishes): rate is an open "
+                         "loop's Poisson rate; give one of the two")
+    run = _simulate_requests(model, hardware, **{k: v for k, v in kw.items()
+                                                 if v is not None or k not in ("rate", "input_len", "output_len")})
+    r, g = run.result, run.setup["replica_gpus"]
+    run.setup.update({"overload": sim.overload(r), "steady_state_gap": sim.steady_gap(r)})
+    for k in ("output_tokens_per_s", "input_tokens_per_s"):  # the run is one replica's
+        v = getattr(r, k, None)
+        if v is not None:
+            run.setup.update({f"{k}_per_replica": v, f"{k}_per_gpu": v / g})
+    return run
+
+
+def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512,
                       output_len=128, trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None,
                       concurrency: int | None = None, max_batch: int | None = None, kv_capacity_tokens=None,
                       prefill_chunk: int | None = None, precision: str | None = None, kv_precision="auto",
@@ -353,6 +380,13 @@ def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurr
     notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
                  f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
                  "KV room), the rest wait in its queue")
+    from chalk.analyses.traffic import simulate as sim
+
+    if not sim.settled(res):  # a run the caller sized, too short for its seats to fall out of step
+        a, b = sim.settling(res)
+        notes.append(f"not settled: the window's mean TTFT moved from {a * 1e3:,.0f} ms (its first half) to "
+                     f"{b * 1e3:,.0f} ms (its second) as the first wave's seats fell out of step; more requests "
+                     "(-n) reach the steady state throughput --layout --concurrency replays to")
     setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
     mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
     setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout),
