@@ -170,7 +170,7 @@ def test_layout_report_defaults_to_the_domains_that_hold_the_model():
 
 def test_r1_on_h100_throughput_two_nodes():
     """Refused before (it does not fit one 8-GPU scale-up domain); now laid out over two nodes."""
-    r = chalk.throughput("deepseek-r1", "h100-sxm", input_len=1000, output_len=1000)
+    r = chalk.throughput("deepseek-r1", "h100-sxm", input_len=1000, output_len=1000, disaggregated=False)
     assert r["gpus"] == 16 and r["domains"] == 2 and r["replica_domains"] == 2 and r["domain_chips"] == 8
     assert r["weight_bytes_per_gpu"] + r["kv_bytes_per_gpu"] <= 80e9
     assert r["output_tokens_per_s_per_gpu"] > 0

@@ -35,10 +35,18 @@ _LAZY = {**{name: ("chalk.api", name) for name in (
     # faces built on the API: their own module, so chalk.api never imports a face
     "report": ("chalk.faces.notebook", "report"), "plot": ("chalk.faces.notebook", "plot")}
 
+#: the errors the library raises, to catch (`except chalk.ChalkError`: each a subclass of it); not API calls
+_ERRORS = ("ChalkError", "InputError", "FitError", "SpecError")
+
 __all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name: str):
+    if name == "errors" or name in _ERRORS:  # `chalk.errors.ChalkError` right after `import chalk`, as the
+        import importlib  # README writes it, and `chalk.ChalkError`
+
+        errors = importlib.import_module("chalk.errors")
+        return errors if name == "errors" else getattr(errors, name)
     if name in _LAZY:
         import importlib
 

@@ -157,22 +157,30 @@ def layout(model, hardware, gpus: int | None = None, *, precision: str | None = 
 
 
 @checked
-def simulate(model, hardware, *, rate: float = 100.0, requests: int | None = None, input_len=512, output_len=128,
-             trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None, concurrency: int | None = None,
-             max_batch: int | None = None, prefill_chunk: int | None = None, kv_capacity_tokens=None,
-             precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False, seed: int = 0,
-             client_latency_s: float | None = None, scheduler: str = "continuous", period_s: float = 0.02,
-             prefix_cache: bool = True, engine: str | None = None):
-    """Requests through one replica (`chalk.analyses.traffic.simulate_run.simulate_requests`): Poisson arrivals at `rate`,
-    a closed loop of `concurrency` requests in flight, or a `trace` file (chalk CSV, Azure CSV or Mooncake JSONL,
-    arrivals sped up `speedup` times; Mooncake's prefix blocks replayed through an LRU prefix cache). Lengths are
-    numbers or distributions as `throughput` takes them, cut at the model's context. The layout is the one given or
-    the one `throughput` picks on `gpus`. The replica runs as `throughput` replays it (the engine's scheduler cap and
-    KV room, prefill chunk and step overhead) where `max_batch`, `prefill_chunk` and `kv_capacity_tokens` are not
-    given: `engine`'s profile (e.g. 'vllm@0.11'), else chalk's fitted scheduler. `client_latency_s`: time each
-    request spends outside the engine's steps (default: the calibrated
-    `request_latency_s`; 0 with `ideal`): a closed loop's seat is held for it; an open loop adds it to TTFT. Returns a
-    `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate, notes)."""
+def simulate(model, hardware, *, rate: float | None = None, requests: int | None = None, input_len=None,
+             output_len=None, trace=None, speedup: float = 1.0, layout=None, gpus: int | None = None,
+             concurrency: int | None = None, max_batch: int | None = None, prefill_chunk: int | None = None,
+             kv_capacity_tokens=None, precision: str | None = None, kv_precision: str | None = "auto",
+             ideal: bool = False, seed: int = 0, client_latency_s: float | None = None, scheduler: str = "continuous",
+             period_s: float = 0.02, prefix_cache: bool = True, engine: str | None = None):
+    """Requests through one replica (`chalk simulate`; `chalk.analyses.traffic.simulate_run.simulate_requests`).
+
+    Arrivals: Poisson at `rate` (default 100/s), a closed loop of `concurrency` requests in flight, or a `trace`
+        file (chalk CSV, Azure CSV or Mooncake JSONL, arrivals sped up `speedup` times; Mooncake's prefix blocks
+        replayed through an LRU prefix cache); give one of the three. `requests`: how many (default: 10,000
+        Poisson, enough rounds of a closed loop to settle, or the whole trace). `seed`: the draws' seed.
+    input_len, output_len: numbers or distributions as `throughput` takes them (defaults 512 and 128), cut at the
+        model's context; a trace brings its own.
+    layout: the one given, else the one `throughput` picks on `gpus`. precision, kv_precision: as `estimate`.
+    The replica runs as `throughput` replays it (the engine's scheduler cap and KV room, prefill chunk and step
+        overhead) where `max_batch`, `prefill_chunk` and `kv_capacity_tokens` are not given: `engine`'s profile
+        (e.g. 'vllm@0.11'), else chalk's fitted scheduler.
+    client_latency_s: time each request spends outside the engine's steps (default: the calibrated
+        `request_latency_s`; 0 with `ideal`): a closed loop's seat is held for it; an open loop adds it to TTFT.
+    scheduler: 'continuous' (default) or 'train' (the lecture's departures every `period_s`). prefix_cache: replay
+        a Mooncake trace's prefix blocks (default) or not.
+    Returns a `SimulateRun`: the `SimulationResult`'s fields plus the setup (layout, GPUs, precisions, hit rate,
+    overload, steady_state_gap, rates per replica and per GPU, notes)."""
     from chalk.analyses.traffic.simulate_run import simulate_requests
 
     return simulate_requests(model, hardware, rate=rate, requests=requests, input_len=input_len,
@@ -197,15 +205,16 @@ def _session_class():
             asked = [k for k in ("batch", "context") if k in options]
             if asked:
                 raise InputError(f"Session takes {' and '.join(asked)} in .estimate(...), not when it is made")
-            for k, v in options.items():
-                _check_option(k, v)
+            _session_options(options)
             super().__init__(model, hardware, **options)
 
         def estimate(self, batch=1, context=4096, **overrides):
+            """One step of the session's model on its hardware, as `chalk.estimate(model, hardware, batch, context,
+            **options)` answers it, with this call's `overrides` over the session's options (batch and context may
+            be numpy arrays: a grid in one call). Repeated questions return the answer already given."""
             check_value("batch", batch)
             check_value("context", context)
-            for k, v in overrides.items():
-                _check_option(k, v)
+            _session_options(overrides)
             from chalk.analyses.economics.energy import estimate_energy
 
             r = super().estimate(batch, context, **overrides)
@@ -226,6 +235,21 @@ def _session_class():
 
     Session.__module__, Session.__qualname__ = __name__, "Session"
     return Session
+
+
+def _session_options(options: dict) -> None:
+    """A Session's options, checked when given: `estimate`'s own (each checked as `estimate` checks it); the ones
+    `chalk.estimate` adds on top (speculation, energy prices, the lecture's weights) are refused in one line, as is
+    an unknown name (a bare TypeError came at the first question; QA 2026-11-28)."""
+    from chalk.analyses.step.estimate import estimate as _step_estimate
+
+    takes = set(inspect.signature(_step_estimate).parameters) - {"model", "system", "hardware", "batch", "context"}
+    for k, v in options.items():
+        if k not in takes:
+            extra = k in inspect.signature(estimate).parameters
+            raise InputError(f"Session does not take {k!r}" + (": ask chalk.estimate(...) for it" if extra else
+                                                               f" (it takes: {', '.join(sorted(takes))})"))
+        _check_option(k, v)
 
 
 def _check_option(name, value):
@@ -259,7 +283,7 @@ def __getattr__(name: str):
 def throughput(model, hardware, *, input_len, output_len, gpus: int | None = None, precision: str | None = None,
                kv_precision: str | None = "auto", min_user_tps: float | None = None,
                max_ttft_s: float | None = None, tpot_p99_s: float | None = None, ttft_p99_s: float | None = None,
-               max_seqs: int | None = None, max_tokens: int | None = None, disaggregated: bool | str = False,
+               max_seqs: int | None = None, max_tokens: int | None = None, disaggregated: bool | str = "auto",
                layout=None, concurrency: int | None = None, prefill_gpus: int | None = None,
                mtp: int | None = None, acceptance: float | None = None, speculative="auto",
                engine: str | None = None, cache_hit: float | None = None, pareto: bool = False,
@@ -277,8 +301,9 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         in that replay: 'poisson' (default: the highest Poisson rate meeting the targets answers) or 'closed' (the
         chosen concurrency held in flight).
     max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
-    disaggregated: separate prefill and decode pools; 'auto': whichever mode serves more per GPU (the CLI's
-        --mode all). layout, concurrency: one fixed deployment (closed loop of
+    disaggregated: True: separate prefill and decode pools; False: one pool; 'auto' (default, the CLI's --mode all):
+        whichever serves more per GPU (a fixed deployment, `concurrency`, is aggregated unless told).
+        layout, concurrency: one fixed deployment (closed loop of
         `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`; prefill_layout: the layout
         of that pool's workers (default: `layout`), e.g. 'tp=1,attn_dp=4,ep=4'.
     mtp, acceptance: draft tokens per step and their acceptance (as `--mtp K --acceptance A`); speculative: a
@@ -292,7 +317,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     per GPU (`*_per_gpu`), its `energy` the `Energy` figures as a dict.
     """
     from chalk.analyses.economics.energy import energy_settings, serving_energy
-    from chalk.analyses.traffic.serving import throughput as _throughput
+    from chalk.analyses.traffic.serving import label_rates, throughput as _throughput
 
     energy_settings(usd_per_kwh, pue)
     speculative = _speculation(model, mtp, acceptance, speculative)
@@ -304,6 +329,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
                     speculative=speculative, engine=engine, cache_hit=cache_hit, prefill_gpus=prefill_gpus,
                     eplb=eplb, tpot_p99_s=tpot_p99_s, ttft_p99_s=ttft_p99_s, max_seqs=max_seqs,
                     max_tokens=max_tokens, prefill_layout=prefill_layout, arrivals=arrivals)
+    label_rates(r)  # per replica and per fleet, as the command's JSON has them
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     return r
 
@@ -327,7 +353,16 @@ def train(model, hardware=None, gpus=None, tokens=None, precision=None, *, seq_l
           pipeline_stages=None, interleave=None, inference_tokens_per_s=None, deployment_days=None,
           obsolescence_probability=0.0, rl_tokens=None, rl_flops_per_param=3.0, rl_inefficiency=3.0,
           inference_inefficiency=3.0, kernel_mfu=None, moe_residual_efficiency=None):
-    """Training time and cost: `chalk.analyses.blackboard.training.train_estimate`, every argument checked first."""
+    """Training time and cost (`chalk train`), every argument checked first. Returns a `TrainingEstimate`.
+
+    model, hardware, gpus, tokens, precision: the run (defaults: a model's published run where the catalog has one,
+        else 16,384 H100s, 15T tokens, the checkpoint's precision). seq_len, global_batch_tokens: its sequences and
+        tokens per step (8,192; 16M). pipeline_stages, interleave: its pipeline (default: chosen to fit).
+    kernel_mfu, moe_residual_efficiency: override the calibrated MFU and the MoE layers' residual efficiency.
+    inference_tokens_per_s, deployment_days, obsolescence_probability: inference volume for eq. 7's pools (60 days
+        if only the rate is given); rl_tokens, rl_flops_per_param, rl_inefficiency, inference_inefficiency: the RL
+        and inference pools' work (eq. 7).
+    See `chalk.analyses.blackboard.training.train_estimate` for the model behind it."""
     from chalk.analyses.blackboard.training import train_estimate
 
     if tokens is not None:
@@ -398,7 +433,11 @@ def _pricing(a, sheets) -> PricingReport:
 
 @checked(types={"cal": _calibration})
 def validate(ideal: bool = False, cal=None) -> ValidationReport:
-    """Predicted vs measured on the validation set: `chalk.analyses.fidelity.validate.validate`, arguments checked."""
+    """Predicted vs measured on the validation set (`chalk validate`): every row with its source, family, engine and
+    error; the headline median and p90 |error| over the throughput and TPOT rows, per group and per family.
+    `ideal`: the pure roofline instead of the calibrated step model; `cal`: a `Calibration` of your own. Returns a
+    `ValidationReport` (`.to_frame()`: one row per measured row). Cross-validation is `chalk validate --cv`
+    (`chalk.analyses.fidelity.calibrate.cross_validate`)."""
     from chalk.analyses.fidelity.validate import validate as _validate
 
     return _validate(ideal, cal)

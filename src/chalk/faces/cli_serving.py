@@ -199,7 +199,7 @@ def throughput(
 ):
     """Best output tokens/s per GPU over layouts x batch that fit and meet the constraints; with --layout and
     --concurrency, what that exact deployment does."""
-    from chalk.analyses.traffic.serving import throughput as run
+    from chalk.analyses.traffic.serving import label_rates, throughput as run
 
     spec = _speculation(speculation_for(mtp, acceptance, speculative, model=model), speculative)
     from chalk.analyses.economics.energy import energy_settings, serving_energy
@@ -242,7 +242,7 @@ def throughput(
         r = run(m, system, **kw)
     if r.get("mode") != "fixed" and min_user_tps is None and tpot_p99 is None:
         r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
-    _label_rates(r)
+    label_rates(r)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
@@ -325,22 +325,6 @@ def throughput(
 
 
 _progress = progress
-
-
-def _label_rates(r: dict) -> None:
-    """Add what the per-GPU rate comes to per replica and per fleet (all `gpus` of the answer), with the replica's
-    GPUs, where the answer is one pool of identical replicas (aggregated serving); a disaggregated answer's per fleet
-    (its decode and prefill pools), which has no one replica."""
-    if not r.get("gpus"):
-        return
-    if r.get("disaggregated") or r.get("mode") == "disaggregated" or "prefill" in r:
-        r.setdefault("output_tokens_per_s_per_fleet", r["output_tokens_per_s_per_gpu"] * r["gpus"])
-        return
-    reps = r.get("replicas") or (r.get("parallelism") or {}).get("dp") or 1
-    per_gpu, g = r["output_tokens_per_s_per_gpu"], r["gpus"]
-    r.setdefault("gpus_per_replica", g // reps if g % reps == 0 else g / reps)
-    r.setdefault("output_tokens_per_s_per_replica", per_gpu * g / reps)
-    r.setdefault("output_tokens_per_s_per_fleet", per_gpu * g)
 
 
 def _engine(r: dict) -> str | None:

@@ -204,6 +204,16 @@ class TrainingEstimate:
     def to_dict(self) -> dict:
         return {k: _jsonable(v) for k, v in asdict(self).items()}
 
+    def to_frame(self):
+        """One row: the scalar fields, the layout's as `layout_*` columns (pandas; every result has one)."""
+        from chalk.analyses.records.results import _flat, _frame
+
+        d = self.to_dict()
+        row = _flat(d)
+        row.update({f"layout_{k}": v for k, v in (d.get("layout") or {}).items()
+                    if not isinstance(v, (dict, list, tuple))})
+        return _frame([row])
+
 
 # --------------------------------------------------------------------------- layout and efficiency
 def training_layout(sz: ModelSizes, system: System, gpus: int, seq_len: float, global_batch_tokens: float,

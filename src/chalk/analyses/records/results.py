@@ -45,7 +45,13 @@ class ServingResult(Result):
 
 
 class LayoutReport(Result):
-    """`chalk.layout`: feasible layouts with memory per GPU, the MoE rack layout and the pipeline analysis."""
+    """`chalk.layout`: feasible layouts with memory per GPU, the MoE rack layout and the pipeline analysis.
+    `.to_frame()`: one row per layout (its scalar fields)."""
+
+    def to_frame(self):
+        df = _frame([_flat(row) for row in self["layouts"]])
+        df.attrs.update({"model": self.get("model"), "hardware": self.get("hardware")})
+        return df
 
 
 class Catalog(Result):
