@@ -230,6 +230,16 @@ def pipeline_bubble_fraction(stages, microbatches, interleave=1):
     return (p - 1) / (v * m + p - 1)
 
 
+def pipeline_batch_latency_s(stage_time_s, stages, microbatches):
+    """Time for one batch, split into micro-batches, to pass a pipeline that holds nothing else (a prefill).
+
+    Formula: T = (m + PP - 1) * T_stage, with m micro-batches of T_stage per stage
+    Ref: the pipeline fill and drain (GPipe, Huang et al. 2019); the lecture's pipeline bubble.
+    Assumes: equal stages; the first micro-batch enters an empty pipeline and the last leaves it empty.
+    """
+    return (flt(microbatches) + flt(stages) - 1.0) * flt(stage_time_s)
+
+
 def pipeline_token_latency_s(stage_time_s, stages, hop_time_s=0.0):
     """Time for one token's forward pass through all stages of an inference pipeline.
 

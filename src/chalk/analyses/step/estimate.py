@@ -377,12 +377,14 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     peak = chip.flops_per_s[chip.compute_precision(prec)] * G
     bw = chip.hbm_bandwidth_bytes_per_s * G
     ops = r["ops"]
-    flops = sum(flt(o.flops) for o in ops.values()) * G
-    w_bytes = flt(r["weight_read_bytes"]) * G
-    kv_bytes = flt(r["kv_read_bytes"]) * G
-    other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G
-    # where the step's time goes, from its ops: the parts add up to the step (a token passes all pp stages)
-    parts = {k: v * lay.pp for k, v in op_breakdown(ops).items()}
+    # the ops are one stage's for one micro-batch: the step moves pp micro-batches through every stage
+    flops = sum(flt(o.flops) for o in ops.values()) * G * lay.pp
+    w_bytes = flt(r["weight_read_bytes"]) * G * lay.pp
+    kv_bytes = flt(r["kv_read_bytes"]) * G * lay.pp
+    other = sum(flt(o.bytes) for o in ops.values() if o.kind == "elementwise") * G * lay.pp
+    # where the step's time goes, from its ops: the parts add up to the step (its stage steps, `layout_estimate`)
+    span = lay.pp if phase == "decode" else 2 * lay.pp - 1
+    parts = {k: v * span for k, v in op_breakdown(ops).items()}
     t_mem = parts["weight_s"] + parts["kv_s"] + parts["activation_s"]
     slow, fast = su.spread
     spread = {"step_time_s": [sc(t * fast), sc(t * slow)],
@@ -391,9 +393,9 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     ops_rows = ()
     if np.ndim(t) == 0:
         ops_rows = tuple(ops_table(ops))
-        if lay.pp > 1:  # the token passes every stage: the step is pp stage steps
+        if lay.pp > 1:  # the step is `span` stage steps
             for d in ops_rows:
-                d["time_s"] *= lay.pp
+                d["time_s"] *= span
     kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
     max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
     t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
@@ -488,7 +490,11 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
         tokens = B * L
         user_tokens = L * ones_like(B)
     stage = flt(r["stage_time_s"])
-    t = P.pipeline_token_latency_s(stage, lay.pp)
+    # decode: a token passes every stage while the other micro-batches keep them busy (pp stage steps); a prefill
+    # of the batch split into pp micro-batches fills and drains the pipeline (2 pp - 1 stage steps: PP8 took one
+    # prompt in pp stage steps and came out faster than the whole 8 GPUs' ideal bound; QA 2026-11-28)
+    t = P.pipeline_token_latency_s(stage, lay.pp) if phase == "decode" else \
+        P.pipeline_batch_latency_s(stage, lay.pp, lay.pp)
     chip = system.chip
     usable_chip = su.usable_chip
     if strict_fit:
