@@ -301,3 +301,38 @@ def test_deepseek_v2_config_sizes_to_its_card():
     # DeepSeek-V2 card: 236B total, 21B activated
     assert sz.total_params == pytest.approx(236e9, rel=0.02)
     assert sz.active_params == pytest.approx(21e9, rel=0.05)
+
+
+def test_data_parallel_replicas_are_whole_and_never_more_than_the_batchs_sequences():
+    """QA 2026-11-28: 1,000,000 H100s trained Llama-3.1-70B in 3.71 days with 62,500 replicas for a batch of 2,048
+    sequences (no floor), and 100 GPUs were 6.25 replicas. Replicas are whole, at most one per sequence; the rest
+    idle (and are paid for), said in a note."""
+    from chalk.analyses.blackboard.training import train_estimate
+
+    big = train_estimate("llama-3.1-70b", "h100-sxm", gpus=1_000_000, tokens=15e12)
+    cap = train_estimate("llama-3.1-70b", "h100-sxm", gpus=32_768, tokens=15e12)
+    assert big.layout.data_parallel == 16 * 2 ** 20 // 8192 == cap.layout.data_parallel
+    assert big.wall_clock_days == pytest.approx(cap.wall_clock_days, rel=1e-9)
+    assert big.gpu_hours > cap.gpu_hours and any("GPUs idle" in n for n in big.notes)
+    odd = train_estimate("llama-3.1-70b", "h100-sxm", gpus=100, tokens=15e12)
+    assert odd.layout.data_parallel == 6 and odd.layout.gpus_used == 96
+    assert any("4 of 100 GPUs idle" in n for n in odd.notes)
+
+
+def test_routed_experts_split_over_the_tensor_parallel_group_too():
+    """Qwen3-235B-A22B on 64 H100s: its 227B routed-expert parameters split over EP and the TP group (Megatron's
+    expert tensor parallel defaults to TP); split over PP alone they made TP8 x PP8 hold 114 GB of BF16 weights and
+    gradients per GPU. Now TP8 x DP8 (EP8) holds 8.0B / 8 dense + 227.1B / 64 experts = 4.55B parameters, 18 GB."""
+    from chalk.analyses.blackboard.training import ModelSizes, train_estimate
+    from chalk.specs.catalog import as_model
+
+    sz = ModelSizes(as_model("qwen3-235b-a22b"))
+    r = train_estimate("qwen3-235b-a22b", "h100-sxm", gpus=64, tokens=10e12, precision="bf16")
+    lay = r.layout
+    assert lay.tensor_parallel * lay.pipeline_stages * lay.data_parallel == 64 and lay.fits
+    assert lay.params_per_gpu == pytest.approx(
+        sz.dense_params / (lay.tensor_parallel * lay.pipeline_stages)
+        + sz.routed_expert_params / (lay.tensor_parallel * lay.expert_parallel * lay.pipeline_stages), rel=1e-9)
+    assert lay.train_state_bytes_per_gpu < 20e9
+    one = train_estimate("llama-3.1-70b", "h100-sxm", gpus=1, tokens=15e12)
+    assert any(n.startswith("does not fit") for n in one.notes)

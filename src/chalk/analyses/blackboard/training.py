@@ -146,17 +146,19 @@ TRAINING_PRECISIONS = ("bf16", "fp16", "fp8")
 # --------------------------------------------------------------------------- results
 @dataclass(frozen=True)
 class TrainingLayout:
-    """How the GPUs split the work: TP x PP x DP (experts spread over EP ranks inside DP)."""
+    """How the GPUs split the work: TP x PP x DP whole replicas (experts spread over EP ranks inside DP and over the
+    TP group), at most one replica per sequence of the batch; `gpus_used` = TP x PP x DP of the GPUs given."""
 
     tensor_parallel: int
     pipeline_stages: int
-    data_parallel: float
+    data_parallel: int
     expert_parallel: int
     interleave: int
     microbatches: float
     params_per_gpu: float
     train_state_bytes_per_gpu: float
     fits: bool
+    gpus_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -223,10 +225,16 @@ def training_layout(sz: ModelSizes, system: System, gpus: int, seq_len: float, g
     tp = int(min(MAX_TENSOR_PARALLEL, system.chips, gpus))
     budget = system.chip.hbm_bytes * WEIGHT_HBM_SHARE
 
+    sequences = max(math.floor(global_batch_tokens / seq_len), 1)  # per step: a replica needs one to work on
+
     def shard(pp: int):
-        dp = gpus / (tp * pp)
-        ep = int(min(m.num_experts, max(1, math.floor(dp)))) if m.is_moe else 1
-        return sz.dense_params / (tp * pp) + sz.routed_expert_params / (ep * pp), dp, ep
+        # whole replicas, no more than the batch has sequences (QA 2026-11-28: 6.25 replicas of 100 GPUs, and 62,500
+        # replicas for 2,048 sequences that kept cutting the time)
+        dp = max(min(gpus // (tp * pp), sequences), 1)
+        ep = int(min(m.num_experts, dp)) if m.is_moe else 1
+        # routed experts over EP and, inside each, over the TP group (Megatron's expert tensor parallel defaults to
+        # TP): 235B of Qwen3 on TP8 x PP8 held 114 GB per GPU where 15 GB is what each GPU holds
+        return sz.dense_params / (tp * pp) + sz.routed_expert_params / (tp * ep * pp), dp, ep
 
     if pipeline_stages is None:
         pp = 1
@@ -247,9 +255,9 @@ def training_layout(sz: ModelSizes, system: System, gpus: int, seq_len: float, g
         v = 1
     micro = max(1.0, global_batch_tokens / seq_len / dp)
     state = params * TRAIN_STATE_BYTES_PER_PARAM
-    return TrainingLayout(tensor_parallel=tp, pipeline_stages=pp, data_parallel=dp, expert_parallel=ep,
+    return TrainingLayout(tensor_parallel=tp, pipeline_stages=pp, data_parallel=int(dp), expert_parallel=ep,
                           interleave=v, microbatches=micro, params_per_gpu=params,
-                          train_state_bytes_per_gpu=state, fits=bool(state <= budget))
+                          train_state_bytes_per_gpu=state, fits=bool(state <= budget), gpus_used=int(tp * pp * dp))
 
 
 def fp8_speedup(system: System, precision: str) -> float:
@@ -267,7 +275,7 @@ def _dp_reduction_s(sz: ModelSizes, system: System, lay: TrainingLayout) -> floa
         return 0.0
     tp, pp, dp, ep = lay.tensor_parallel, lay.pipeline_stages, lay.data_parallel, lay.expert_parallel
     dense = sz.dense_params / (tp * pp) * GRADIENT_BYTES_PER_PARAM
-    experts = sz.routed_expert_params / (ep * pp) * GRADIENT_BYTES_PER_PARAM
+    experts = sz.routed_expert_params / (tp * ep * pp) * GRADIENT_BYTES_PER_PARAM
     t = T.ring_allreduce_time_s(dense, dp, bw)
     if experts and dp / ep > 1:
         t = t + T.ring_allreduce_time_s(experts, dp / ep, bw)
@@ -346,11 +354,25 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
 
     # step: compute, pipeline bubble, exposed gradient reduction
     lay = training_layout(sz, system, gpus, seq_len, batch, pipeline_stages, interleave)
-    if not lay.fits:
+    if lay.train_state_bytes_per_gpu > chip.hbm_bytes:
+        notes.append(f"does not fit: BF16 weights + gradients need {lay.train_state_bytes_per_gpu / 1e9:,.0f} GB per "
+                     f"GPU, more than its whole {chip.hbm_bytes / 1e9:.0f} GB HBM; the time below assumes they fit "
+                     "(more GPUs or pipeline stages)")
+    elif not lay.fits:
         notes.append(f"BF16 weights + gradients need {lay.train_state_bytes_per_gpu / 1e9:.0f} GB per GPU, more "
                      f"than a quarter of {chip.hbm_bytes / 1e9:.0f} GB HBM: the layout is optimistic")
+    if lay.gpus_used < gpus:
+        full = lay.data_parallel == max(math.floor(batch / seq_len), 1)
+        notes.append(f"{gpus - lay.gpus_used:,} of {gpus:,} GPUs idle: "
+                     + (f"the batch's {lay.data_parallel:,} sequences of {seq_len:,} tokens give one data-parallel "
+                        "replica each (a larger global batch uses more)" if full else
+                        f"whole replicas of TP{lay.tensor_parallel} x PP{lay.pipeline_stages} fill "
+                        f"{lay.gpus_used:,}") + "; they are paid for in the GPU-hours")
+    if batch % seq_len:
+        notes.append(f"the global batch of {batch:,.0f} tokens is {batch / seq_len:,.2f} sequences of {seq_len:,}: "
+                     "steps hold whole sequences")
     bubble = float(T.pipeline_bubble_fraction(lay.pipeline_stages, lay.microbatches, lay.interleave))
-    t_compute = batch * f_tok / (gpus * rate)
+    t_compute = batch * f_tok / (lay.gpus_used * rate)
     t_dp = _dp_reduction_s(sz, system, lay)
     window = (2.0 / 3.0) * t_compute / lay.microbatches  # backward of the last micro-batch
     exposed = max(0.0, t_dp - window)
