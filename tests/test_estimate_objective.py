@@ -245,7 +245,9 @@ def test_cli_header_json_and_help():
     assert code == 0
     head = out.split("quantity")[0].replace("\n", " ")
     assert "layout TP1 of 2 GPUs (objective cost); latency would pick TP2:" in head and "/token" in head
-    assert "step time = the six rows below" in out and "bound (the largest share of the step)" in out
+    flat = " ".join(out.split())  # (the table wraps its cells)
+    assert "step time = the six rows below" in flat
+    assert "bound (the largest of compute, memory = weight + KV + activation reads, communication, overhead)" in flat
     code, out, _ = _cli("-m", "llama-3.3-70b", "-H", "h100", "--gpus", "2", "-p", "fp8", "-b", "1", "--json",
                         "--objective", "latency")
     d = json.loads(out)

@@ -233,7 +233,8 @@ def estimate(
                  ("  activations (elementwise, sampling, expert shuffles)", seconds(r.activation_time_s)),
                  ("  communication (exposed)", seconds(r.comm_time_s)),
                  ("  overhead (launches, scheduling, pipeline sync)", seconds(r.overhead_time_s)),
-                 ("bound (the largest share of the step)", str(r.bound))]
+                 ("bound (the largest of compute, memory = weight + KV + activation reads, communication, overhead)",
+                  str(r.bound))]
     else:
         rows += [("  compute (all FLOPs at the achieved rate)", seconds(r.compute_time_s)),
                  ("  weight read" + (" (all weights, the lecture's form)" if r.weights_read.startswith("all")
@@ -246,7 +247,8 @@ def estimate(
         ("throughput", rate(r.tokens_per_s, "tokens/s", unit, r.chips)
                        + f" = {rate(r.tokens_per_s / r.chips, 'tokens/s', 'gpu')}"),
         ("per user", rate(r.user_tokens_per_s, "tokens/s", "user")),
-        ("cost", f"{usd(r.cost_per_mtok_usd)} per M tokens"),
+        ("cost", f"{usd(r.cost_per_mtok_usd)} per M tokens" if r.cost_per_mtok_usd else  # not $0 (QA 2026-11-28)
+         f"n/a: no price for {r.hardware}'s chip (price_usd_per_hour in its YAML)"),
         *energy_rows(r.energy),
         ("critical batch (eq. 5, weights only)", num(r.critical_batch)),
         ("critical batch with KV at this context", num(r.critical_batch_with_kv) if r.critical_batch_with_kv

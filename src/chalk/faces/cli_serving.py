@@ -81,11 +81,14 @@ def layout(
                      r.get("efficiency"), f"context {num(r['context'])}",
                      f"{si(r['usable_hbm_bytes_per_gpu'], 'B')} usable per GPU", system=system.id),
               ["layout", "TP", "EP", "PP", "DP", "weights / GPU", "KV / sequence / GPU", "max sequences per replica",
-               "fits"])
+               "serves"])
     for row in r["layouts"]:
+        # 'yes' only where a sequence of this context fits beside the weights ('weights only': it said 'fits' at
+        # 0 sequences; QA 2026-11-28)
+        serves = ("yes" if row["max_sequences_per_replica"] >= 1 else "weights only") if row["fits_weights"] else "no"
         t.add_row(row["label"], str(row["tp"]), str(row["ep"]), str(row["pp"]), str(row["dp"]),
                   si(row["weight_bytes_per_gpu"], "B"), si(row["kv_bytes_per_sequence_per_gpu"], "B"),
-                  num(row["max_sequences_per_replica"]), "yes" if row["fits_weights"] else "no")
+                  num(row["max_sequences_per_replica"]), serves)
     c.print(t)
     moe = r["moe_rack_layout"]
     if moe.get("applies"):
