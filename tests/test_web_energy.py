@@ -109,7 +109,9 @@ def test_serving_and_plan_energy_are_the_apis():
     e = serving_energy(res, as_system(H).chip)
     assert shown == dict(energy_cells(e, "deployment"))
     assert f"Power per deployment ({int(res['gpus'])} GPUs, at the wall)" in shown
-    api = chalk.throughput(M, H, input_len=C, output_len=1024, kv_precision="bf16", pareto=True)
+    # the tab draws the aggregated frontier (layouts x batch): the API's question with disaggregated=False (its
+    # default searches both modes, as the command's --mode all)
+    api = chalk.throughput(M, H, input_len=C, output_len=1024, kv_precision="bf16", pareto=True, disaggregated=False)
     assert float(shown["J per output token"]) == pytest.approx(api["energy"]["joules_per_token"], rel=2e-3)
 
     at.session_state["tab"] = "Plan"
