@@ -74,3 +74,11 @@ def test_errors_and_frames_are_where_the_docs_say():
     assert len(chalk.layout("llama-3.1-8b", "h100-sxm").to_frame()) >= 2
     f = chalk.train("llama-3.1-8b", "h100-sxm").to_frame()
     assert len(f) == 1 and {"gpu_hours", "cost_usd", "layout_tensor_parallel"} <= set(f.columns)
+
+
+def test_a_context_of_less_than_one_token_is_refused():
+    """`estimate -c 0.5` answered a step at half a token of context (QA 2026-11-28)."""
+    with pytest.raises(chalk.InputError, match="context must be at least 1 token"):
+        chalk.estimate("llama-3.1-8b", "h100-sxm", 1, 0.5)
+    with pytest.raises(chalk.InputError, match="context must be at least 1 token"):
+        chalk.sweep("llama-3.1-8b", "h100-sxm", batches=[1, 2], contexts=[0.5, 1024])

@@ -135,6 +135,8 @@ class Workload:
     def __post_init__(self):
         object.__setattr__(self, "batch", positive("batch", self.batch))
         object.__setattr__(self, "context", positive("context", self.context))
+        if np.any(np.asarray(self.context) < 1):  # a context of half a token was answered (QA 2026-11-28)
+            raise InputError(f"context must be at least 1 token, got {short(self.context)}")
         if self.phase not in ("decode", "prefill"):
             raise InputError(f"phase must be 'decode' or 'prefill', got {self.phase!r}")
         if self.precision is not None:
