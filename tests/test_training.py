@@ -336,3 +336,14 @@ def test_routed_experts_split_over_the_tensor_parallel_group_too():
     assert lay.train_state_bytes_per_gpu < 20e9
     one = train_estimate("llama-3.1-70b", "h100-sxm", gpus=1, tokens=15e12)
     assert any(n.startswith("does not fit") for n in one.notes)
+
+
+def test_a_sequence_longer_than_the_batch_is_refused_and_one_past_the_context_noted():
+    """--seq-len 1e11 ran with the whole step one partial sequence (1,841,815 days; QA 2026-11-28)."""
+    from chalk.analyses.blackboard.training import train_estimate
+
+    with pytest.raises(InputError, match="longer than the global batch"):
+        train_estimate("llama-3.1-8b", seq_len=10 ** 11)
+    r = train_estimate("llama-3.1-8b", seq_len=262_144)
+    assert any("longer than llama-3.1-8b's 131,072-token context" in n for n in r.notes)
+    assert not any("token context" in n for n in train_estimate("llama-3.1-8b").notes)

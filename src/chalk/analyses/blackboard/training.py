@@ -296,6 +296,9 @@ def _resolve(model, hardware, gpus, tokens, precision, seq_len, global_batch_tok
     seq_len = int(positive("sequence length", seq_len if seq_len is not None else d["seq_len"], integer=True, scalar=True))
     batch = float(positive("global batch tokens",
                            global_batch_tokens if global_batch_tokens is not None else d["global_batch_tokens"], scalar=True))
+    if seq_len > batch:  # a step holds whole sequences (QA 2026-11-28: --seq-len 1e11 ran at 1,841,815 days)
+        raise InputError(f"a sequence of {seq_len:,} tokens is longer than the global batch of {batch:,.0f} tokens: "
+                         "raise the batch or shorten the sequence")
     sz = ModelSizes(spec)
     if precision is None:
         precision = ref.precision if ref is not None else ("fp8" if sz.default_precision() == "fp8" else "bf16")
@@ -368,6 +371,9 @@ def train_estimate(model, hardware=None, gpus: int | None = None, tokens: float 
                         "replica each (a larger global batch uses more)" if full else
                         f"whole replicas of TP{lay.tensor_parallel} x PP{lay.pipeline_stages} fill "
                         f"{lay.gpus_used:,}") + "; they are paid for in the GPU-hours")
+    if spec.max_context and seq_len > spec.max_context:
+        notes.append(f"sequences of {seq_len:,} tokens are longer than {spec.id}'s {spec.max_context:,}-token context "
+                     "(its config's max_position_embeddings): a run this long needs the position encoding extended")
     if batch % seq_len:
         notes.append(f"the global batch of {batch:,.0f} tokens is {batch / seq_len:,.2f} sequences of {seq_len:,}: "
                      "steps hold whole sequences")
