@@ -379,3 +379,13 @@ def test_simulate_states_the_window_its_percentiles_cover():
     rc, out, err = run(*base, "--rate", "5", "-n", "100")
     assert rc == 0, err
     assert "the whole run (100 requests, cold start and ramp-down included)" in " ".join(out.split())
+
+
+def test_measure_writes_nothing_to_stdout_when_it_fails():
+    """Its spinner drew on stdout: a failed `measure --device cuda` (no GPU here) left a blank line there
+    (QA 2026-11-28); every command's stdout stays empty on an error."""
+    p = subprocess.run([sys.executable, "-m", "chalk", "measure", "--device", "cuda"], capture_output=True,
+                       text=True, timeout=300)
+    if p.returncode == 0:
+        pytest.skip("a CUDA GPU is present")
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.stdout, p.stderr)

@@ -31,10 +31,13 @@ def register(app: typer.Typer) -> None:
         if as_json:
             r = run_measure(device=device, quick=quick, model=model, out_dir=out_dir, progress=None)
         else:
+            from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+            # the spinner on stderr, as every command's progress: on stdout it left a blank line before an error
+            # and before the answer (QA 2026-11-28)
             with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                          console=console(), transient=True) as bar:
+                          console=Console(stderr=True), transient=True) as bar:
                 task = bar.add_task("measuring ceilings", total=None)
                 r = run_measure(device=device, quick=quick, model=model, out_dir=out_dir,
                                 progress=lambda msg: bar.update(task, description=str(msg)))
