@@ -21,7 +21,7 @@ from chalk.analyses.traffic.fleet import FleetReplay
 from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
-from chalk.analyses.traffic.serving import (Speculation, _length, context_note, cut_lengths, duration_text as _ms,
+from chalk.analyses.traffic.serving import (Speculation, _length, cut_lengths, duration_text as _ms,
                                             resolve_speculation, throughput)
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
@@ -114,7 +114,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     m = as_model(model)
     speculative = resolve_speculation(speculative, m)
     # sized for what the replicas serve: lengths past the context cut to it, as every door cuts them
-    input_len, output_len, asked = cut_lengths(m, input_len, output_len)
+    input_len, output_len, ctx = cut_lengths(m, input_len, output_len)
     I, din = _length("input_len", input_len)
     O, dout = _length("output_len", output_len)
     names = candidate_list(hardware)
@@ -190,7 +190,6 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                                                     for p in precisions))
     if from_trace is not None:
         res["notes"] = from_trace["notes"] + res["notes"]
-    ctx = context_note(m, *asked)
     if ctx:
         res["notes"] = [ctx] + res["notes"]
     if curves:
@@ -311,16 +310,14 @@ def _targets(d: Demand) -> dict:
 
 # ----------------------------------------------------------------------------------------------- options
 def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpoint=None) -> dict:
+    from chalk.analyses.step.parallel import engine_provenance
     from chalk.specs.engine import load_engine
-
-    from chalk.analyses.step.calibration import calibration
-    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
 
     sim = v["simulated"]  # None: not replayed (`sizing.verify_finalists`)
     par = v["parallelism"]
     prof = load_engine(ask.engine) if ask.engine else None
     # which framework version the option's step times come from, as estimate, throughput and simulate say it
-    kp = kernel_provenance(engine_kernels(system.chip, calibration(ask.ideal, system.chip), prof), ask.model, prof)
+    kp = engine_provenance(system.chip, calibration(ask.ideal, system.chip), prof, ask.model)
     o = {"hardware": name, "chip": system.chip.id, "system": system.id, "mode": v["mode"],
          "engine": prof.id if prof else None, "engine_release": prof.release if prof else None,
          "engine_version": prof.version if prof else None, "kernels": kp["kernels"], "kernel_notes": kp["notes"],

@@ -376,6 +376,12 @@ def kernel_provenance(kernels, model=None, engine=None) -> dict:
     return kp
 
 
+def engine_provenance(chip, cal: Calibration, engine, model=None) -> dict:
+    """`kernel_provenance` of the tables a step under `engine` (a profile, or None) is timed with on `chip`
+    (`engine_kernels`), its engine's note included: what every answer says of its kernels."""
+    return kernel_provenance(engine_kernels(chip, cal, engine), model, engine)
+
+
 # --------------------------------------------------------------------------- reports
 def layout_step_report(model: ModelSpec, system: System, layout: Layout, batch_per_replica: float, context: float,
                        precision: str | None = None, kv_precision: str | None = "auto", ideal: bool = False,

@@ -20,7 +20,7 @@ import numpy as np
 from chalk.analyses.step.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.records.claims import Claim
 from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, engine_kernels, engine_overhead_s,
-                                     enumerate_layouts, kernel_provenance, layout_arrays, memory_per_chip, stage_step,
+                                     engine_provenance, enumerate_layouts, layout_arrays, memory_per_chip, stage_step,
                                      step_costs)
 from chalk.analyses.records.results import ServingResult
 from chalk.analyses.traffic import simulate as sim_mod
@@ -391,32 +391,33 @@ def within_context(m, din, dout, seed: int = 0) -> tuple:
     reaches past it is replaced by a sample of it (CONTEXT_PROBE draws), cut pair by pair. Every door cuts the same
     way, so the same request is the same everywhere (QA 2026-11-28: `throughput` timed 200,000 prompt tokens on a
     131,072-token model that `simulate` cut). Lengths that fit come back as given."""
-    from chalk.analyses.traffic import simulate as sim
     from chalk.specs.lengths import empirical
 
     if not m.max_context:
         return din, dout, 0.0
     if not hasattr(din, "sample") and not hasattr(dout, "sample"):
-        P, O, cut = sim.truncate_to_context(np.array([round(din)]), np.array([round(dout)]), m.max_context)
+        P, O, cut = sim_mod.truncate_to_context(np.array([round(din)]), np.array([round(dout)]), m.max_context)
         return (float(P[0]), float(O[0]), 1.0) if cut else (din, dout, 0.0)
     rng = np.random.default_rng(seed)
     draw = (lambda d: d.sample(CONTEXT_PROBE, rng) if hasattr(d, "sample")  # noqa: E731
             else np.full(CONTEXT_PROBE, max(int(round(d)), 1)))
-    P, O, cut = sim.truncate_to_context(draw(din), draw(dout), m.max_context)
+    P, O, cut = sim_mod.truncate_to_context(draw(din), draw(dout), m.max_context)
     if not cut:
         return din, dout, 0.0
     return (empirical(P, "prompts cut to the context"), empirical(O, "outputs cut to the context"),
             cut / CONTEXT_PROBE)
 
 
-def cut_lengths(m, input_len, output_len, cut: bool = True) -> tuple:
-    """(input spec, output spec, (I, O) as asked): a door's length arguments parsed (`_length`) and, with `cut`,
-    cut to `m`'s context (`within_context`); the means as asked go to `context_note`."""
+def cut_lengths(model, input_len, output_len, cut: bool = True) -> tuple:
+    """(input spec, output spec, context note or None): a door's length arguments parsed (`_length`) and, with `cut`,
+    cut to `model`'s context (`within_context`), with the note on the means as asked (`context_note`)."""
+    m = as_model(model)
     (I, di), (O, do) = _length("input_len", input_len), _length("output_len", output_len)
+    note = context_note(m, I, O, cut=cut)
     if not cut:
-        return input_len, output_len, (I, O)
+        return input_len, output_len, note
     a, b, _ = within_context(m, di if di is not None else I, do if do is not None else O)
-    return a, b, (I, O)
+    return a, b, note
 
 
 def _engine(engine):
@@ -470,7 +471,7 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
 def _kernel_answer(res: dict, system, cal, eng, m) -> None:
     """Say in an answer which engine release it models and which framework version its kernel tables come from
     (`kernels`, `engine_release`; a note where the tables are another version's or framework's than asked)."""
-    kp = kernel_provenance(engine_kernels(system.chip, cal, eng), m, eng)
+    kp = engine_provenance(system.chip, cal, eng, m)
     res["kernels"] = kp["kernels"]
     res["engine_release"] = getattr(eng, "release", None) if eng is not None else None
     res["notes"] = list(res.get("notes") or []) + kp["notes"]
@@ -513,9 +514,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     cut_to_context (default): lengths past the model's context are sized and replayed cut to it, as every door cuts
     them (`within_context`); False times them as asked (`validate`: a measured run's engine ran what it ran).
     """
-    m_ = as_model(model)
-    input_len, output_len, asked = cut_lengths(m_, input_len, output_len, cut_to_context)
-    ctx = context_note(m_, *asked, cut=cut_to_context)
+    input_len, output_len, ctx = cut_lengths(model, input_len, output_len, cut_to_context)
 
     def noted(r):  # the context note, once, on the lengths as asked
         if ctx and isinstance(r, dict) and ctx not in r.get("notes", []):
@@ -1724,9 +1723,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     requests on the same engine before the timed run, as vLLM's benchmark_latency does).
     `cut_to_context`: as `throughput`'s.
     """
-    m_ = as_model(model)
-    input_len, output_len, asked = cut_lengths(m_, input_len, output_len, cut_to_context)
-    ctx = context_note(m_, *asked, cut=cut_to_context)
+    input_len, output_len, ctx = cut_lengths(model, input_len, output_len, cut_to_context)
     fx = _fixed_setup(model, hardware, layout=layout, input_len=input_len, output_len=output_len, gpus=gpus,
                       precision=precision, kv_precision=kv_precision, ideal=ideal,
                       calibration_override=calibration_override, speculative=speculative, engine=engine,
@@ -2239,9 +2236,9 @@ def _modes(front, ev, per_gpu, layouts, g, res, system) -> list[dict]:
 
 
 def _notes(system: System, cal: Calibration, model=None, par: dict | None = None) -> list[str]:
-    """Assumptions an answer rests on: an assumed price, the ideal roofline, for an MoE model on a layout (`model`,
-    its parallelism `par`) the expert loads its kernels were timed with, and requests (`lengths`: mean prompt and
-    output tokens): the doors add their context note (`context_note`) on the lengths as asked."""
+    """Assumptions an answer rests on: an assumed price, the ideal roofline, and for an MoE model on a layout (`model`,
+    its parallelism `par`) the expert loads its kernels were timed with. (The doors add their context note,
+    `cut_lengths`, on the lengths as asked.)"""
     n = []
     ep = float(par["ep"]) if par is not None and par["attn_dp"] > 1 else None  # experts over an EP group
     if model is not None and model.is_moe and ep is not None and cal.label != "ideal" and cal.use_kernel_tables:

@@ -238,10 +238,6 @@ def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | 
     if layout is None:
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
-    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
-
-    # where the kernel tables are another version's than the engine asked for, said as throughput says it
-    notes += kernel_provenance(engine_kernels(system.chip, fx.cal, fx.eng), m, fx.eng)["notes"]
 
     if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
@@ -337,7 +333,7 @@ def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | 
             res = open_loop_replay(fx, held(), sc, **limits)
     if concurrency is None:
         notes.append("arrivals go to this one replica: the rate is one replica's share")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx, notes)
     setup.update({"input_len_mean": float(np.mean(i_len)), "output_len_mean": float(np.mean(o_len)),
                   "truncated_requests": cut, "client_latency_s": lat if scheduler == "continuous" else 0.0,
                   "step_cost_reference_batch": ref,
@@ -387,7 +383,7 @@ def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurr
         notes.append(f"not settled: the window's mean TTFT moved from {a * 1e3:,.0f} ms (its first half) to "
                      f"{b * 1e3:,.0f} ms (its second) as the first wave's seats fell out of step; more requests "
                      "(-n) reach the steady state throughput --layout --concurrency replays to")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx, notes)
     mean = lambda d: float(getattr(d, "mean", d))  # noqa: E731
     setup.update({"input_len_mean": mean(din), "output_len_mean": mean(dout),
                   "truncated_requests": int(round(cut_share * res.n_requests)),  # cut up front (`within_context`)
@@ -395,12 +391,16 @@ def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurr
     return SimulateRun(res, setup, notes)
 
 
-def _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx) -> dict:
-    from chalk.analyses.step.parallel import engine_kernels, kernel_provenance
+def _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx, notes: list) -> dict:
+    """The run's setup; `notes` gets the kernel tables' note where they are another version's than the engine
+    asked for, as throughput says it."""
+    from chalk.analyses.step.parallel import engine_provenance
 
     eng = fx.eng
     # which framework version the step times' kernel tables come from, as throughput and estimate say it
-    kernels = kernel_provenance(engine_kernels(system.chip, fx.cal, eng), m)["kernels"]
+    kp = engine_provenance(system.chip, fx.cal, eng, m)
+    notes += kp["notes"]
+    kernels = kp["kernels"]
     return {"model": m.id, "hardware": system.id, "chip": system.chip.id, "layout": lay.label(),
             "engine": None if eng is None else f"{eng.id} {eng.version}", "kernels": kernels,
             "layout_text": lay_text, "layout_source": lay_source, "replica_gpus": lay.replica_gpus,
@@ -423,7 +423,7 @@ def _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, r
     notes.append(f"{n:,} requests streamed: generated as the run goes (lengths cut at the model's context as "
                  "they are drawn), latencies kept as histograms")
     notes.append("arrivals go to this one replica: the rate is one replica's share")
-    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx)
+    setup = _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx, notes)
     setup.update({"input_len_mean": None, "output_len_mean": None, "truncated_requests": None,
                   "client_latency_s": limits["client_latency_s"], "step_cost_reference_batch": ref,
                   "trace": None, "prefix_cache": None,
