@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -240,16 +241,24 @@ def _session_class():
 def _session_options(options: dict) -> None:
     """A Session's options, checked when given: `estimate`'s own (each checked as `estimate` checks it); the ones
     `chalk.estimate` adds on top (speculation, energy prices, the lecture's weights) are refused in one line, as is
-    an unknown name (a bare TypeError came at the first question; QA 2026-11-28)."""
-    from chalk.analyses.step.estimate import estimate as _step_estimate
-
-    takes = set(inspect.signature(_step_estimate).parameters) - {"model", "system", "hardware", "batch", "context"}
+    an unknown name (a bare TypeError came at the first question; QA 2026-11-28). Nothing is worked out for a
+    question without options (a Session's repeated questions are dictionary lookups)."""
     for k, v in options.items():
+        takes = _session_takes()
         if k not in takes:
             extra = k in inspect.signature(estimate).parameters
             raise InputError(f"Session does not take {k!r}" + (": ask chalk.estimate(...) for it" if extra else
                                                                f" (it takes: {', '.join(sorted(takes))})"))
         _check_option(k, v)
+
+
+@functools.cache
+def _session_takes() -> frozenset:
+    """The options a Session passes to `estimate` (its signature's, less what the Session or the call gives)."""
+    from chalk.analyses.step.estimate import estimate as _step_estimate
+
+    return frozenset(inspect.signature(_step_estimate).parameters) - {"model", "system", "hardware", "batch",
+                                                                       "context"}
 
 
 def _check_option(name, value):
