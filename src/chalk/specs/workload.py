@@ -137,6 +137,11 @@ class Workload:
         object.__setattr__(self, "context", positive("context", self.context))
         if np.any(np.asarray(self.context) < 1):  # a context of half a token was answered (QA 2026-11-28)
             raise InputError(f"context must be at least 1 token, got {short(self.context)}")
+        try:  # a grid's axes broadcast together: numpy's own ValueError was no ChalkError (QA 2026-11-28)
+            np.broadcast(np.asarray(self.batch), np.asarray(self.context))
+        except ValueError:
+            raise InputError(f"batch (shape {np.shape(self.batch)}) and context (shape {np.shape(self.context)}) do "
+                             "not broadcast together: give arrays of one shape, or one of them a number") from None
         if self.phase not in ("decode", "prefill"):
             raise InputError(f"phase must be 'decode' or 'prefill', got {self.phase!r}")
         if self.precision is not None:

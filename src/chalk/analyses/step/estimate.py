@@ -424,15 +424,6 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
                 kernels=kp["kernels"], alternative=alternative)
 
 
-def _grid_axes(batch, context) -> None:
-    """A grid's axes must broadcast together: numpy's own ValueError was no ChalkError (QA 2026-11-28)."""
-    try:
-        np.broadcast(np.asarray(batch), np.asarray(context))
-    except ValueError:
-        raise InputError(f"batch (shape {np.shape(batch)}) and context (shape {np.shape(context)}) do not broadcast "
-                         "together: give arrays of one shape, or one of them a number") from None
-
-
 def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: str = "decode",
                     layout=None, gpus: int | None = None, precision: str | None = None,
                     kv_precision: str | None = "auto", ideal: bool = False, cal: Calibration | None = None,
@@ -450,7 +441,6 @@ def layout_estimate(model: ModelSpec, system: System, batch, context, *, phase: 
     lecture's context-dependent quantities when first read (`RooflineResult.deferred`), from the same step.
     `engine_profile`: the engine profile `engine` names (its kernel-table note, `kernel_provenance`).
     """
-    _grid_axes(batch, context)
     cal = cal or calibration(ideal, system.chip)
     su = _setup(model, system, cal, precision, kv_precision, efficiency)
     kvp, costs = su.kvp, su.costs
@@ -537,7 +527,6 @@ def estimate(model, hardware, batch=1, context=4096, *, phase: str = "decode", l
     and its host time per step, and 'auto' KV is its default, as `throughput` and `simulate` time it with --engine
     (so a fixed deployment's pure decode step is this step at its batch).
     """
-    _grid_axes(batch, context)
     m, system = as_model(model), as_system(hardware)
     n = gpus if gpus is not None else chips
     kvp = kv_precision
