@@ -452,6 +452,5 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             "residual_p10": float(np.percentile(res, 10)) if res.size else None,
             "residual_p90": float(np.percentile(res, 90)) if res.size else None,
             "family_weighted_median_abs_error": _family_weighted_median(
-                np.array([o["abs_error"] for o in head if o["abs_error"] is not None]),
-                [o["family"] for o in head if o["abs_error"] is not None]),
+                errs, [o["family"] for o in head if o["abs_error"] is not None]),
             "median_error_bound": MEDIAN_ERROR_BOUND, "groups": by_group, "families": families})
