@@ -39,6 +39,20 @@ def test_a_fixed_deployment_obeys_littles_law(dep, conc, inp, out):
     assert r["latency_window"]["warmup_requests"] >= 2 * conc
 
 
+@pytest.mark.parametrize("model, hw, lay, conc, inp", [("llama-3.1-70b", "h200", "tp=4", 64, 2000),
+                                                      ("llama-3.1-8b", "h100-sxm", "tp=1", 256, 4000)])
+def test_a_longer_output_never_shortens_the_request(model, hw, lay, conc, inp):
+    """More decode work never makes a request shorter. QA 2026-11-28: Llama-3.1-70B TP4 at 64 in flight, 2000-token
+    prompts, took 8.76 / 8.59 / 8.43 s per request for 1 / 5 / 10 output tokens: the replay's step cost took its
+    prompt-token secant over the closed form's 128,000 prompt tokens a step, past the 8,192-token chunk every replayed
+    step is held to, and the secant's price depended on the output length."""
+    times = []
+    for out in (1, 2, 5, 10, 20):
+        r = fixed_deployment(model, hw, layout=lay, concurrency=conc, input_len=inp, output_len=out)
+        times.append(r["ttft_s"] + (r["tpot_s"] * (out - 1) if out > 1 else 0.0))  # one token: no TPOT (nan)
+    assert all(b >= a * 0.999 for a, b in zip(times, times[1:])), times
+
+
 @pytest.mark.parametrize("model, hw, lay, conc, inp, out", [
     ("deepseek-v3", "gb200-nvl72", "tp=1,attn_dp=16,ep=16", 4096, 200, 2000),
     ("deepseek-r1", "gb200-nvl72", "tp=1,attn_dp=16", 4096, 1024, 8192),

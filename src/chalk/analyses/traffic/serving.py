@@ -2077,6 +2077,10 @@ def replica_step_cost(model, system, layout, batch, input_len, output_len, *, co
     lay = make_layout(model, layout)  # parsed once: from_step_model takes the Layout as it is
     cal = kw.get("cal") or calibration(kw.get("ideal", False))
     c, _, c_r = prefill_step_tokens(b, 1.0, I, O, prefill_piece(I, chunk), lay.attn_dp, cal.dp_prefill_alignment)
+    if chunk:  # a replayed step never carries more than its ranks' chunk budgets: the secant is taken within them
+        # (QA 2026-11-28: at one output token the closed form's 128,000 prompt tokens a step, 15x the 8,192 budget,
+        # priced the replay's chunk steps 6% dear, and 10 output tokens made a request shorter than 1 did)
+        c, c_r = min(float(c), float(chunk) * lay.attn_dp), min(float(c_r), float(chunk))
     return StepCost.from_step_model(model, system, lay, batch=b, context=I + O / 2 if context is None else context,
                                     prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
                                     **kw)
