@@ -103,6 +103,20 @@ def test_frameworks_and_unknown():
     assert kernel_profile(c, "no-such-engine") is None
 
 
+@pytest.mark.parametrize("model, kind", [("llama-3.1-70b", "mha"), ("deepseek-r1", "mla")])
+def test_each_attention_op_names_the_table_that_times_it(model, kind):
+    """QA 2026-11-28: the prefill attention op named the decode tables (and MLA's for a GQA model)."""
+    from chalk.analyses.step.estimate import estimate
+
+    for phase in ("prefill", "decode"):
+        ops = {o["name"]: o for o in estimate(model, "h100-sxm", layout="tp=8", batch=4, context=512,
+                                               phase=phase).ops}
+        detail = ops[f"attention_{phase}"]["detail"]
+        assert f"{kind} {phase} fit" in detail, detail
+        other = ({"mha", "mla"} - {kind}).pop()
+        assert f"{other} " not in detail and ("decode" if phase == "prefill" else "prefill") not in detail
+
+
 def test_bad_inputs_raise_typed_errors():
     kp = kernel_profile(_chip("h100-sxm"))
     with pytest.raises(InputError):

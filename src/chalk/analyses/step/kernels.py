@@ -1156,7 +1156,8 @@ class KernelProfile:
         return t if finite.all() else np.where(finite, t, 0.0)
 
     def source(self, kind: str) -> str:
-        """Where the times of `kind` ('gemm', 'attention', 'moe') come from: 'measured: ...' or 'curve: ...'."""
+        """Where the times of `kind` ('gemm', 'attention', 'moe', or one attention family: 'mha_decode',
+        'mla_prefill', ...) come from: 'measured: ...' or 'curve: ...'."""
         if kind not in self._sources:
             self._sources[kind] = self._source(kind)
         return self._sources[kind][0]
@@ -1207,9 +1208,11 @@ class KernelProfile:
         return {"kernels": f"{label} ({pkg} tables)" if used else "roofline", "versions": used, "notes": notes}
 
     def _source(self, kind: str) -> str:
-        fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",)}.get(kind)
+        fams = {"gemm": ("gemm",), "attention": ("mha_decode", "mla_decode"), "moe": ("moe",),
+                **{f"{a}_{p}": (f"{a}_{p}",) for a in ("mha", "mla") for p in ("decode", "prefill")}}.get(kind)
         if fams is None:
-            raise InputError(f"kernel kind must be 'gemm', 'attention' or 'moe', got {kind!r}")
+            raise InputError(f"kernel kind must be 'gemm', 'attention', 'moe' or an attention family such as "
+                             f"'mha_prefill', got {kind!r}")
         idx = index()
         pkg = f"{idx.get('package', 'aiconfigurator-core')} {idx.get('package_version', '?')}"
         parts, category = [], "roofline"

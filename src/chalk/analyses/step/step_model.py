@@ -235,11 +235,16 @@ class _Stage:
 
         # attention (per rank; KV heads shard over TP unless MLA)
         self.shard = shard = P.kv_shard_fraction(m.num_kv_heads, tp, costs.head_shardable)
-        self.attn_source = tm.ksrc("attention") if kp is not None else None
-        self.attn_kind = tm.kkind("attention") if kp is not None else None
+        # each attention op names the table that times it: its kind (MHA/GQA or MLA) and phase (QA 2026-11-28: the
+        # prefill op named the decode tables, and MLA's for a GQA model)
+        akind = "mla" if m.attention == "mla" else "mha"
+        self.attn_source = tm.ksrc(f"{akind}_decode") if kp is not None else None
+        self.attn_kind = tm.kkind(f"{akind}_decode") if kp is not None else None
+        self.prefill_attn_source = tm.ksrc(f"{akind}_prefill") if kp is not None else None
+        self.prefill_attn_kind = tm.kkind(f"{akind}_prefill") if kp is not None else None
         self.decode_attn = self.prefill_attn = None
         if kp is not None:
-            kind = "mla" if m.attention == "mla" else "mha"
+            kind = akind
             heads = maximum(m.num_heads / tp, 1.0)
             kvh = maximum(m.num_kv_heads * shard, 1.0)
             self.decode_attn = kp.attention_shape("decode", kind, heads, kvh, m.head_dim, costs.kv_precision)
@@ -390,18 +395,19 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
     shard = st.shard
     if isinstance(c_rank, float) and c_rank == 0.0:  # one decode-only step: no prompt FLOPs or KV writes
         f_ap = kv_write = t_c = t_m = t = zeros_like(c_rank)
-        src, how = (tm.roofline_source, tm.roofline_kind) if kp is None else (st.attn_source, st.attn_kind)
+        src, how = (tm.roofline_source, tm.roofline_kind) if kp is None else (st.prefill_attn_source,
+                                                                             st.prefill_attn_kind)
     else:
         f_ap = c_rank * costs.prefill_attention_flops_per_token(I) / (pp * tp)
         kv_write = c_rank * costs.kv_bytes_per_token * shard / pp
         t_c, t_m = f_ap / tm.attn_rate, kv_write / tm.hbm
         t, src, how = R.step_time_s(t_c, t_m), tm.roofline_source, tm.roofline_kind
     if kp is not None and _nothing(c_rank):  # one step without prompt tokens
-        t, src, how = 0.0, st.attn_source, st.attn_kind
+        t, src, how = 0.0, st.prefill_attn_source, st.prefill_attn_kind
     elif kp is not None:
         seqs = maximum(c_rank / I, 1e-9)
         tk = flt(st.prefill_attn(seqs, I, I)) * n_layers
-        t, src, how = where(c_rank > 0, tk * tm.k_c, 0.0), st.attn_source, st.attn_kind
+        t, src, how = where(c_rank > 0, tk * tm.k_c, 0.0), st.prefill_attn_source, st.prefill_attn_kind
     add("attention_prefill", "attention", f_ap, kv_write, t, t_c, t_m, src, source=how)
 
     # ---- routed experts: grouped GEMMs; few tokens per expert waste tiles, the busiest EP chip sets the pace
