@@ -110,3 +110,24 @@ def _strings_in_tests(fn) -> list[str]:
 def test_no_model_family_in_the_mtp_conditions(fn):
     assert not [s for s in _strings_in_tests(fn) if s.startswith(FAMILIES)]
     assert "deepseek" not in inspect.getsource(fn).lower().replace("deepseek-v3/r1 is served", "")
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "-m", "deepseek-v3", "-H", "h200", "--mtp", "2"],
+    ["throughput", "-m", "deepseek-v3", "-H", "h200", "--layout", "tp=8", "--concurrency", "32", "--input-len",
+     "2000", "--output-len", "500", "--mtp", "1"],
+    ["throughput", "-m", "deepseek-v3", "-H", "h200", "--input-len", "2000", "--output-len", "500", "--gpus", "8"],
+])
+def test_every_door_cites_the_acceptance_it_ran(args):
+    """QA 2026-11-28: the acceptance's source (DeepSeek-V3's report) reached only --json; the text said the rate and
+    not where it came from. A rate the user gives says so."""
+    from typer.testing import CliRunner
+
+    from chalk.faces import cli
+
+    res = CliRunner().invoke(cli.app, args, env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert "acceptance: DeepSeek-V3 Technical Report (arXiv 2412.19437) section 5.4.3" in " ".join(res.output.split())
+    given = CliRunner().invoke(cli.app, ["estimate", "-m", "deepseek-v3", "-H", "h200", "--mtp", "2", "--acceptance",
+                                         "0.7"], env={"COLUMNS": "400"})
+    assert "(acceptance: given)" in given.output

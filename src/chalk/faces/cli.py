@@ -10,9 +10,9 @@ import typer
 from typer.core import TyperGroup
 
 from chalk.errors import ChalkError
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, acceptance_text,
-                                    console, emit_json, fail, num, out_file, pct, seconds, si, speculation_for, table,
-                                    usd, whole, write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, HW_OPT, MODEL_OPT, PLOT_FORMATS, Phase, acceptance_source,
+                                    acceptance_text, console, emit_json, fail, num, out_file, pct, seconds, si,
+                                    speculation_for, table, usd, whole, write_plot)
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
@@ -265,7 +265,7 @@ def estimate(
         rows.append((f"with {mtp} draft token{'s' if mtp != 1 else ''} at acceptance "
                      f"{acceptance_text(drafts.acceptance, drafts.decay)}",
                      f"{num(spec.tokens_per_step)} tokens/step, {num(spec.user_tokens_per_s)} tokens/s per user, "
-                     f"{usd(spec.cost_per_mtok_usd)} per M tokens"))
+                     f"{usd(spec.cost_per_mtok_usd)} per M tokens (acceptance: {acceptance_source(drafts.source)})"))
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)

@@ -91,6 +91,15 @@ ACCEPTANCE_OPT = typer.Option(None, "--acceptance", help="Per-token draft accept
                               "it).")
 
 
+def acceptance_source(source: str) -> str:
+    """Where an acceptance rate comes from, short: the citation in a `Speculation.source` ('acceptance: CITE: ...'),
+    its first clause where it names none, or 'given' where the user gave it."""
+    src = str(source or "")
+    if "acceptance: " in src:
+        return src.split("acceptance: ", 1)[1].split(":", 1)[0].split(";", 1)[0].strip().rstrip(".")
+    return src.split(";", 1)[0].strip() or "given"
+
+
 def speculation_for(mtp, acceptance, speculative=None, model=None):
     """What `--mtp K` runs (a `serving.Speculation`, None without --mtp): K drafts at `--acceptance`, else at the
     model's own MTP layers' sourced rate and fall per further draft (`serving.mtp_speculation`, the API's rule too);

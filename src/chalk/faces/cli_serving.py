@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_text, busy,
-                                    console, deprecated, duration, emit_json, fail, length, num, out_file, pct,
-                                    progress, seconds, si, speculation_for, table, usd, write_plot)
+from chalk.faces.cli_common import (ACCEPTANCE_OPT, EPLB_OPT, LENGTH_FORMS, PLOT_FORMATS, acceptance_source,
+                                    acceptance_text, busy, console, deprecated, duration, emit_json, fail, length, num,
+                                    out_file, pct, progress, seconds, si, speculation_for, table, usd, write_plot)
 from chalk.faces.fmt import header, rate
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Catalog id or alias, a config.json, or a folder holding one.")
@@ -302,7 +302,8 @@ def throughput(
                                               f"considered ({sp['draft_tokens']} draft token(s) at acceptance "
                                               f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}), "
                                               "not used: no gain at this point")
-                     + f"; {sp['source'].split(';')[0]}"))
+                     + f"; {sp['source'].split(';')[0]}"
+                     + (f"; acceptance: {acceptance_source(sp['source'])}" if "acceptance: " in sp["source"] else "")))
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
                                                      if r.get("engine") else "")))
@@ -508,7 +509,8 @@ def _print_fixed(c, r, system):
         drafts = "draft" if sp["draft_tokens"] == 1 else "drafts"
         rows.append(("speculative decoding", f"{sp['draft_tokens']} {drafts} at acceptance "
                                              f"{acceptance_text(sp['acceptance'], sp['acceptance_decay'])}: "
-                                             f"{num(sp['tokens_per_step'])} tokens per step"))
+                                             f"{num(sp['tokens_per_step'])} tokens per step"
+                                             + f" (acceptance: {acceptance_source(sp.get('source'))})"))
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)

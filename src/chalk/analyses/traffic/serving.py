@@ -1830,7 +1830,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
            "engine": eng.id if eng is not None else None, "efficiency": cal.label,
            "speculative": None if speculative is None else {
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
-               "acceptance_decay": speculative.decay, "tokens_per_step": e},
+               "acceptance_decay": speculative.decay, "tokens_per_step": e, "source": speculative.source},
            "cost_per_mtok_output_usd": float(_cost_per_mtok(system, out_gpu)),
            "notes": ([ctx] if ctx else []) + _notes(system, cal, m, {"ep": lay.ep, "attn_dp": lay.attn_dp})
            + ([f"{waiting:,.0f} of {Nr:,.0f} requests per replica wait on average: "
