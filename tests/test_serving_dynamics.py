@@ -443,6 +443,31 @@ def test_the_fixed_answer_reconciles_with_estimate(engine):
     assert (e.engine is None) == (engine is None)
 
 
+@pytest.mark.parametrize("args", [
+    ["-m", "deepseek-r1", "-H", "h200", "--layout", "tp=8,ep=4,etp=2", "--engine", "vllm"],
+    ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=1"],
+])
+def test_the_fixed_answers_estimate_command_reproduces_its_pure_decode_step(args):
+    """The command the fixed answer prints for its pure decode step, run as printed, times that step. QA 2026-11-28:
+    it printed 'estimate --batch 64 --context 2250' without --engine vllm, which answered 30.0 ms (other kernel
+    tables, FP8 KV) against the answer's 30.4 ms."""
+    import json
+    import re
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from chalk.faces import cli
+
+    base = ["throughput", *args, "--concurrency", "64", "--input-len", "2000", "--output-len", "500"]
+    text = CliRunner().invoke(cli.app, base, env={"COLUMNS": "400"})
+    assert text.exit_code == 0, text.output
+    cmd = re.search(r"\((estimate [^)]*)\)", " ".join(text.output.split())).group(1)
+    got = json.loads(CliRunner().invoke(cli.app, shlex.split(cmd) + ["--json"]).stdout)
+    want = json.loads(CliRunner().invoke(cli.app, base + ["--json"]).stdout)["mean_step"]["pure_decode_step_s"]
+    assert got["step_time_s"] == pytest.approx(want, rel=1e-6)
+
+
 def test_estimate_with_an_engine_times_its_kernels_and_host_time():
     """gpt-oss-20b on one H100 under TensorRT-LLM: 'auto' KV is the checkpoint's (BF16: it declares none), the host
     time per step is the profile's 0.3 ms instead of chalk's fitted 1 ms + 10 us per layer; the verify step of

@@ -27,6 +27,17 @@ ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision;
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
+def _estimate_command(r: dict, batch: int) -> str:
+    """The `estimate` command that times a fixed answer's pure decode step: its model, system, layout, batch, mean
+    decode context, precisions and engine release (QA 2026-11-28: the hint left out --engine, and without it estimate
+    answered on other kernel tables and another KV precision)."""
+    par = r.get("parallelism") or {}
+    lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
+                   if par.get(k) is not None and (k == "tp" or par[k] != 1))
+    eng = f" --engine {r['engine']}@{r['engine_release']}" if r.get("engine") else ""
+    return (f"estimate -m {r['model']} -H {r['hardware']} --layout {lay} --batch {batch} "
+            f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}")
+
 def _gpus_text(r: dict) -> str:
     """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up
     domains one replica spans where it crosses the scale-out network."""
@@ -493,8 +504,7 @@ def _print_fixed(c, r, system):
                          f"{seconds(ms['mean_step_s'])}: {num(ms['decode_sequences'])} decode + "
                          f"{num(ms['prefill_tokens_per_step'])} prompt tokens per step on average; a pure decode step "
                          f"{seconds(ms['pure_decode_step_s'])} "
-                         f"(estimate --batch {max(round(ms['decode_sequences']), 1)} "
-                         f"--context {r['mean_decode_context']:.0f}); at the mean mix "
+                         f"({_estimate_command(r, max(round(ms['decode_sequences']), 1))}); at the mean mix "
                          + ", ".join(f"{k} {seconds(v)}" for k, v in top)))
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
