@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+
+def _natural(name: str) -> list:
+    """Sort key reading digit runs as numbers: versions list 0.5, 0.6, 0.11, not 0.11, 0.5."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
 
 
 class ChalkError(Exception):
@@ -20,7 +26,7 @@ class UnknownNameError(ChalkError, KeyError):
         self.choices = sorted(set(choices))
         close = difflib.get_close_matches(str(name).lower(), self.choices, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        listed = sorted(set(known)) if known is not None else self.choices
+        listed = sorted(set(known) if known is not None else self.choices, key=_natural)
         shown = ", ".join(listed[:16]) + (" ..." if len(listed) > 16 else "")
         super().__init__(f"unknown {kind} '{name}'{hint} (known: {shown})")
 
