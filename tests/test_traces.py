@@ -427,3 +427,15 @@ def test_an_overloaded_trace_replay_offers_what_it_serves_over_one_window():
                             layout="tp=1")
     over = S.overload(run.result)
     assert over is not None and over["served_requests_per_s"] < over["offered_requests_per_s"]
+
+
+def test_a_trace_without_block_ids_says_its_hit_rate_is_not_computed_and_an_overload_has_no_steady_state():
+    """QA 2026-11-28: an Azure trace's run printed no prefix-cache row at all, and an overloaded run labelled its
+    window 'steady state' beside the warning that the queue grows."""
+    rc, out, err = run("simulate", "--trace", str(_need(AZURE_CODE)), "-m", "llama-3.1-8b", "-H", "h100-sxm",
+                       "--layout", "tp=1", "-n", "3000", "--speedup", "4")
+    text = " ".join(out.split())
+    assert rc == 0, err
+    assert "prefix-cache hit rate n/a: the azure trace has no prefix-block ids" in text
+    assert "warning: arrivals exceed capacity" in text and "measured window steady state:" not in text
+    assert "window (no steady state: the queue grows" in text

@@ -145,6 +145,10 @@ def register(app: typer.Typer) -> None:
             pc = st["prefix_cache"]
             t.add_row("prefix-cache hit rate", f"{pct(pc['hit_rate'])} of prompt tokens ({num(pc['capacity_blocks'])} "
                       f"blocks of {pc['block_tokens']} tokens)")
+        elif st.get("trace"):  # said, not left out (QA 2026-11-28: an Azure trace's run showed no row at all)
+            t.add_row("prefix-cache hit rate", "off (--no-prefix-cache): every prompt token is prefilled"
+                      if st["trace"].get("prefix_blocks") else f"n/a: the {st['trace']['format']} trace has no "
+                      "prefix-block ids, so no hits are computed (every prompt token is prefilled)")
         if st["client_latency_s"]:
             t.add_row("client latency per request", f"{seconds(st['client_latency_s'])} (outside the engine; in "
                       "TTFT" + ("; seat held)" if concurrency is not None else ")"))
@@ -154,7 +158,8 @@ def register(app: typer.Typer) -> None:
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
         w = r.latency_window
         if w:
-            t.add_row("measured window", (f"steady state: requests {w['first_request']:,} to {w['last_request']:,} "
+            steady = "steady state" if over is None else "window (no steady state: the queue grows, see the warning)"
+            t.add_row("measured window", (f"{steady}: requests {w['first_request']:,} to {w['last_request']:,} "
                                           f"({w['requests']:,}; the first {w['warmup_requests']:,} and last "
                                           f"{w['cooldown_requests']:,} left out)") if w["kind"] == "steady" else
                       f"the whole run ({w['requests']:,} requests, cold start and ramp-down included)")

@@ -338,6 +338,7 @@ def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | 
                   "truncated_requests": cut, "client_latency_s": lat if scheduler == "continuous" else 0.0,
                   "step_cost_reference_batch": ref,
                   "trace": None if tr is None else {"path": tr.source, "format": tr.format, "requests": len(tr),
+                                                     "prefix_blocks": bool(tr.has_blocks),
                                                      "speedup": tr.speedup, "span_s": tr.span_s,
                                                      "mean_rate_per_s": _finite(tr.mean_rate_per_s)},
                   "prefix_cache": None if hits is None else hits.to_dict(),
