@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -635,3 +636,19 @@ def test_a_closed_loop_needs_as_many_requests_as_seats():
         simulate_requests("llama-3.1-8b", "h100-sxm", requests=200, concurrency=400, **kw)
     ok = simulate_requests("llama-3.1-8b", "h100-sxm", requests=400, concurrency=40, **kw)
     assert 0 < ok.output_tokens_per_s < 40 * 128 / (ok.mean_tpot_s * 127)  # under seats x tokens per request time
+
+
+def test_a_streamed_run_says_the_memory_it_held():
+    """Issue 23: a streamed run says its peak RSS and what that is per request replayed (JSON and text)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-8b", "-H", "h200", "--layout", "tp=1", "-n",
+            "2000000", "--rate", "20"]
+    p = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    mem = json.loads(p.stdout)["process_memory"]
+    assert 1e7 < mem["peak_rss_bytes"] < 1e9  # bounded: far below 2M requests held at ~100 bytes each
+    assert mem["bytes_per_request"] == mem["peak_rss_bytes"] / 2_000_000
+    text = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert "peak RSS" in text.stdout and "2,000,000 requests" in text.stdout

@@ -9,7 +9,7 @@ import typer
 
 from chalk.errors import InputError
 from chalk.faces.cli_common import (HW_OPT, LENGTH_FORMS, MODEL_OPT, PLOT_FORMATS, busy, console, deprecated, duration,
-                                    emit_json, length, num, out_file, pct, seconds, table, wrote)
+                                    emit_json, length, num, out_file, pct, seconds, si, table, wrote)
 from chalk.faces.fmt import header, rate as per
 
 
@@ -17,6 +17,19 @@ class Scheduler(str, Enum):
     train = "train"
     continuous = "continuous"
 
+
+
+def _memory(requests: int) -> dict:
+    """The process's peak resident memory so far (issue 23: a streamed run of 1e8 requests says what it held), and
+    that over the requests replayed; None where the platform does not report it."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return {"peak_rss_bytes": None, "bytes_per_request": None}
+    import sys
+
+    peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+    return {"peak_rss_bytes": peak, "bytes_per_request": peak / max(int(requests), 1)}
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -117,7 +130,7 @@ def register(app: typer.Typer) -> None:
             wrote(plot_simulation(r, plot, title=f"{scheduler.value} scheduler: {st['model']} on {st['layout']} "
                                                  f"of {st['chip']}"))
         if as_json:
-            emit_json(run.to_dict())
+            emit_json({**run.to_dict(), "process_memory": _memory(r.n_requests)})
             return
         s = r.summary()
         source = f"trace {st['trace']['path']} ({st['trace']['format']})" if st["trace"] else \
@@ -156,6 +169,11 @@ def register(app: typer.Typer) -> None:
             t.add_row("kernel tables", st["kernels"])
         t.add_row("utilisation (busy fraction)", pct(s.get("utilisation")))
         t.add_row("steps / simulated time", f"{num(s.get('n_steps'))} / {seconds(s.get('simulated_time_s'))}")
+        mem = _memory(r.n_requests)
+        if mem["peak_rss_bytes"] is not None:
+            t.add_row("memory (this process)", f"peak RSS {si(mem['peak_rss_bytes'], 'B')} for {r.n_requests:,} "
+                      f"requests ({num(mem['bytes_per_request'])} bytes per request replayed, the interpreter and "
+                      "catalog included)")
         w = r.latency_window
         if w:
             steady = "steady state" if over is None else "window (no steady state: the queue grows, see the warning)"
