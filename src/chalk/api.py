@@ -311,7 +311,8 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         chosen concurrency held in flight).
     max_seqs, max_tokens: the engine's sequences per scheduler and prompt tokens per step, over its profile.
     disaggregated: True: separate prefill and decode pools; False: one pool; 'auto' (default, the CLI's --mode all):
-        whichever serves more per GPU (a fixed deployment, `concurrency`, is aggregated unless told).
+        one pool unless two serve `serving.DISAGGREGATION_MARGIN` (5%) more per GPU (a fixed deployment,
+        `concurrency`, is aggregated unless told).
         layout, concurrency: one fixed deployment (closed loop of
         `concurrency` requests). prefill_gpus: its prefill pool, with `disaggregated`; prefill_layout: the layout
         of that pool's workers (default: `layout`), e.g. 'tp=1,attn_dp=4,ep=4'.

@@ -182,8 +182,9 @@ def throughput(
                                        help="Separate prefill and decode pools (--gpus sizes the decode pool); the "
                                        "same as --mode disaggregated."),
     mode: str = typer.Option("all", "--mode", help="all (default: search aggregated and disaggregated serving, "
-                             "answer with the one serving more per GPU) | aggregated | disaggregated, as plan takes "
-                             "it. A fixed deployment (--concurrency) is aggregated unless --disaggregated."),
+                             "answer aggregated unless disaggregated serves 5% more per GPU) | aggregated | "
+                             "disaggregated, as plan takes it. A fixed deployment (--concurrency) is aggregated unless "
+                             "--disaggregated."),
     layout: Optional[str] = typer.Option(None, "--layout", help="One replica, e.g. tp=1,ep=8,pp=1,attn_dp=8 (etp=2: "
                                          "experts split 2 ways in each EP group): search only the batch (with "
                                          "--concurrency: that exact deployment)."),
