@@ -681,3 +681,21 @@ def test_an_engine_that_does_not_run_on_the_chip_is_said_so():
     with pytest.raises(FitError, match="does not run on AMD"):
         plan("llama-3.1-8b", "mi300x", rate=15, input_len=500, output_len=1500, ttft_p99_s=0.3, min_user_tps=25,
              engine="trtllm")
+
+
+def test_the_cap_a_plan_launches_meets_its_p99_tpot_when_replayed():
+    """The most requests in flight a replica is sized and launched for (--max-num-seqs) hold the p99 TPOT target in a
+    replay of that many in flight, not only the mean TPOT. QA 2026-11-28: Llama-3.1-70B FP4 on B200 under vLLM at
+    p99 TPOT <= 50 ms was capped at 105, where the replayed p99 TPOT was 51.9 ms (capacity and headroom overstated)."""
+    from chalk.analyses.traffic.serving import fixed_deployment
+
+    r = plan("llama-3.1-70b", hardware=["b200"], engine="vllm@0.11", rate=10, input_len=2000, output_len=300,
+             tpot_p99_s=0.05, ttft_p99_s=2.0, precision="fp4", modes=("aggregated",))
+    o = r["options"][0]
+    cap = o["max_concurrency_per_replica"]
+    at = fixed_deployment("llama-3.1-70b", "b200", layout=o["replica_layout"].lower().replace("tp", "tp="),
+                          concurrency=cap, input_len=2000, output_len=300, precision=o["precision"],
+                          engine="vllm@0.11")
+    assert at["tpot_p99_s"] <= 0.05
+    assert o["capacity_per_replica"] == pytest.approx(at["output_tokens_per_s_per_gpu"] * o["replica_gpus"] / 300,
+                                                      rel=0.03)

@@ -226,6 +226,18 @@ def prefill_step_tokens(B, e, Ip, O, piece, attn_dp=1.0, alignment=1.0):
     return c, F, c_r
 
 
+def p99_request_step(pure, chunk, F, O):
+    """The mean step of the p99 request's decode: a request's TPOT averages the steps of its own O - 1 decode steps,
+    a share of which carry a prompt's chunk; that share is binomial around F (the fraction of steps that do), and
+    its 99th percentile is taken by the normal approximation.
+
+    Formula: share = min(F + z99 sqrt(F (1 - F) / (O - 1)), 1);  step = pure + (chunk - pure) share
+    Assumes: chunks fall on a request's steps independently (no burst of prompts lines them up)."""
+    F = np.asarray(F, dtype=float)
+    share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
+    return pure + (chunk - pure) * share
+
+
 def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
     """(mean stage step (s), the `stage_step` of a step carrying a prefill chunk, pure decode step (s), fraction of
     steps carrying a chunk): B decoding
@@ -283,10 +295,7 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     if disaggregated:  # TTFT comes from the prefill pool; decode GPUs spend nothing on prefill
         out["tpot_p99_s"] = tpot
         return out
-    # p99 TPOT: a request's TPOT averages the steps of its own decode, a share of which carry a prompt's chunk;
-    # over O - 1 steps that share is binomial around F: its 99th percentile, by the normal approximation
-    share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
-    tail = pure + (first - pure) * share
+    tail = p99_request_step(pure, first, F, O)
     if spec is not None:
         tail = tail + S.mtp_draft_time_s(tail, spec.draft_tokens, costs.model.num_layers, spec.draft_layers)
     out["tpot_p99_s"] = np.maximum(P.pipeline_token_latency_s(tail, pp) / e, tpot)
@@ -1413,8 +1422,8 @@ REFINE_STEPS = 4
 @dataclass(frozen=True)
 class _Fixed(_Setup):
     """A fixed deployment's setup, the same at every concurrency: model, system, lengths, calibration, layouts, the
-    batch cap per replica, and `times(B)`, the (TPOT, TTFT of a lone prompt, TPOT of a chunk-carrying step) at B
-    decoding sequences per replica (numbers or arrays). Built by `_fixed_setup`; read by `_closed_form`."""
+    batch cap per replica, and `times(B)`, the (TPOT, TTFT of a lone prompt, p99 request's TPOT: `p99_request_step`)
+    at B decoding sequences per replica (numbers or arrays). Built by `_fixed_setup`; read by `_closed_form`."""
 
     kern: object
     di: object
@@ -1525,21 +1534,24 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
         if disagg:  # one prompt alone through a prefill worker of the same layout, then the first decode step
             st = np.asarray(stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, max(I, 1.0), cal,
                                        **kw)["stage_time_s"], dtype=float)
-            st_chunk = st
+            st_chunk = st_tail = st
         else:  # prompts prefilled as whole chunks in some steps (`prefill_step_tokens`), the same as the search
-            st, ch, _, _ = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal,
-                                        **kw)
+            st, ch, pure, F = mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, max(I, 1.0), piece, cal,
+                                           **kw)
             st_chunk = np.asarray(ch["stage_time_s"], dtype=float)
+            # the p99 request's mean step, as the search screens it (QA 2026-11-28: plan held its cap to the mean
+            # TPOT, 105 in flight on B200 where the replayed p99 TPOT then missed 50 ms; every step carrying a chunk
+            # read 98 ms)
+            st_tail = p99_request_step(pure, st_chunk, F, O)
         if speculative is not None:
-            st = st + S.mtp_draft_time_s(st, speculative.draft_tokens, m.num_layers, speculative.draft_layers)
-            st_chunk = st_chunk + S.mtp_draft_time_s(st_chunk, speculative.draft_tokens, m.num_layers,
-                                                     speculative.draft_layers)
+            st, st_chunk, st_tail = (x + S.mtp_draft_time_s(x, speculative.draft_tokens, m.num_layers,
+                                                            speculative.draft_layers) for x in (st, st_chunk, st_tail))
         tpot = P.pipeline_token_latency_s(st, pp) / e
         if disagg:
             one = float(stage_step(costs, system, pre.tp, pre.attn_dp, pre.pp, pre.ep, 0.0, max(Ip, 1.0), L,
                                    max(I, 1.0), cal, kernels=kern or False, overhead_s=ovh)["stage_time_s"])
             return tpot, float(P.pipeline_token_latency_s(one, pre.pp)) + tpot * e, tpot
-        return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_chunk, pp) / e
+        return tpot, P.pipeline_token_latency_s(st_chunk, pp) * n_chunks, P.pipeline_token_latency_s(st_tail, pp) / e
 
     x_pool = _prefill_pool_requests_per_s(costs, system, pre, gpus - decode_gpus, Ip, I, cal, kern, ovh) / R \
         if disagg and gpus > decode_gpus else float("inf")
@@ -1630,7 +1642,7 @@ def _fixed_concurrency(concurrency, R: int) -> int:
 
 def _closed_form(fx: _Fixed, Nr):
     """The fixed deployment's steady state at `Nr` requests in flight per replica (1-D array), arrays of
-    (B decoding, TPOT, TTFT of a lone prompt, TPOT of a chunk-carrying step, requests/s X, requests waiting).
+    (B decoding, TPOT, TTFT of a lone prompt, p99 request's TPOT, requests/s X, requests waiting).
 
     Little's law: N = B + X * (TTFT0 + lat) with X = B / (O * TPOT), solved for the decoding count B by
     interpolating the grid `_fixed_setup` made (`fx.held`); lat: the calibrated time a request spends outside the
@@ -1649,7 +1661,7 @@ def _closed_form(fx: _Fixed, Nr):
 
     inside = Nr < held[-1]
     B = np.where(inside, np.interp(Nr, held, grid), grid[-1])
-    tpot, ttft0, tpot_chunk = timed(B)
+    tpot, ttft0, tpot_tail = timed(B)
     # the grid's straight lines miss where the step time bends between two of its points (a kernel table's step):
     # where the interpolated B holds more requests than Nr, regula falsi against the grid point below it, on the
     # exact times, until none does (Little's law then holds to rounding; a B that holds fewer leaves the rest
@@ -1663,15 +1675,15 @@ def _closed_form(fx: _Fixed, Nr):
         lo, h_lo = grid[i], held[i]
         f = np.where(h_b > h_lo, (Nr - h_lo) / np.where(h_b > h_lo, h_b - h_lo, 1.0), 0.0)
         B = np.where(over, lo + np.clip(f, 0.0, 1.0) * (B - lo), B)
-        tpot, ttft0, tpot_chunk = timed(B)
+        tpot, ttft0, tpot_tail = timed(B)
     if np.isfinite(x_pool) and x_pool < fx.x_grid[-1]:
         cap = float(np.interp(x_pool, fx.x_grid, grid))
         if (B > cap).any():
             B = np.minimum(B, cap)
-            tpot, ttft0, tpot_chunk = timed(B)
+            tpot, ttft0, tpot_tail = timed(B)
     X = B / (O * tpot)                                      # requests completed per second per replica
     waiting = np.maximum(Nr - B - X * (ttft0 + lat), 0.0)   # requests held back by the cap or the prefill pool
-    return B, tpot, ttft0, tpot_chunk, X, waiting
+    return B, tpot, ttft0, tpot_tail, X, waiting
 
 
 def _ttft_p99_closed(fx: _Fixed, ttft0, waiting, X):
@@ -1694,11 +1706,11 @@ class FixedCurve:
     def __call__(self, concurrencies) -> dict:
         fx = self._fx
         N = np.array([_fixed_concurrency(n, fx.R) for n in np.atleast_1d(concurrencies).tolist()], dtype=float)
-        B, tpot, ttft0, tpot_chunk, X, waiting = _closed_form(fx, N / fx.R)
+        B, tpot, ttft0, tpot_tail, X, waiting = _closed_form(fx, N / fx.R)
         return {"concurrency": N, "decoding_per_replica": B, "tpot_s": tpot,
                 "ttft_s": ttft0 + waiting / X + fx.lat,
                 "ttft_p99_s": _ttft_p99_closed(fx, ttft0, waiting, X) + fx.lat,
-                "tpot_p99_s": np.maximum(tpot_chunk, tpot), "user_tokens_per_s": 1 / tpot,
+                "tpot_p99_s": np.maximum(tpot_tail, tpot), "user_tokens_per_s": 1 / tpot,
                 "output_tokens_per_s_per_gpu": X * fx.O * fx.R / fx.gpus}
 
 
@@ -1723,7 +1735,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
     `simulate` (default): mean TTFT and the p99s of TTFT and TPOT come from replaying the closed loop in the request
     simulator (`closed_loop_latencies`), which sees requests arriving in waves behind each other's prefill (a
     disaggregated deployment's behind its prefill pool's queue, `_pool_share`); without it (or with speculation) they
-    are the closed forms: TTFT of the p99 prompt, TPOT of a step that carries a whole prefill chunk. TTFT adds the
+    are the closed forms: TTFT of the p99 prompt, TPOT of the p99 request's share of chunk steps. TTFT adds the
     calibrated per-request latency outside the GPU steps.
     `decode_gpus`: a disaggregated deployment: the `concurrency` requests decode on `decode_gpus` GPUs of replicas
     of `layout` (pure decode steps); the other GPUs prefill, and admit at most what they can prefill
@@ -1756,7 +1768,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                                                      fx.x_pool)
     N = _fixed_concurrency(concurrency, R)
     Nr = N / R
-    B, tpot, ttft0, tpot_chunk, X, waiting = (float(v[0]) for v in _closed_form(fx, np.array([Nr])))
+    B, tpot, ttft0, tpot_tail, X, waiting = (float(v[0]) for v in _closed_form(fx, np.array([Nr])))
     ttft = ttft0 + waiting / X
     n_run = None
     cold = 0.0 if warm_engine else fx.cal.warmup_s  # a whole run's first step on a cold engine takes this longer
@@ -1772,7 +1784,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
         ttft += (Nr / n_run) * (max(Nr - 1.0, 0.0) / 2.0 * each + cold)
     out_gpu = X * O * R / gpus
     ttft_p99 = float(_ttft_p99_closed(fx, np.array([ttft0]), np.array([waiting]), np.array([X]))[0])
-    tpot_p99 = max(tpot_chunk, tpot)
+    tpot_p99 = max(tpot_tail, tpot)
     ttft_p50 = tpot_p50 = None  # the closed form's requests are all alike: its medians are its means (below)
     window = sim = None
     too_many = n_run is None and Nr > CLOSED_LOOP_MAX_SEATS and not (replay or {}).get("requests") \
