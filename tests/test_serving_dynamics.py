@@ -416,7 +416,7 @@ def test_the_fixed_answer_shows_the_op_table_of_its_mean_mix():
                         "--layout", "tp=4", "--concurrency", "32", "--input-len", "2000", "--output-len", "500"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert p.returncode == 0 and "mean step per replica" in p.stdout
-    assert f"estimate --batch {round(ms['decode_sequences'])} --context 2250" in p.stdout
+    assert f"--layout tp=4 --batch {round(ms['decode_sequences'])} --context 2250" in " ".join(p.stdout.split())
 
 
 def test_concurrency_is_bounded_as_users_are():

@@ -35,8 +35,16 @@ def _estimate_command(r: dict, batch: int) -> str:
     lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
                    if par.get(k) is not None and (k == "tp" or par[k] != 1))
     eng = f" --engine {r['engine']}@{r['engine_release']}" if r.get("engine") else ""
+    sp = r.get("speculative") or {}
+    # with MTP the pure step verifies K + 1 tokens a sequence; estimate's speculative row times it with the K drafts
+    # added (its tokens per step over tokens/s per user)
+    given = "" if sp.get("source") else f" --acceptance {sp.get('acceptance', 0):g}"  # else the model's own rate
+    k = sp.get("draft_tokens", 0)
+    mtp = (f" --mtp {k}{given}: its 'with {k} draft token{'s' if k != 1 else ''}' row times the step with the drafts "
+           "added" if sp.get("used") else "")
     return (f"estimate -m {r['model']} -H {r['hardware']} --layout {lay} --batch {batch} "
-            f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}")
+            f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}"
+            f"{mtp}")
 
 def _gpus_text(r: dict) -> str:
     """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up
