@@ -469,6 +469,21 @@ def test_the_fixed_answers_estimate_command_reproduces_its_pure_decode_step(args
     assert got["step_time_s"] == pytest.approx(want, rel=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [100, 2048])
+def test_a_given_prefill_chunk_replays_as_throughputs_prefill_budget(chunk):
+    """simulate --concurrency --prefill-chunk N answers as throughput --layout --concurrency --max-tokens N (one
+    attention-DP rank). QA 2026-11-28: replayed apart, on a step cost linearised at the 3,000 seats, a 100-token chunk
+    gave 12,343 tokens/s in 4.04 ms steps, below the batch's own weight read; throughput's replay gave 6,729."""
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    kw = dict(input_len=200, output_len=100, engine="vllm", layout="tp=1", concurrency=3000)
+    thr = throughput("llama-3.1-8b", "h200", max_tokens=chunk, **kw)
+    run = simulate_requests("llama-3.1-8b", "h200", prefill_chunk=chunk, **kw)
+    out = run.result.summary()["output_tokens_per_s"]
+    assert out == pytest.approx(thr["output_tokens_per_s_per_gpu"], rel=1e-9)
+    assert run.result.mean_step_s >= thr["mean_step"]["pure_decode_step_s"] * 0.999
+
+
 def test_estimate_with_an_engine_times_its_kernels_and_host_time():
     """gpt-oss-20b on one H100 under TensorRT-LLM: 'auto' KV is the checkpoint's (BF16: it declares none), the host
     time per step is the profile's 0.3 ms instead of chalk's fitted 1 ms + 10 us per layer; the verify step of

@@ -239,9 +239,9 @@ def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | 
         notes.append(f"layout {lay.label()} ({lay.replica_gpus} GPU{'s' if lay.replica_gpus > 1 else ''}) "
                      + lay_source)
 
-    if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None and prefill_chunk is None:
+    if concurrency is not None and scheduler == "continuous" and kv_capacity_tokens is None:
         return _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed,
-                            lat, notes, engine, fx, cap_given, cut_up_front)
+                            lat, notes, engine, fx, cap_given, cut_up_front, prefill_chunk)
     settle = SETTLE_REQUESTS
     if tr is None and concurrency is None and n is None and scheduler == "continuous":
         # the default run is long enough to reach a steady state: STEADY_ROUNDS times the requests the closed form
@@ -363,16 +363,20 @@ def _engine_note(fx, max_batch, prefill_chunk, kv_capacity_tokens, lat) -> str:
 
 
 def _closed_loop(m, system, lay, lay_text, lay_source, prec, kvp, ideal, concurrency, n, din, dout, seed, lat,
-                 notes, engine, fx, max_batch=None, cut_share: float = 0.0) -> SimulateRun:
+                 notes, engine, fx, max_batch=None, cut_share: float = 0.0, prefill_chunk=None) -> SimulateRun:
     """A closed loop replayed through the very replay `throughput --layout --concurrency` answers from
     (`serving.fixed_deployment`): the same engine cap (scheduler and KV room), step cost and requests, so the same
     deployment gets the same latencies through both doors. `max_batch`: the replica's cap on sequences, given (as
-    `throughput --max-seqs` gives it per scheduler: split over the replica's attention-DP schedulers)."""
+    `throughput --max-seqs` gives it per scheduler: split over the replica's attention-DP schedulers);
+    `prefill_chunk`: the replica's prompt tokens per step, given (as `throughput --max-tokens` gives it per
+    scheduler; QA 2026-11-28: replayed apart, a 100-token chunk at 3,000 in flight ran 4.04 ms steps, below the
+    batch's own weight read, on a step cost linearised at the 3,000 seats)."""
     from chalk.analyses.traffic.serving import fixed_deployment
 
-    seqs = None if max_batch is None else max(math.ceil(max_batch / max(int(lay.attn_dp), 1)), 1)
+    per_rank = lambda v: None if v is None else max(math.ceil(v / max(int(lay.attn_dp), 1)), 1)  # noqa: E731
     res = fixed_deployment(m, system, layout=lay_text, concurrency=int(concurrency), input_len=din, output_len=dout,
-                           precision=prec, kv_precision=kvp, ideal=ideal, engine=engine, max_seqs=seqs,
+                           precision=prec, kv_precision=kvp, ideal=ideal, engine=engine, max_seqs=per_rank(max_batch),
+                           max_tokens=per_rank(prefill_chunk),
                            replay={"requests": n, "client_latency_s": lat, "seed": seed, "result_only": True})
     notes.append(f"closed loop of {int(concurrency)} requests in flight, replayed as throughput --layout "
                  f"--concurrency replays it: the engine runs at most {res.max_batch} of them (its scheduler cap and "
