@@ -367,6 +367,16 @@ def test_engine_limits_can_be_overridden():
     assert capped["output_tokens_per_s_per_gpu"] < base["output_tokens_per_s_per_gpu"]
 
 
+def test_vllms_default_sequence_cap_follows_a_prefill_budget_the_user_sets():
+    """vLLM's default max_num_seqs is min(its tier's, max_num_batched_tokens) whoever sets the budget (vllm.yaml
+    cap_seqs_by_chunk): --max-tokens 100 caps it at 100 unless --max-seqs is given; SGLang's cap does not follow it.
+    QA 2026-11-28: the cap stayed at 1,024."""
+    kw = dict(layout="tp=1", concurrency=5000, input_len=200, output_len=100, max_tokens=100)
+    assert fixed_deployment("llama-3.1-8b", "h200", engine="vllm", **kw)["batch_cap_per_replica"] == 100
+    assert fixed_deployment("llama-3.1-8b", "h200", engine="vllm", max_seqs=512, **kw)["batch_cap_per_replica"] == 512
+    assert fixed_deployment("llama-3.1-8b", "h200", engine="sglang", **kw)["batch_cap_per_replica"] > 100
+
+
 def test_a_speculating_answer_says_its_tail_is_not_replayed_and_keeps_p99_above_the_mean():
     """QA sweep 2026-11-27: with MTP the p99 targets were checked on the fixed deployment's closed form at the
     chosen point's in-flight count (fewer decoding than the search point, so a shorter step): a 'p99' TPOT of 17.2

@@ -104,6 +104,13 @@ class EngineProfile:
         return None
 
     @property
+    def seqs_capped_by_chunk(self) -> bool:
+        """Whether the engine's default sequence cap is at most its prompt-token budget per step, whoever sets the
+        budget (a `gpu_memory_tiers` rule with `cap_seqs_by_chunk`: vLLM's min(max_num_seqs,
+        max_num_batched_tokens) where --max-num-seqs is not given)."""
+        return any(r.get("cap_seqs_by_chunk") for r in self.rules)
+
+    @property
     def label(self) -> str:
         return f"{self.name or self.id} {self.release or self.version.split(' ')[0]}"
 

@@ -447,7 +447,7 @@ def engine_kv_precision(engine, kv_precision, model=None, precision=None):
 
 
 def _serving_setup(model, hardware, input_len, output_len, precision, kv_precision, ideal, calibration_override,
-                   engine, cache_hit, eplb=None, max_seqs=None):
+                   engine, cache_hit, eplb=None, max_seqs=None, max_tokens=None):
     m, system = as_model(model), as_system(hardware)
     I, di = _length("input_len", input_len)
     O, do = _length("output_len", output_len)
@@ -465,6 +465,12 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=int(eng.max_num_seqs),
                                   memory_reserve=1 - float(eng.kv_cache_memory_fraction),
                                   label=f"{cal.label}, {eng.id} {eng.version} profile")
+    if max_tokens is not None and max_seqs is None and eng is not None and eng.seqs_capped_by_chunk \
+            and cal.label != "ideal":  # the default cap follows a budget the user set too (QA 2026-11-28: vLLM at
+        # --max-tokens 100 ran 1,024 sequences where its own min(max_num_seqs, max_num_batched_tokens) gives 100)
+        n = min(int(cal.max_seqs_per_scheduler), int(positive("max_tokens", max_tokens, integer=True, scalar=True)))
+        cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, max_num_seqs {n} (at most "
+                                                                      "--max-tokens)")
     if max_seqs is not None:  # the user's scheduler cap, over the engine's and the fitted one
         n = int(positive("max_seqs", max_seqs, integer=True, scalar=True))
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
@@ -857,7 +863,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     min_user_tps values the caller will select at (checked here, where `throughput` has always checked them)."""
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, input_len, output_len, precision,
                                                                   kv_precision, ideal, calibration_override,
-                                                                  engine, cache_hit, eplb, max_seqs)
+                                                                  engine, cache_hit, eplb, max_seqs, max_tokens)
     for v in speeds:
         if v is not None:
             positive("min_user_tps", v, scalar=True)
@@ -1482,7 +1488,7 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
     m, system, I, O, L, F, cal, eng, costs, kern = _serving_setup(model, hardware, di or input_len, do or output_len,
                                                                   precision, kv_precision, ideal,
                                                                   calibration_override, engine, cache_hit, eplb,
-                                                                  max_seqs)
+                                                                  max_seqs, max_tokens)
     lay = make_layout(m, layout)
     engine_runs(eng, lay)
     G = lay.replica_gpus
