@@ -219,6 +219,14 @@ def test_cli_validate_json():
         assert (o["family"], o["engine"], o["engine_version"]) == (rows[o["id"]].family, rows[o["id"]].engine,
                                                                   rows[o["id"]].engine_version)
     assert any((o["engine_profile"] or "").startswith("vllm@") for o in d["rows"])
+    # ... and the release of that profile, the newest's included, and its source group (QA 2026-11-28)
+    for o in d["rows"]:
+        assert o["group"] == rows[o["id"]].group
+        prof = o["engine_profile"]
+        assert (o["engine_profile_release"] is None) == (prof is None)
+        assert prof is None or (o["engine_profile_release"].split("@")[0] == prof.split("@")[0]
+                                and ("@" not in prof or o["engine_profile_release"] == prof))
+    assert {o["engine_profile_release"] for o in d["rows"]} >= {"vllm@0.11", "vllm@0.6", "sglang@0.4"}
     fams = {o["family"] for o in d["rows"] if o["metric"] in d["headline_metrics"]}
     assert set(d["families"]) == fams and sum(v["n"] for v in d["families"].values()) == d["n_headline"] - d["failed"]
     for f, v in d["families"].items():

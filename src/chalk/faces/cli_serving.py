@@ -602,12 +602,15 @@ def validate(
         emit_json(r)
         return
     t = table(f"validation · {r['n']} measured rows · {r['efficiency']}",
-              ["id", "family", "engine", "model", "hardware", "metric", "measured", "predicted", "error"])
+              ["id", "family / source group", "engine as run -> profile answering", "model", "hardware", "metric",
+               "measured", "predicted", "error"])
     for o in r["rows"]:
-        eng = o.get("engine_profile") or o.get("engine") or ""
-        if o.get("engine_version") and o.get("engine_profile") and "@" not in o["engine_profile"]:
-            eng += f" ({o['engine_version']}: newest profile)"  # a version chalk has no profile of says so
-        t.add_row(o["id"], o["family"], eng, o["model"], f"{num(o['gpus'])} x {o['hardware']}",
+        # the engine and release the source states, then the profile chalk answered with (QA 2026-11-28: NIM and
+        # LMDeploy rows showed no version, and the newest profile's release was not named)
+        ran = " ".join(x for x in (o.get("engine"), o.get("engine_version")) if x) or "not stated"
+        eng = f"{ran} -> {o['engine_profile_release']}" if o.get("engine_profile_release") else \
+            f"{ran} -> {'no profile' if not r.get('ideal') else 'ideal'}: chalk's defaults"
+        t.add_row(o["id"], f"{o['family']} / {o['group']}", eng, o["model"], f"{num(o['gpus'])} x {o['hardware']}",
                   o["metric"].replace("_per_s_per_gpu", "/s/GPU"), num(o["measured"]), num(o["predicted"]),
                   "failed: " + o["error_note"] if o["error"] is None else f"{100 * o['error']:+.0f}%")
     c = console()

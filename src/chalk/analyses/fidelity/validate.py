@@ -287,6 +287,16 @@ def row_engine(row: Row) -> str | None:
     return eng if prof.newest else f"{eng}@{prof.release}"
 
 
+def profile_release(profile: str | None) -> str | None:
+    """'vllm@0.11' for a row's engine profile ('vllm': the newest release's; 'vllm@0.6' as it is); None for none."""
+    if not profile:
+        return None
+    from chalk.specs.engine import load_engine
+
+    prof = load_engine(profile)
+    return f"{prof.id}@{prof.release}"
+
+
 def point(row: Row, engines: bool = True) -> tuple:
     """The chalk question a row asks, without the calibration: rows with the same point are answered by one call
     (a fixed deployment's throughput and TPOT rows, several metrics of one search). `engines` (default): the row's engine
@@ -407,6 +417,8 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
                     "gpus": r.gpus, "engine": r.engine, "engine_version": r.engine_version,
                     # the profile the row was answered with (`row_engine`: its version's, else the newest)
                     "engine_profile": row_engine(r) if not ideal else None,
+                    "engine_profile_release": profile_release(row_engine(r)) if not ideal else None,
+                    "group": r.group,
                     "precision": r.precision, "input_len": r.input_len, "output_len": r.output_len,
                     "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
                     "measured": r.measured, "predicted": p, "error": err,
