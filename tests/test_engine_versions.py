@@ -267,3 +267,17 @@ def test_a_sweep_names_its_kernel_tables():
     assert s.meta["kernels"] == chalk.estimate("llama-3.1-8b", "h100-sxm", batch=64).kernels
     rc, out, _ = cli("sweep", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--json")
     assert rc == 0 and json.loads(out)["meta"]["kernels"].startswith("trtllm ")
+
+
+def test_simulate_names_its_engine_as_throughput_and_plan_do():
+    """engine (id), engine_release and engine_version in simulate's answer as in throughput's and plan's (QA
+    2026-11-28: simulate alone put the version text in `engine`)."""
+    from chalk.analyses.traffic.serving import throughput
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    run = simulate_requests("llama-3.1-8b", "h200", layout="tp=1", requests=300, rate=2.0, engine="vllm@0.6")
+    thr = throughput("llama-3.1-8b", "h200", layout="tp=1", concurrency=8, input_len=1000, output_len=200,
+                     engine="vllm@0.6")
+    assert (run.setup["engine"], run.setup["engine_release"]) == (thr["engine"], thr["engine_release"]) == \
+        ("vllm", "0.6")
+    assert run.setup["engine_version"].startswith("0.5-0.7")

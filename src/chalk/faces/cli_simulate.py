@@ -138,7 +138,8 @@ def register(app: typer.Typer) -> None:
              else f"Poisson {num(100.0 if rate is None else rate)}/s")
         g = st["replica_gpus"]
         t = table(header(st["model"], st["chip"], g, f"{st['layout']} (one replica)", st["precision"],
-                         st["kv_precision"], st["engine"], "ideal" if ideal else "calibrated",
+                         st["kv_precision"], st["engine"] and f"{st['engine']} {st['engine_release']}",
+                         "ideal" if ideal else "calibrated",
                          f"{scheduler.value} scheduler", f"{r.n_requests:,} requests ({source})",
                          system=st["hardware"]),
                   ["quantity", "value"])

@@ -407,7 +407,10 @@ def _setup(m, system, lay, lay_text, lay_source, prec, kvp, fx, notes: list) -> 
     notes += kp["notes"]
     kernels = kp["kernels"]
     return {"model": m.id, "hardware": system.id, "chip": system.chip.id, "layout": lay.label(),
-            "engine": None if eng is None else f"{eng.id} {eng.version}", "kernels": kernels,
+            # the engine as throughput and plan name it: its id, the release --engine NAME@RELEASE picks, and the
+            # versions that release covers (QA 2026-11-28: simulate alone put the version text in `engine`)
+            "engine": None if eng is None else eng.id, "engine_release": None if eng is None else eng.release,
+            "engine_version": None if eng is None else eng.version, "kernels": kernels,
             "layout_text": lay_text, "layout_source": lay_source, "replica_gpus": lay.replica_gpus,
             "parallelism": {"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "attn_dp": lay.attn_dp},
             "precision": prec, "kv_precision": kvp, "max_context": m.max_context}
