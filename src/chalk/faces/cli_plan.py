@@ -3,6 +3,7 @@ A thin face on `chalk.analyses.planning.plan.plan`: no formulas here."""
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Tuple
 
 import typer
@@ -131,6 +132,11 @@ def plan(
         from chalk.faces.emit_plan import emit as write
 
         wrote(write(r, emit[0], emit[1]))
+        o = r["options"][0] if r["options"] else {}
+        # said where it is written, not only in launch.yaml (QA 2026-11-28)
+        sys.stderr.write(f"fill in ENGINE_TAG in the image lines: a {o.get('engine') or 'engine'} image of release "
+                         f"{o.get('engine_version') or o.get('engine_release') or 'the one sized'} (chalk sized the "
+                         "deployment on that engine release; it records no image tag)\n")
     if plot:
         from chalk.faces.plots_plan import plot_plan
 
