@@ -58,9 +58,9 @@ def plan(
                                           "line, or hour,multiplier): size the peak, cost the day."),
     price: Optional[List[str]] = typer.Option(None, "--price", help="Price override CHIP=USD_PER_GPU_HOUR "
                                               "(repeat, or comma-separate)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: size and launch with that "
-                                         "engine only (default: each engine that runs on the chip, each sized with "
-                                         "its own scheduler cap, KV memory, prefill chunk and overhead)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm (@release): size and launch "
+                                         "with that engine only (default: each engine that runs on the chip, each "
+                                         "sized with its own scheduler cap, KV memory, prefill chunk and overhead)."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Your own checkpoint (Hugging Face repo "
                                              "id or folder) for the launch commands, loaded as given (default: the "
                                              "model's own, or a known one at the sized precision)."),

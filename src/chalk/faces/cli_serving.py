@@ -207,8 +207,9 @@ def throughput(
     acceptance: Optional[float] = ACCEPTANCE_OPT,
     speculative: Optional[str] = typer.Option(None, "--speculative", help="METHOD,K,A, e.g. eagle,3,0.7 "
                                               "(same as --mtp K --acceptance A)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm: that engine's scheduler "
-                                         "cap, KV memory fraction, prefill chunk and overhead (default: none)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm | sglang | trtllm (@release): that engine's "
+                                         "scheduler cap, KV memory fraction, prefill chunk and overhead (default: "
+                                         "none)."),
     cache_hit: float = typer.Option(0.0, "--cache-hit", help="Fraction of prompt tokens served from the prefix "
                                     "cache: no prefill compute, KV still read."),
     pareto: bool = typer.Option(False, "--pareto", help="Also print the latency-cost frontier."),

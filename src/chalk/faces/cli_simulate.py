@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
         precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Weights/compute precision "
                                                 "(default: the checkpoint's)."),
         kv_precision: str = typer.Option("auto", "--kv-precision", help="KV cache precision; 'auto' = the "
-                                         "engine's default with --engine (vLLM, SGLang: bf16), else fp8 when weights "
-                                         "run at 8 bits or fewer, else bf16."),
+                                         "engine's default with --engine (vLLM, SGLang: bf16; TensorRT-LLM: the "
+                                         "checkpoint's), else fp8 when weights run at 8 bits or fewer, else bf16."),
         ideal: bool = typer.Option(False, "--ideal", help="Peak rates: the pure roofline, no calibration."),
         scheduler: Scheduler = typer.Option(Scheduler.continuous, "--scheduler",
                                             help="'train': a batch departs every --period; 'continuous': "
