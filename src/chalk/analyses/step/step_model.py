@@ -217,6 +217,10 @@ class _Stage:
             if group is not None:
                 stored = costs.stored_precision(group)
                 bpe = bytes_per_element(stored)
+                if bpe > bytes_per_element(dtype):  # kept wider than the math (an FP8 checkpoint's BF16 lm_head):
+                    # it multiplies at its own width, not at the narrow math's rate and reads (QA 2026-11-28:
+                    # DeepSeek-R1's BF16 lm_head on H100, timed from the FP8 table, read 232 MB at 1.3x HBM bandwidth)
+                    dtype, peak = stored, system.chip.peak_flops_per_s(stored)
                 wp = stored if bpe < bytes_per_element(dtype) else None
             n = params_per_layer / (shard * H)
             shape = kp.gemm_shape(n, H, dtype, wp) if kp is not None else None
