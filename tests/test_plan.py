@@ -4,11 +4,13 @@ launch commands with real flags, latency checked in the replay, diurnal sizing, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -713,3 +715,37 @@ def test_no_hour_of_the_day_loads_a_replica_more_than_the_peaks_replay_checked()
     peak, R = r["demand"]["planned_for"], o["replicas"]
     for mult, R_h in zip(curve, o["diurnal"]["replicas_per_hour"]):
         assert r["demand"]["value"] * mult / R_h <= peak / R * (1 + 1e-9), (mult, R_h, R)
+
+
+@functools.lru_cache(maxsize=1)
+def _mooncake_plan(trace: str):
+    return plan("llama-3.1-70b", hardware=["h100-sxm", "h200", "mi300x"], trace=trace, tpot_p99_s=0.05,
+                ttft_p99_s=10.0, modes=("aggregated",))
+
+
+@pytest.mark.parametrize("width", [80, 120, 160, 200, 230, 250, 300])
+def test_the_plan_table_keeps_chip_gpus_and_price_at_every_width(width):
+    """QA 2026-11-28: at 160-250 columns rich shared the width among ratio columns and dropped the chip, GPU and
+    price columns of the plan table ('   trtllm   TP2 x36   7.78   cheapest')."""
+    import io
+
+    from rich.console import Console
+
+    from chalk.faces import cli_plan
+    from chalk.faces.fmt import usd
+
+    trace = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake-fast25-conversation.jsonl"
+    if not trace.exists():
+        pytest.skip(f"{trace} not present (the public traces live in ../shared/traces)")
+    r = _mooncake_plan(str(trace))
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False)
+    real = cli_plan.console
+    cli_plan.console = lambda: con
+    try:
+        cli_plan._print(r, False)
+    finally:
+        cli_plan.console = real
+    rows = buf.getvalue().split("why it loses", 1)[1]
+    for o in r["options"]:
+        assert o["hardware"] in rows and usd(o["usd_per_hour"]) in rows, (width, o["hardware"])

@@ -208,10 +208,11 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
     from rich import box
 
     tab.box = box.SIMPLE_HEAD  # no vertical rules: the table fits 80 columns
-    tab.expand = True
+    # widths as `table` sets them (every column at least its longest word, the widest giving way first); expand
+    # with ratio columns let rich share the width again and drop the chip, GPU and price columns at 160-250
+    # columns (QA 2026-11-28)
     for i in (0, 3, 4, 5):
         tab.columns[i].no_wrap = True
-    tab.columns[2].ratio, tab.columns[6].ratio = 2, 3
     for o in r["options"]:
         sim = o["simulated"]
         tab.add_row(o["hardware"], _engine_cell(o), _short(o), num(o["gpus"]),
