@@ -652,3 +652,14 @@ def test_a_streamed_run_says_the_memory_it_held():
     assert mem["bytes_per_request"] == mem["peak_rss_bytes"] / 2_000_000
     text = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert "peak RSS" in text.stdout and "2,000,000 requests" in text.stdout
+
+
+def test_simulate_says_its_rates_are_one_replicas():
+    """Every rate simulate answers names what it is per: the run is one replica's (QA 2026-11-28: requests_per_s
+    alone, where plan's requests_per_s is the fleet's)."""
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    run = simulate_requests("llama-3.1-8b", "h200", layout="tp=2", requests=400, rate=2.0)
+    d = run.to_dict()
+    for k in ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s"):
+        assert d[f"{k}_per_replica"] == d[k] and d[f"{k}_per_gpu"] == pytest.approx(d[k] / 2)

@@ -128,6 +128,8 @@ def plan(
         if o.get("output_tokens_per_s") is not None:
             o.setdefault("output_tokens_per_s_per_fleet", o["output_tokens_per_s"])
             o.setdefault("output_tokens_per_s_per_gpu", o["output_tokens_per_s"] / o["gpus"] if o["gpus"] else None)
+        if o.get("requests_per_s") is not None:  # the fleet's too, said (QA 2026-11-28)
+            o.setdefault("requests_per_s_per_fleet", o["requests_per_s"])
     if emit[0] is not None:
         from chalk.faces.emit_plan import emit as write
 

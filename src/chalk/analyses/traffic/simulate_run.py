@@ -152,7 +152,7 @@ def simulate_requests(model, hardware, **kw) -> SimulateRun:
                                                  if v is not None or k not in ("rate", "input_len", "output_len")})
     r, g = run.result, run.setup["replica_gpus"]
     run.setup.update({"overload": sim.overload(r), "steady_state_gap": sim.steady_gap(r)})
-    for k in ("output_tokens_per_s", "input_tokens_per_s"):  # the run is one replica's
+    for k in ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s"):  # the run is one replica's
         v = getattr(r, k, None)
         if v is not None:
             run.setup.update({f"{k}_per_replica": v, f"{k}_per_gpu": v / g})
