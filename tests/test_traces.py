@@ -439,3 +439,23 @@ def test_a_trace_without_block_ids_says_its_hit_rate_is_not_computed_and_an_over
     assert "prefix-cache hit rate n/a: the azure trace has no prefix-block ids" in text
     assert "warning: arrivals exceed capacity" in text and "measured window steady state:" not in text
     assert "window (no steady state: the queue grows" in text
+
+
+def test_plan_says_when_the_busiest_minute_is_and_refuses_a_speedup_past_a_replays_span():
+    """plan --trace names when its busiest window starts (Azure conversation: 1,843 s after the first request, as a
+    QA sweep found by hand), and a --speedup that stretches the arrivals past 1e9 s is refused as simulate refuses
+    it (QA 2026-11-28: 1e-9 sized for one request a minute)."""
+    import numpy as np
+
+    from chalk.analyses.planning.trace_demand import demand_from_trace
+    from chalk.specs.catalog import as_model
+    from chalk.specs.traces import read_trace
+
+    path = _need(AZURE_CONV)
+    d = demand_from_trace(path, as_model("llama-3.1-8b"))["derived"]
+    a = read_trace(path).arrival_s
+    counts = np.searchsorted(a, a + 60.0, side="left") - np.arange(a.size)
+    assert d["peak_rate_per_s"] == counts.max() / 60.0
+    assert d["peak_window_start_s"] == pytest.approx(1843, abs=1)
+    rc, out, err = run("plan", "-m", "llama-3.1-8b", "--trace", str(path), "--speedup", "1e-9", "-H", "h100-sxm")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--speedup" in err

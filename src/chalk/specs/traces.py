@@ -83,14 +83,20 @@ class Trace:
     def peak_rate_per_s(self, window_s: float = 60.0) -> float:
         """Most requests arriving in any `window_s` (sliding, starting at an arrival) per second of the window;
         a trace shorter than the window gives its mean rate."""
+        return self.peak_window(window_s)[0]
+
+    def peak_window(self, window_s: float = 60.0) -> tuple[float, float]:
+        """(`peak_rate_per_s`, when its busiest window starts, in seconds from the first request; 0 for a trace
+        shorter than the window)."""
         w = float(window_s)
         if not (math.isfinite(w) and w > 0):
             raise InputError(f"window must be a positive number of seconds, got {window_s!r}")
         if not self.span_s > w:
-            return self.mean_rate_per_s
+            return self.mean_rate_per_s, 0.0
         a = self.arrival_s
-        ends = np.searchsorted(a, a + w, side="left")
-        return float(np.max(ends - np.arange(a.size))) / w
+        n = np.searchsorted(a, a + w, side="left") - np.arange(a.size)
+        i = int(np.argmax(n))
+        return float(n[i]) / w, float(a[i] - a[0])
 
     def head(self, n: int) -> Trace:
         """The first n requests."""

@@ -27,11 +27,16 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
     from chalk.analyses.traffic.simulate import truncate_to_context
     from chalk.specs.traces import read_trace
 
+    from chalk.analyses.traffic.simulate import MAX_ARRIVAL_S
+
     t = read_trace(path, speedup=speedup)
     if len(t) < 2 or not t.span_s > 0:
         raise InputError(f"{t.source}: a trace needs requests at two different times to give a rate "
                          f"(it has {len(t)} over {t.span_s:g} s)")
-    peak, mean = t.peak_rate_per_s(window_s), t.mean_rate_per_s
+    if t.span_s > MAX_ARRIVAL_S:  # as simulate refuses it (QA 2026-11-28: plan sized for one request a minute)
+        raise InputError(f"{t.source}: sped up {t.speedup:g}x its arrivals span {t.span_s:.3g} s, past the "
+                         f"{MAX_ARRIVAL_S:g} s (about 30 years) a replay takes; use a larger --speedup")
+    (peak, start), mean = t.peak_window(window_s), t.mean_rate_per_s
     if not MIN_RATE <= peak <= MAX_RATE:
         raise InputError(f"{t.source}: its peak rate {peak:.3g} requests/s is outside what a plan takes "
                          f"({MIN_RATE:g} to {MAX_RATE:g}); use --speedup")
@@ -40,7 +45,8 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
         i_len, o_len, cut = truncate_to_context(i_len, o_len, model.max_context)
     notes = [f"demand from the trace {t.source} ({t.format}, {len(t):,} requests over {t.span_s:,.0f} s"
              + (f", sped up {t.speedup:g}x" if t.speedup != 1 else "")
-             + f"): sized for its busiest {window_s:g} s, {peak:.3g} requests/s (mean {mean:.3g}); "
+             + f"): sized for its busiest {window_s:g} s (from {start:,.0f} s after its first request), "
+             f"{peak:.3g} requests/s (mean {mean:.3g}); "
              f"lengths are its own (mean {i_len.mean():,.0f} in / {o_len.mean():,.0f} out)"]
     if cut:
         notes.append(f"{cut:,} trace requests longer than {model.id}'s {model.max_context:,}-token context were "
@@ -50,7 +56,8 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
         notes.append(f"the trace's prefix blocks repeat: an unlimited prefix cache would serve {hits.hit_rate:.1%} "
                      "of prompt tokens; the plan does not count on it (its replay has no prefix cache)")
     derived = {"path": t.source, "format": t.format, "requests": len(t), "span_s": t.span_s,
-               "speedup": t.speedup, "peak_window_s": float(window_s), "peak_rate_per_s": peak,
+               "speedup": t.speedup, "peak_window_s": float(window_s), "peak_window_start_s": start,
+               "peak_rate_per_s": peak,
                "mean_rate_per_s": mean, "input_len_mean": float(i_len.mean()),
                "output_len_mean": float(o_len.mean()), "truncated_requests": cut,
                "prefix_cache_hit_rate_unlimited": None if hits is None else hits.hit_rate,
