@@ -212,7 +212,7 @@ def test_block_scaled_fp4_counts_its_scales():
 def test_a_4_bit_70b_fits_one_h100_and_says_what_it_sized():
     r = estimate(str(GPTQ_70B), "h100-sxm")
     assert r.layout["tp"] == 1 and r.chips == 1 and r.fits
-    assert r.precision == "w4a16-gptq-g128-zp" and r.compute_precision == "bf16"
+    assert r.precision == "w4a16-gptq-g128-zp" and r.compute_precision == "fp16"  # the checkpoint's torch_dtype
     assert r.kv_precision == "bf16"  # weight-only: 16-bit activations, no FP8 KV cache by default
     assert r.weight_bytes == pytest.approx(sizes(load_model(str(GPTQ_70B))).weight_bytes())
     assert any(n.startswith("weights as stored: gptq w4a16-gptq-g128-zp: 4.16 bits per weight") for n in r.notes)
@@ -230,7 +230,7 @@ def test_the_cli_answers_carry_the_weight_format():
     d = json.loads(run("estimate", "--json"))
     assert d["precision"] == "w4a16-gptq-g128-zp" and d["layout"]["gpus"] == 1
     text = run("estimate")
-    assert "w4a16-gptq-g128-zp (bf16 compute) weights" in " ".join(text.split())
+    assert "w4a16-gptq-g128-zp (fp16 compute) weights" in " ".join(text.split())  # its math: the checkpoint's fp16
     t = json.loads(run("throughput", "--input-len", "1000", "--output-len", "200", "--json"))
     assert t["precision"] == "w4a16-gptq-g128-zp" and t["weight_bytes_per_gpu"] < 40e9
 
@@ -492,3 +492,16 @@ def test_a_precision_asked_over_a_quantised_checkpoint_says_it_replaces_the_stor
     stored = estimate(str(GPTQ_70B), "h100-sxm")
     assert not any("as asked" in n for n in stored.notes) and any("weights as stored" in n for n in stored.notes)
     assert asked.weight_bytes > 1.7 * stored.weight_bytes  # 8 bits a weight against 4.16
+
+
+@pytest.mark.parametrize("dtype, want", [("float16", "fp16"), ("bfloat16", "bf16")])
+def test_the_header_names_the_math_a_weight_only_checkpoint_runs(dtype, want):
+    """A weight-only checkpoint's math runs at its own 16-bit dtype; the answer's compute precision says so, as its
+    quantisation note does (QA 2026-11-28: an fp16 bitsandbytes checkpoint said 'bf16 compute' and 'fp16 math')."""
+    from chalk.api import estimate
+
+    cfg = _cfg("llama-3.1-8b", {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})
+    cfg["torch_dtype"] = dtype
+    m = model_from_config(cfg, id="bnb")
+    r = estimate(m, "h100-sxm", layout="tp=1")
+    assert r.compute_precision == want == m.weight_format.compute

@@ -311,7 +311,14 @@ class Lecture:
         self.sz = sz = sizes(model)
         self.prec = prec = precision or sz.default_precision()
         chip = system.chip
-        self.cprec = cprec = chip.compute_precision(prec)
+        cprec = chip.compute_precision(prec)
+        fmt = model.weight_format
+        if (fmt is not None and fmt.weight_only and fmt.precision == prec and fmt.compute in chip.flops_per_s
+                and chip.flops_per_s[fmt.compute] == chip.flops_per_s[cprec]):
+            # a weight-only checkpoint's math runs at its own 16-bit dtype (its quantisation note says so; QA
+            # 2026-11-28: an fp16 bitsandbytes checkpoint's header said bf16 compute), at the same rate
+            cprec = fmt.compute
+        self.cprec = cprec
         self.peak = chip.flops_per_s[cprec] * chips
         self.bw = chip.hbm_bandwidth_bytes_per_s * chips
         self.hbm = chip.hbm_bytes * chips
