@@ -995,17 +995,6 @@ class KernelProfile:
 
     def moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None,
                    balanced: bool = False):
-        """`_moe_time_s`, with balanced loads never slower than the power-law loads of the same tokens: an even
-        spread only lightens the busiest expert (QA 2026-11-28: DeepSeek-R1 DEP8 on GB200 at 64 sequences timed its
-        experts at 15.1 ms balanced against 12.8 ms power-law, where the two measured tables part)."""
-        t = self._moe_time_s(tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision, balanced)
-        if not balanced:
-            return t
-        return minimum(t, self._moe_time_s(tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision,
-                                           False))
-
-    def _moe_time_s(self, tokens, hidden, moe_inter, num_experts, top_k, ep, dtype, weight_precision: str | None = None,
-                    balanced: bool = False):
         """Seconds for one MoE layer's routed-expert GEMMs on one GPU: `tokens` enter the layer across the EP
         group, the experts are split over `ep` GPUs. Routed as the tables were measured: by default under
         power-law expert loads (alpha 1.01, the distiller's MOE_DISTRIBUTION: the uneven load of served traffic
