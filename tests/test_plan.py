@@ -749,3 +749,19 @@ def test_the_plan_table_keeps_chip_gpus_and_price_at_every_width(width):
     rows = buf.getvalue().split("why it loses", 1)[1]
     for o in r["options"]:
         assert o["hardware"] in rows and usd(o["usd_per_hour"]) in rows, (width, o["hardware"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(pure=st.floats(1e-4, 1.0), extra=st.floats(0.0, 5.0), F=st.floats(0.0, 1.0), n=st.integers(0, 20000))
+def test_the_p99_requests_mean_step_lies_between_the_mean_and_the_chunk_step(pure, extra, F, n):
+    """equations.fleet.p99_request_mean_step: the p99 request's mean step is no shorter than the mean step, no longer
+    than a step carrying a chunk, and falls to the mean as the request's decode grows (golden: 10 ms pure, 50 ms
+    chunk, 20% of steps, 299 steps: share 0.2 + 2.326 sqrt(0.16 / 299) = 0.2538, 20.15 ms)."""
+    from chalk.equations.fleet import p99_request_mean_step as p99
+
+    chunk = pure + extra
+    mean = pure + (chunk - pure) * F
+    t = float(p99(pure, chunk, F, n))
+    assert mean - 1e-12 <= t <= chunk + 1e-12
+    assert float(p99(pure, chunk, F, 10 * n + 10)) <= t + 1e-12
+    assert float(p99(0.01, 0.05, 0.2, 299)) == pytest.approx(0.01 + 0.04 * (0.2 + 2.326 * math.sqrt(0.16 / 299)))

@@ -30,6 +30,22 @@ def peak_in_flight(mean_in_flight, z=Z_P99):
     return n + z * np.sqrt(n)
 
 
+def p99_request_mean_step(pure_step_s, chunk_step_s, chunk_share, decode_steps, z=Z_P99):
+    """The mean step of the p99 request's decode in aggregated serving: its TPOT averages its own decode steps, a
+    share of which carry a prompt's prefill chunk.
+
+    Formula: share_99 = min(F + z sqrt(F (1 - F) / n), 1);  t_99 = t_pure + (t_chunk - t_pure) share_99
+        (n = O - 1 decode steps, at least 1; F: the share of all steps that carry a chunk)
+    Ref: a binomial share of n independent steps, each carrying a chunk with probability F; normal approximation.
+    Assumes: chunks fall on a request's steps independently (no burst of prompts lines them up on some requests).
+    """
+    F = np.asarray(chunk_share, dtype=float)
+    n = np.maximum(np.asarray(decode_steps, dtype=float), 1.0)
+    share = np.minimum(F + z * np.sqrt(F * (1 - F) / n), 1.0)
+    pure = np.asarray(pure_step_s, dtype=float)
+    return pure + (np.asarray(chunk_step_s, dtype=float) - pure) * share
+
+
 def replicas_needed(demand, capacity_per_replica):
     """Replicas that carry `demand` when each carries at most `capacity_per_replica` (same units).
 

@@ -25,6 +25,7 @@ from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, 
 from chalk.analyses.records.results import ServingResult
 from chalk.analyses.traffic import simulate as sim_mod
 from chalk.analyses.traffic.simulate import MAX_REQUESTS
+from chalk.equations import fleet as FL
 from chalk.equations import parallel as P
 from chalk.equations import speculative as S
 from chalk.errors import FitError, InputError
@@ -227,15 +228,8 @@ def prefill_step_tokens(B, e, Ip, O, piece, attn_dp=1.0, alignment=1.0):
 
 
 def p99_request_step(pure, chunk, F, O):
-    """The mean step of the p99 request's decode: a request's TPOT averages the steps of its own O - 1 decode steps,
-    a share of which carry a prompt's chunk; that share is binomial around F (the fraction of steps that do), and
-    its 99th percentile is taken by the normal approximation.
-
-    Formula: share = min(F + z99 sqrt(F (1 - F) / (O - 1)), 1);  step = pure + (chunk - pure) share
-    Assumes: chunks fall on a request's steps independently (no burst of prompts lines them up)."""
-    F = np.asarray(F, dtype=float)
-    share = np.minimum(F + P99_Z * np.sqrt(F * (1 - F) / max(O - 1.0, 1.0)), 1.0)
-    return pure + (chunk - pure) * share
+    """The mean step of the p99 request's decode over its O - 1 decode steps (`fleet.p99_request_mean_step`)."""
+    return FL.p99_request_mean_step(pure, chunk, F, max(O - 1.0, 1.0), z=P99_Z)
 
 
 def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **kw):
@@ -476,9 +470,9 @@ def _serving_setup(model, hardware, input_len, output_len, precision, kv_precisi
         cal = dataclasses.replace(cal, max_seqs_per_scheduler=n, label=f"{cal.label}, --max-seqs {n}")
     costs = step_costs(m, system, precision, engine_kv_precision(eng, kv_precision, m, precision))[2]
     # a decoding sequence holds its prompt plus the output so far; with spread-out output lengths, long outputs hold
-    # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O])
-    # mean context = E[I] + E[O^2] / (2 E[O]), over the outputs as served: none runs past the context, so a long
-    # tail beyond it holds no KV (lognormal mean 200, sigma 3 on a 128K model: 810,000 tokens uncut, QA 2026-11-28)
+    # their slots longer (length-biased): mean context = E[I] + E[O^2] / (2 E[O]), over the outputs as served: none
+    # runs past the context, so a tail beyond it holds no KV (lognormal mean 200, sigma 3 on a 128K model: 810,000
+    # tokens uncut, QA 2026-11-28)
     O1, o2 = O, O * O
     if do is not None and hasattr(do, "clipped_moments"):
         O1, o2 = do.clipped_moments(max(m.max_context - I, 1.0)) if m.max_context else (O, do.second_moment)
