@@ -281,3 +281,6 @@ def test_simulate_names_its_engine_as_throughput_and_plan_do():
     assert (run.setup["engine"], run.setup["engine_release"]) == (thr["engine"], thr["engine_release"]) == \
         ("vllm", "0.6")
     assert run.setup["engine_version"].startswith("0.5-0.7")
+    from chalk.api import estimate
+
+    assert estimate("llama-3.1-8b", "h200", layout="tp=1", engine="vllm@0.6").to_dict()["engine_release"] == "0.6"

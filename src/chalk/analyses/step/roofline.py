@@ -223,7 +223,11 @@ class RooflineResult:
         return _rebuild, (type(self), {k: getattr(self, k) for k in self.FIELDS})
 
     def to_dict(self) -> dict:
-        return {k: _jsonable(getattr(self, k)) for k in self.FIELDS}
+        d = {k: _jsonable(getattr(self, k)) for k in self.FIELDS}
+        # the release on its own key, as throughput, simulate and plan give it (QA 2026-11-28); `engine` keeps
+        # 'vllm 0.11' (the header's words)
+        d["engine_release"] = self.engine.split(" ", 1)[1] if self.engine and " " in self.engine else None
+        return d
 
 
 #: fields the step model leaves None and the API or a face attaches (`RooflineResult.attached`)
