@@ -406,7 +406,8 @@ def test_fixed_length_harnesses_replay_every_request_at_the_means():
     assert row.lengths == "fixed" and answer(row, cal.calibration())["ttft_s"] == pytest.approx(row.measured, rel=0.15)
     fixed = [r for r in load_rows() if r.lengths == "fixed"]
     assert len(fixed) >= 200 and len({r.family for r in fixed}) >= 6
-    harness = ("benchmark_latency", "benchmark_throughput", "ignore-eos", "ignore_eos", "fixed", "every request")
+    harness = ("benchmark_latency", "benchmark_throughput", "ignore-eos", "ignore_eos", "fixed", "every request",
+               "no eos stop")  # gpt-fast's generate.py: --max_new_tokens, no EOS stop
     for r in fixed:
         assert r.kind == "fixed" and any(h in r.notes.lower() for h in harness), r.id
         assert point(r)[5].kind == "constant"
