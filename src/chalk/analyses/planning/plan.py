@@ -403,17 +403,8 @@ def _why(options) -> None:
 def _diurnal(ask, demand: Demand, curve, v) -> dict:
     """Replicas per hour of the day and the day's cost, fixed at the peak fleet and autoscaled hour by hour."""
     hours = []
-    # the load per replica the peak's replay verified: no hour puts more on a replica (QA 2026-11-28: hours at 89%
-    # of the peak got 4 of its 5 replicas from the closed form, 11% more per replica than the replay checked, and
-    # missed the p99 TPOT target when replayed)
-    peak = demand.value * float(np.max(curve))
-    per_r = peak / max(int(v["replicas"]), 1)
-    per_p = peak / max(int(v["prefill_replicas"]), 1) if v["prefill"] else None
-    for mult in curve:
-        d = demand.value * float(mult)
-        R, P, g = S.fleet_for(d, demand.kind, v)
-        R = max(R, int(math.ceil(d / per_r - 1e-9)))
-        P = max(P, int(math.ceil(d / per_p - 1e-9))) if per_p else P
+    for mult in curve:  # (no hour loads a replica more than the peak's replay verified: `fleet_for`)
+        R, P, g = S.fleet_for(demand.value * float(mult), demand.kind, v)
         R, P = min(R, v["replicas"]), min(P, v["prefill_replicas"])
         g = R * v["replica_gpus"] + (P * v["prefill"]["replica_gpus"] if v["prefill"] else 0)
         hours.append((R, P, g))

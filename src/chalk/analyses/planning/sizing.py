@@ -334,7 +334,7 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     ttft_mean, ttft = (float(t) for t in _ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s,
                                                 p99_prompt_ratio(ask.input_len, ask.I)))
     return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
-            "requests_per_s": served,
+            "sized_for": float(d.value), "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
             "headroom": spare, "usd_per_gpu_hour": price,
             "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
@@ -608,8 +608,16 @@ def verify_finalists(jobs: list, every: bool = False) -> list:
 
 def fleet_for(demand_value: float, kind: str, s: dict) -> tuple[int, int, int]:
     """(replicas, prefill replicas, GPUs) the verified candidate needs at another demand: the same layout and
-    concurrency cap, scaled by the bumps its replay needed."""
-    R, P = replicas_for(float(demand_value), kind, s)
+    concurrency cap, scaled by the bumps its replay needed, and never more demand per replica (or prefill replica)
+    than the candidate was sized and replayed at (`sized_for`; QA 2026-11-28: a diurnal hour at 89% of the peak got
+    4 of the peak's 5 replicas from the closed form, 11% more per replica than the replay checked, and missed the
+    p99 TPOT target when replayed)."""
+    d = float(demand_value)
+    R, P = replicas_for(d, kind, s)
     R = int(math.ceil(R * s.get("bump_replicas", 1.0) - 1e-9))
     P = int(math.ceil(P * s.get("bump_prefill", 1.0) - 1e-9))
+    load = s.get("sized_for")
+    if load:
+        R = max(R, int(math.ceil(d * s["replicas"] / load - 1e-9)))
+        P = max(P, int(math.ceil(d * s["prefill_replicas"] / load - 1e-9))) if s["prefill"] else P
     return R, P, R * s["replica_gpus"] + (P * s["prefill"]["replica_gpus"] if s["prefill"] else 0)
