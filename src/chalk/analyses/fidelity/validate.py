@@ -413,11 +413,10 @@ def validate(ideal: bool = False, cal: Calibration | None = None) -> dict:
             note = str(e)
         else:
             note = ""
+        prof = None if ideal else row_engine(r)  # the profile the row was answered with: its version's, else the newest
         out.append({"id": r.id, "family": r.family, "kind": r.kind, "model": r.model, "hardware": r.hardware,
                     "gpus": r.gpus, "engine": r.engine, "engine_version": r.engine_version,
-                    # the profile the row was answered with (`row_engine`: its version's, else the newest)
-                    "engine_profile": row_engine(r) if not ideal else None,
-                    "engine_profile_release": profile_release(row_engine(r)) if not ideal else None,
+                    "engine_profile": prof, "engine_profile_release": profile_release(prof),
                     "group": r.group,
                     "precision": r.precision, "input_len": r.input_len, "output_len": r.output_len,
                     "min_user_tps": r.min_user_tps, "disaggregated": r.disaggregated, "metric": r.metric,
