@@ -21,7 +21,7 @@ from functools import lru_cache, partial
 import numpy as np
 
 from chalk.analyses.step.calibration import calibration
-from chalk.analyses.step.parallel import engine_overhead_s
+from chalk.analyses.step.parallel import engine_overhead_s, layout_spec
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
                                             default_chunk_tokens, fixed_deployment, p99_prompt_ratio, prefill_piece,
@@ -63,11 +63,6 @@ class Ask:
     sim_requests: int
     seed: int
     eplb: str | None = None  # the expert-load balancer of MoE layouts ('auto', 'on', 'off'; None: auto)
-
-
-def _layout_text(par: dict) -> str:
-    etp = int(par.get("etp", 1))
-    return f"tp={par['tp']},pp={par['pp']},attn_dp={par.get('attn_dp', 1)}" + (f",etp={etp}" if etp > 1 else "")
 
 
 def _one_replica(label: str) -> str:
@@ -248,7 +243,7 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     par = _replica(r["parallelism"])
     G = par["tp"] * par["attn_dp"] * par["pp"]
     c = {"mode": mode, "precision": precision, "speculative": spec, "parallelism": par, "replica_gpus": G,
-         "layout_text": _layout_text(par), "layout": _one_replica(r["layout"]), "prefill": None,
+         "layout_text": layout_spec(par), "layout": _one_replica(r["layout"]), "prefill": None,
          "prompt_tokens": ask.I}
     if mode == "disaggregated":
         p = r["prefill"]

@@ -95,6 +95,13 @@ class Layout:
         return -(-self.gpus // domain_chips)
 
 
+def layout_spec(par: dict) -> str:
+    """The `--layout` text of one replica from its parallelism (`Layout.to_dict()`, an answer's `parallelism`):
+    tp, pp and attention DP, and etp where experts are split (ep follows: tp x attn_dp / etp)."""
+    etp = int(par.get("etp") or 1)
+    return f"tp={par['tp']},pp={par['pp']},attn_dp={par.get('attn_dp', 1)}" + (f",etp={etp}" if etp > 1 else "")
+
+
 @dataclass(frozen=True)
 class ModelCosts:
     """What the step model needs from a model at given weight and KV precisions (all from ModelSizes)."""

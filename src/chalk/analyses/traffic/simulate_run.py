@@ -84,12 +84,13 @@ def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
     if layout is not None:
         return layout, "given"
+    from chalk.analyses.step.parallel import layout_spec
     from chalk.analyses.traffic.serving import throughput
 
     r = throughput(m, system, input_len=I, output_len=O, gpus=gpus, precision=prec, kv_precision=kvp, ideal=ideal,
                    engine=engine, replay_latency=False)
     p = r["parallelism"]
-    text = f"tp={p['tp']},pp={p['pp']},attn_dp={p.get('attn_dp', 1)},etp={p.get('etp', 1)}"  # experts' TP inside EP
+    text = layout_spec(p)
     on = f"{gpus} GPUs" if gpus is not None else f"deployments of 1 to {system.chips} GPUs"
     return text, (f"chosen as throughput does: the most output tokens/s per GPU over {on} is {r['layout']}; "
                   "--layout sets it")
