@@ -998,3 +998,76 @@ def test_a_streamed_whole_run_counts_its_queue_in_flight():
     reqs = S.PoissonStream(30.0, 20_000, S.length_sampler(512), S.length_sampler(128), 3)
     r = S.simulate_continuous(reqs, SC_8B, 16, window="all", keep_requests=False)
     assert r.mean_in_flight == pytest.approx(r.requests_per_s * r.mean_e2e_s, rel=1e-6)
+
+
+def _stage_token_step(model, chip, layout, b, L, c, I, rank_tokens=None):
+    """The step model's own token step (PP stage steps) for `b` decoding sequences of `L` tokens carrying `c`
+    prompt tokens of prompts `I` long, as `StepCost.from_step_model` reads it."""
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.estimate import make_layout
+    from chalk.analyses.step.parallel import default_kernels, stage_step, step_costs
+    from chalk.equations import parallel as P
+    from chalk.specs.catalog import as_model, as_system
+
+    m, system = as_model(model), as_system(chip)
+    lay, cal = make_layout(m, layout), calibration()
+    _, _, costs = step_costs(m, system, None, "auto")
+    st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, L, I, cal,
+                    kernels=default_kernels(system.chip, cal) or False, prefill_rank_tokens=rank_tokens)
+    return float(P.pipeline_token_latency_s(st["stage_time_s"], lay.pp))
+
+
+@pytest.mark.parametrize("model,chip,layout,B,I,moe", [("llama-3.1-70b", "h100-sxm", "tp=4", 16, 128, False),
+                                                       ("llama-3.1-8b", "h200", "tp=1", 32, 1000, False),
+                                                       ("llama-3.1-70b", "b200", "tp=8", 64, 2000, False),
+                                                       ("qwen3-235b-a22b", "h200", "tp=8,ep=8", 32, 512, True)])
+def test_a_burst_of_prompts_costs_what_the_step_model_says_and_the_reference_steps_stay_exact(model, chip, layout,
+                                                                                            B, I, moe):
+    """The simulator's step cost is linear around a decode step, with a prompt token priced by the secant over one
+    chunk: near a memory-bound decode step that token is almost free, so a step carrying every decoding sequence's
+    prompt at once (a synchronised wave of equal requests) came out at the low-load price. Found on LMDeploy's rows:
+    16 threads of 128-token prompts on Llama-2-70B TP4 A100 prefill all 2,048 tokens in one step, 341 ms in the step
+    model, which the replay priced at 193 ms. The compute side of the step cost is now priced at that burst
+    (`prefill_tokens_high`): the burst within 3% of the step model, the pure decode and one-chunk steps exact, and
+    more prompt tokens never cheaper. An MoE burst is priced no lower than the step model's: its memory line carries
+    the one-chunk secant of the experts' read, which a burst that reads every expert anyway does not pay again
+    (over-priced, 0.55 s against 0.40 s for Qwen3-235B on H200 TP8/EP8: left as it is)."""
+    L = I + 64
+    c0 = float(I)
+    sc = S.StepCost.from_step_model(model, chip, layout, batch=B, context=L, prompt_len=I, prefill_tokens=c0)
+    t0 = _stage_token_step(model, chip, layout, B, L, 0.0, I)
+    t1 = _stage_token_step(model, chip, layout, B, L, c0, I)
+    assert sc.step_time_s(B, B * L, 0) == pytest.approx(t0, rel=1e-9)
+    assert sc.step_time_s(B, B * L, c0) == pytest.approx(t1, rel=1e-9)
+    burst = _stage_token_step(model, chip, layout, B, L, B * c0, I)
+    if moe:
+        assert sc.step_time_s(B, B * L, B * c0) >= 0.97 * burst
+    else:
+        assert sc.step_time_s(B, B * L, B * c0) == pytest.approx(burst, rel=0.03)
+    cs = np.geomspace(1.0, 4 * B * c0, 40)
+    ts = np.asarray(sc.step_time_s(B, B * L, cs))
+    assert np.all(np.diff(ts) >= 0)
+
+
+def test_the_burst_side_of_the_step_cost_prices_a_synchronised_wave_in_the_replay():
+    """16 seats of equal 128-token prompts and 128-token outputs (LMDeploy's profile_generation shape on Llama-2-70B
+    TP4 / A100): the seats stay in step, so every wave's 16 prompts are prefilled in one step whose cost sets every
+    TTFT. The replayed TTFT is that step's time in the step model, within 5%."""
+    from chalk.analyses.traffic.serving import replica_step_cost
+
+    B, I, O = 16, 128, 128
+    sc = replica_step_cost("llama-2-70b", "a100-sxm", "tp=4", B, I, O, precision="fp16")
+    reqs = S.Requests.from_arrays(np.zeros(B * 8), np.full(B * 8, I), np.full(B * 8, O))
+    r = S.simulate_continuous(reqs, sc, B, closed_loop=True)
+    from chalk.analyses.step.calibration import calibration
+    from chalk.analyses.step.estimate import make_layout
+    from chalk.analyses.step.parallel import default_kernels, stage_step, step_costs
+    from chalk.specs.catalog import as_model, as_system
+
+    m, system = as_model("llama-2-70b"), as_system("a100-sxm")
+    cal = calibration()
+    lay = make_layout(m, "tp=4")
+    _, _, costs = step_costs(m, system, "fp16", "auto")
+    wave = float(stage_step(costs, system, lay.tp, 1, 1, 1, 0.0, float(B * I), float(I), float(I), cal,
+                            kernels=default_kernels(system.chip, cal) or False)["stage_time_s"])
+    assert r.ttft_p50_s == pytest.approx(wave, rel=0.05)

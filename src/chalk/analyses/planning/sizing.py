@@ -401,8 +401,12 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
         if icept < 0:
             slope, icept = t0 / B, 0.0
         k = slope * B / max(t_lin - sc.overhead_s, 1e-12)
+        # both lines' variable terms scale (the step model's tangent is on the memory line, its burst side on the
+        # compute line: `StepCost.from_step_model`), so the operating point's step is icept + slope * B = t0
         sc = dataclasses.replace(sc, overhead_s=max(icept, 1e-9), **{f: getattr(sc, f) * k for f in (
-            "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence")})
+            "flops_per_token", "attn_flops_per_context_token", "attn_flops_per_sequence", "weight_dense_bytes",
+            "expert_bytes_all", "kv_read_bytes_per_context_token", "kv_read_bytes_per_sequence",
+            "kv_write_bytes_per_token", "prefill_attn_flops_per_pair")})
     if s["speculative"] is not None:  # one simulated step = one token per sequence, at the speculative pace:
         # every term of the step, on whichever line `from_step_model` wrote it (compute, or memory where a prompt
         # token costs more than a decoding sequence: always under attention DP), runs k times as long

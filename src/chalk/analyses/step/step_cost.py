@@ -75,7 +75,7 @@ class StepCost:
                         prefill_tokens: float = 0.0, prefill_rank_tokens: float | None = None,
                         precision: str | None = None, kv_precision: str | None = "auto",
                         cal=None, ideal: bool = False, overhead_s: float | None = None,
-                        kernels=None) -> StepCost:
+                        kernels=None, prefill_tokens_high: float | None = None) -> StepCost:
         """The one step model (`chalk.analyses.step.step_model`) on one replica `layout`, as the simulator's linear step
         cost around `batch` decoding sequences of `context` tokens: in decode sequences and context its tangent
         there (pure decode), in prompt tokens its secant from none to `prefill_tokens` (a step carrying one
@@ -84,14 +84,30 @@ class StepCost:
 
         Formula: T(n, sum_ctx, c) = T0 + dT/dn * (n - B) + dT/dctx * (sum_ctx - B L) + (T(B, L, c0) - T0) / c0 * c,
                  T0 = T(B, L, 0); T is the token step (PP stage steps). c0 = 0: the secant over one prompt.
-        Written on the StepCost's compute line (peak 1: its coefficients are seconds) where a prompt token costs no
-        more than a decoding sequence, else on its memory line (bandwidth 1), whose decode term
-        (`kv_read_bytes_per_sequence`) and prompt term (`kv_write_bytes_per_token`) are apart: the compute line's one
-        per-token coefficient serves both, so where a prompt token costs more (always under attention DP: one rank
-        prefills while every rank decodes its own sequences) it charged each decoding sequence a prompt token's
-        price, ~7x the step model's slope for DeepSeek-R1 on DEP32, and its fixed time went negative (clamped:
-        away from the reference batch a decode step took microseconds). Where the tangent's fixed time would fall
-        below zero (a step curving up at `batch`), the decode slope is lowered so the reference step stays exact.
+        Written on the StepCost's memory line (bandwidth 1: its coefficients are seconds), whose decode term
+        (`kv_read_bytes_per_sequence`) and prompt term (`kv_write_bytes_per_token`) are apart: a compute line's one
+        per-token coefficient would serve both, so where a prompt token costs more than a decoding sequence (always
+        under attention DP: one rank prefills while every rank decodes its own sequences) it charged each decoding
+        sequence a prompt token's price, ~7x the step model's slope for DeepSeek-R1 on DEP32, and its fixed time
+        went negative (clamped: away from the reference batch a decode step took microseconds). Where the tangent's
+        fixed time would fall below zero (a step curving up at `batch`), the decode slope is lowered so the
+        reference step stays exact.
+
+        That tangent and secant are one line, which prices a burst of prompts at the low-load secant's rate: near
+        a memory-bound decode step a prompt token is almost free, while a step carrying many prompts at once is
+        compute-bound. So the compute line carries the roofline's other side: every token of the step (decoding or prompt) at the
+        secant from none to `prefill_tokens_high` prompt tokens (default: every decoding sequence's prompt at once,
+        `batch` x `prompt_len`; the replays pass their chunk budget where it is smaller), through the origin, no
+        steeper than keeps the two reference steps on the memory line. The step is the larger of the two plus the
+        fixed time, as the step model's own roofline. (QA 2026-11-28: LMDeploy's 16 threads of 128-token prompts
+        on Llama-2-70B TP4 A100 arrive together; one step prefills all 2,048 tokens, 341 ms in the step model,
+        which the replay's one line priced at 193 ms from the secant over one 128-token prompt beside 16 decodes.)
+
+        The fixed time both share is the step model's overhead at the reference step (F, launches and scheduling);
+        the rest of the line's intercept (the weights' read) is the memory line's own.
+
+        Formula: T_mem = the line above less F; T_comp = k * (n + c), k = min((T(B, L, c_hi) - F) / (B + c_hi),
+                 (T0 - F) / B, (T(B, L, c0) - F) / (B + c0)); T = F + max(T_mem, T_comp).
         """
         from chalk.analyses.step.calibration import calibration
         from chalk.analyses.step.estimate import make_layout
@@ -111,13 +127,14 @@ class StepCost:
         I = float(positive("prompt length", prompt_len, scalar=True))
         c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True, scalar=True))
 
-        def T(b, ctx, c):
+        def T(b, ctx, c, full=False):
             st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
                             overhead_s=overhead_s,
-                            prefill_rank_tokens=prefill_rank_tokens if c > 0 and c0 > 0 else None)["stage_time_s"]
-            return float(P.pipeline_token_latency_s(st, lay.pp))
+                            prefill_rank_tokens=prefill_rank_tokens if c > 0 and c0 > 0 else None)
+            t = float(P.pipeline_token_latency_s(st["stage_time_s"], lay.pp))
+            return (t, float(P.pipeline_token_latency_s(st["overhead_s"], lay.pp))) if full else t
 
-        t0 = T(B, L, 0.0)
+        t0, ovh0 = T(B, L, 0.0, full=True)
         db = max(B * 0.05, 1.0)
         d_seq = (T(B + db, L, 0.0) - T(max(B - db, 1e-3), L, 0.0)) / (B + db - max(B - db, 1e-3))
         dl = max(L * 0.05, 1.0)
@@ -127,20 +144,31 @@ class StepCost:
         d_ctx = min(d_ctx, t0 / (B * L))  # the reference step's context alone never outlasts it
         per_seq = min(max(d_seq - d_ctx * L, 0.0), (t0 - d_ctx * B * L) / B)  # the tangent, within the step
         fixed = t0 - (per_seq * B + d_ctx * B * L)
+        # the fixed time both lines share is the step's overhead (launches, scheduling); the rest of the tangent's
+        # intercept (the weights' read, communication) is the memory line's own
+        ovh = min(max(ovh0, 1e-9), max(fixed, 1e-9))
+        # the compute side: every token at the secant to a step carrying `c_hi` prompt tokens, kept below the
+        # memory line at the two reference steps (a pure decode step and one carrying `dc`)
+        c_hi = B * I if prefill_tokens_high is None else float(positive("prefill tokens high", prefill_tokens_high,
+                                                                          allow_zero=True, scalar=True))
+        k = 0.0
+        if c_hi > 1.5 * dc:
+            # a burst of many prompts spreads over the attention-DP ranks (one chunk's prompt sits on one)
+            rank_hi = None if prefill_rank_tokens is None or c0 <= 0 else max(c_hi / lay.attn_dp,
+                                                                               min(prefill_rank_tokens, c_hi))
+            st_hi = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, c_hi, L, I, cal, kernels=kern,
+                               overhead_s=overhead_s, prefill_rank_tokens=rank_hi)["stage_time_s"]
+            t_hi = float(P.pipeline_token_latency_s(st_hi, lay.pp))
+            k = max(min((t_hi - ovh) / (B + c_hi), (t0 - ovh) / B, (t0 + d_tok * dc - ovh) / (B + dc)), 0.0)
         w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
         usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
         seqs = max(float(usable - w), 0.0) / float(kv1) * lay.attn_dp * lay.pp if float(kv1) > 0 else math.inf
-        if d_tok <= per_seq:  # the compute line: a decoding sequence's token is counted in `tokens` too
-            lines = dict(flops_per_token=d_tok, attn_flops_per_context_token=d_ctx,
-                         attn_flops_per_sequence=per_seq - d_tok, kv_read_bytes_per_context_token=0.0,
-                         kv_read_bytes_per_sequence=0.0, kv_write_bytes_per_token=0.0)
-        else:  # the memory line: decode and prompt terms apart
-            lines = dict(flops_per_token=0.0, attn_flops_per_context_token=0.0, attn_flops_per_sequence=0.0,
-                         kv_read_bytes_per_context_token=d_ctx, kv_read_bytes_per_sequence=per_seq,
-                         kv_write_bytes_per_token=d_tok)
-        return cls(**lines, prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0, weight_dense_bytes=0.0,
-                   expert_bytes_all=0.0, log1m_expert_fraction=0.0, bandwidth_bytes_per_s=1.0,
-                   overhead_s=max(fixed, 1e-9), kv_capacity_tokens=seqs * L,
+        lines = dict(flops_per_token=k, attn_flops_per_context_token=0.0, attn_flops_per_sequence=0.0,
+                     kv_read_bytes_per_context_token=d_ctx, kv_read_bytes_per_sequence=per_seq,
+                     kv_write_bytes_per_token=d_tok)
+        return cls(**lines, prefill_attn_flops_per_pair=0.0, peak_flops_per_s=1.0,
+                   weight_dense_bytes=max(fixed - ovh, 0.0), expert_bytes_all=0.0, log1m_expert_fraction=0.0,
+                   bandwidth_bytes_per_s=1.0, overhead_s=ovh, kv_capacity_tokens=seqs * L,
                    label=f"{model.id} on {lay.label()} of {system.chip.id} ({costs.precision}, KV {kvp}; step model "
                          f"tangent at {B:.0f} sequence{'' if round(B) == 1 else 's'} of {L:.0f} tokens, {cal.label})")
 

@@ -262,8 +262,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
 def decode_only(step_cost: StepCost) -> StepCost:
     """A step-model StepCost whose prompt tokens cost nothing (a disaggregated decode replica: the prefill pool
     computed them). On the compute line the per-token slope moves to the per-decoding-sequence term, so decode
-    steps cost the same; on the memory line (`StepCost.from_step_model` writes it where a prompt token costs more
-    than a decoding sequence) the prompt term goes."""
+    steps cost the same; on the memory line (where `StepCost.from_step_model` writes its tangent) the prompt term
+    goes."""
     return dataclasses.replace(step_cost, flops_per_token=0.0,
                                attn_flops_per_sequence=step_cost.attn_flops_per_sequence + step_cost.flops_per_token,
                                kv_write_bytes_per_token=0.0, label=step_cost.label + "; decode only")

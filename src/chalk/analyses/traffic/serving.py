@@ -2108,9 +2108,12 @@ def replica_step_cost(model, system, layout, batch, input_len, output_len, *, co
         # (QA 2026-11-28: at one output token the closed form's 128,000 prompt tokens a step, 15x the 8,192 budget,
         # priced the replay's chunk steps 6% dear, and 10 output tokens made a request shorter than 1 did)
         c, c_r = min(float(c), float(chunk) * lay.attn_dp), min(float(c_r), float(chunk))
+    # the most prompt tokens one replayed step can carry: every decoding sequence's prompt at once, within the
+    # ranks' chunk budgets (the compute side of the step cost is priced there)
+    high = b * max(I, 1.0) if not chunk else min(b * max(I, 1.0), float(chunk) * lay.attn_dp)
     return StepCost.from_step_model(model, system, lay, batch=b, context=I + O / 2 if context is None else context,
                                     prompt_len=max(I, 1.0), prefill_tokens=float(c), prefill_rank_tokens=float(c_r),
-                                    **kw)
+                                    prefill_tokens_high=max(high, float(c)), **kw)
 
 
 def label_rates(r: dict) -> None:
