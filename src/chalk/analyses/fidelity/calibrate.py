@@ -26,6 +26,7 @@ import numpy as np
 from chalk.analyses.step.calibration import CALIBRATION, Calibration, recorded  # noqa: F401 (recorded: the reader)
 from chalk.analyses.fidelity.validate import FITTED_METRICS  # metrics in the objective and the headline
 from chalk.analyses.fidelity.validate import TTFT_METRICS  # the rows the two latencies are fitted on
+from chalk.analyses.fidelity.validate import client_latency_applies  # rows timed with the per-request latency
 from chalk.analyses.fidelity.validate import weighted_quantile  # noqa: F401 (the statistic CV and validate share)
 
 #: The parameters refitted, and the grid each is searched over.
@@ -230,11 +231,13 @@ def _fit_latencies(cals, masks, rows, pr: _Predictor) -> list[Calibration]:
     mask (family-weighted objective over their log errors, means and medians alike); the TTFT answers of all of them
     asked in one batch, at neither, and each candidate's read as those plus the latency plus the delay times the
     row's first-wave share (`first_wave_share`: every request's TTFT carries the latency, the first wave's the
-    delay; a median carries the delay only where the first wave is most of the run)."""
+    delay; a median carries the delay only where the first wave is most of the run). A row whose harness runs the
+    engine in its own process carries no latency (`validate.client_latency_applies`)."""
     ttft = np.array([r.metric in TTFT_METRICS for r in rows])
     meas = np.array([r.measured for r in rows])
     share = np.array([first_wave_share(r) if r.metric == "ttft_s" else float(first_wave_share(r) > 0.5)
                       for r in rows])
+    client = np.array([float(client_latency_applies(r)) for r in rows])
     bases = [dataclasses.replace(c, request_latency_s=0.0, warmup_s=0.0) for c in cals]
     preds = pr.many(bases, ttft=True, need=[ttft & m for m in masks])  # the TTFT rows each fit reads
     out = []
@@ -245,7 +248,7 @@ def _fit_latencies(cals, masks, rows, pr: _Predictor) -> list[Calibration]:
         for lat in REQUEST_LATENCY_GRID:
             for warm in WARMUP_GRID:
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    obj = objective(np.log((pred[sel] + lat + warm * share[sel]) / meas[sel]), w)
+                    obj = objective(np.log((pred[sel] + lat * client[sel] + warm * share[sel]) / meas[sel]), w)
                 if obj < best_obj - 1e-12:
                     best, best_obj = (float(lat), float(warm)), obj
         out.append(dataclasses.replace(cal, request_latency_s=best[0], warmup_s=best[1]))

@@ -18,6 +18,7 @@ calibration constants; `validate()` reports them, and the dense and MoE rows, as
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from dataclasses import dataclass
 from functools import lru_cache
@@ -93,12 +94,26 @@ class Row:
     tpot_p99: float | None = None    # a search row's p99 TPOT bound (s), met under Poisson arrivals
     ttft_p99: float | None = None    # a search row's p99 TTFT bound (s), met under Poisson arrivals
     warmed: bool = False             # the harness ran warm-up requests on the engine before its timed run
+    client: str | None = None        # IN_PROCESS: the harness drives the engine in its own process (no HTTP client)
 
 
 def family_of_group(group: str) -> str:
     """A row's source family when validation.csv carries no `family` column: its group's first word (groups are
     named `<organisation or programme>-<part>`, e.g. inferencex-2026q1, trtllm-perf-overview-03e27c7)."""
     return group.strip().split("-")[0]
+
+
+#: `client` of a row whose harness drives the engine inside its own process on token ids (scripts/apply_client.py):
+#: no HTTP server, request parsing or tokenisation between the engine and the clock, so none of the calibrated
+#: per-request time outside the engine's steps (`Calibration.request_latency_s`, fitted on HTTP clients' runs).
+IN_PROCESS = "in-process"
+CLIENTS = (IN_PROCESS,)
+
+
+def client_latency_applies(row) -> bool:
+    """Whether the calibrated per-request latency outside the engine's steps is part of the row's figures: every
+    row but those whose harness runs the engine in its own process (`IN_PROCESS`)."""
+    return row.client != IN_PROCESS
 
 
 #: `max_tokens` of a row whose engine prefills every prompt it admits whole, in one step (validation.csv `whole`):
@@ -142,7 +157,9 @@ def parse_rows(text: str) -> tuple[Row, ...]:
                 num_prompts=_num(d.get("num_prompts"), int), max_batch=_num(d.get("max_batch"), int),
                 lengths=(d.get("lengths") or "").strip() or None, tpot_p99=_num(d.get("tpot_p99")),
                 ttft_p99=_num(d.get("ttft_p99")), max_tokens=_tokens(d.get("max_tokens")),
-                warmed=bool(_num(d.get("warmed"), int))))
+                warmed=bool(_num(d.get("warmed"), int)), client=(d.get("client") or "").strip() or None))
+            if rows[-1].client not in (None, *CLIENTS):
+                raise ValueError(f"client {rows[-1].client!r} is not one of {', '.join(CLIENTS)} or empty")
         except (KeyError, ValueError) as e:
             raise SpecError(f"validation.csv line {i}: {e}") from None
     return tuple(rows)
@@ -253,14 +270,18 @@ def _layout(row: Row) -> str | None:
 
 @lru_cache(maxsize=512)
 def _fixed(model, hardware, layout, concurrency, I, O, gpus, precision, kv_precision, cal, spec, engine, decode_gpus,
-           simulate=False, requests=None, max_batch=None, prefill_layout=None, max_tokens=None, warmed=False):
+           simulate=False, requests=None, max_batch=None, prefill_layout=None, max_tokens=None, warmed=False,
+           in_process=False):
     """One fixed operating point (memoised: a point's throughput, TPOT and TTFT rows share it). `simulate`: replay
     the closed loop for its latencies (only TTFT rows need it; throughput and mean TPOT are the closed form's).
     `requests`: the benchmark run's prompts in all (its means, cold start and ramp-down included: always replayed).
     `max_batch`: the deployment's own cap on sequences per scheduler (`fixed_deployment`'s `max_seqs`);
     `max_tokens`: its own prompt tokens per step (the chunked-prefill budget its launch set, `max_tokens` there);
     `warmed`: its harness warmed the engine before the timed run (`warm_engine` there);
+    `in_process`: its harness ran the engine in its own process: no per-request latency outside the steps;
     `prefill_layout`: a disaggregated row's prefill workers (`_prefill_layout`)."""
+    if in_process:
+        cal = dataclasses.replace(cal, request_latency_s=0.0)
     return fixed_deployment(model, hardware, layout=layout, concurrency=concurrency, input_len=I, output_len=O,
                             gpus=gpus, precision=precision, kv_precision=kv_precision, calibration_override=cal,
                             speculative=spec, engine=engine, decode_gpus=decode_gpus,
@@ -307,12 +328,12 @@ def point(row: Row, engines: bool = True) -> tuple:
                 row.gpus, row.precision, row.kv_precision, _speculation(row), eng,
                 _decode_gpus(row) if row.disaggregated else None, row.metric in TTFT_METRICS and not row.num_prompts,
                 row.num_prompts, row.max_batch, _prefill_layout(row) if row.disaggregated else None, row.max_tokens,
-                row.warmed)
+                row.warmed, not client_latency_applies(row))
     if row.kind == "search":
         lay = _layout(row)
         return ("search", row.model, row.hardware, row.input_len, row.output_len, None if lay else (row.gpus or None),
                 row.precision, row.kv_precision, row.min_user_tps, row.disaggregated, lay, _speculation(row), eng,
-                row.max_batch, row.tpot_p99, row.ttft_p99, row.max_tokens)
+                row.max_batch, row.tpot_p99, row.ttft_p99, row.max_tokens, not client_latency_applies(row))
     return ("row", row.id)
 
 
@@ -330,11 +351,14 @@ def answer(row: Row, cal: Calibration, engines: bool = True, memo: bool = True):
 
 @lru_cache(maxsize=512)
 def _searched(model, hardware, I, O, gpus, precision, kvp, speed, disagg, lay, spec, eng, max_batch, tpot99, ttft99,
-              max_tokens, cal):
+              max_tokens, in_process, cal):
     """A search row's answer (memoised: rows asking the same search, e.g. several submitters' results on one system,
     share it). The benchmark's own cap on sequences per scheduler where the row records it (`max_batch`), as fixed
     rows, and its own prompt tokens per step (`max_tokens`); p99 bounds (a server scenario's) are met under Poisson
-    arrivals, `throughput`'s default."""
+    arrivals, `throughput`'s default. `in_process`: its harness ran the engine in its own process (no per-request
+    latency outside the steps)."""
+    if in_process:
+        cal = dataclasses.replace(cal, request_latency_s=0.0)
     return throughput(model, hardware, input_len=I, output_len=O, gpus=gpus, precision=precision,
                       kv_precision=kvp, min_user_tps=speed, disaggregated=disagg, calibration_override=cal,
                       layout=lay, speculative=spec, engine=eng, max_seqs=max_batch, tpot_p99_s=tpot99,
