@@ -354,3 +354,96 @@ def test_cli_emit_bad_folder_is_one_line_exit_2(tmp_path, kind, target, msg):
              "-H", "h100-sxm", "--emit", kind, str(tmp_path / target))
     assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "NEW").exists()
+
+
+# ------------------------------------------------------------------------ what the emitted files wire (QA 2026-11-28)
+@pytest.fixture(scope="module")
+def disagg_8b():
+    return {eng: plan("llama-3.1-8b", "h100-sxm", rate=20, input_len=8000, output_len=200, ttft_p99_s=1.0,
+                      tpot_p99_s=0.02, modes="disaggregated", engine=eng, sim_requests=1000, curves=False)
+            for eng in ("vllm", "trtllm")}
+
+
+def test_a_disaggregated_router_lists_one_address_per_instance_it_balances(tmp_path, disagg_8b):
+    """TensorRT-LLM's disaggregated router refuses a num_instances other than its urls' count ("Number of hostnames
+    (1) should be equal to the number of instances (12)"): the k8s router config gave each pool's replica count
+    beside the one Service address standing for them all. The compose file had the pools and no router at all."""
+    from chalk.faces.emit_plan import emit
+
+    out = emit(disagg_8b["trtllm"], "k8s", tmp_path / "t")
+    _validate_k8s(out)
+    cm = yaml.safe_load(next(out.glob("*router-config*")).read_text())
+    conf = yaml.safe_load(next(iter(cm["data"].values())))
+    for pool in ("context_servers", "generation_servers"):
+        assert conf[pool]["num_instances"] == len(conf[pool]["urls"]) >= 1
+    r = disagg_8b["vllm"]
+    o = r["options"][0]
+    assert o["prefill"]
+    d = yaml.safe_load((emit(r, "compose", tmp_path / "c") / "compose.yaml").read_text())
+    router = d["services"]["router"]
+    pools = {k: v for k, v in d["services"].items() if k != "router"}
+    assert router["ports"] == ["8000:8000"] and set(router["depends_on"]) == set(pools)
+    argv = router["command"]
+    pre = argv[argv.index("--prefiller-hosts") + 1:argv.index("--prefiller-ports")]
+    dec = argv[argv.index("--decoder-hosts") + 1:argv.index("--decoder-ports")]
+    assert set(pre) | set(dec) == set(pools) and all(p.startswith("prefill-") for p in pre)
+    assert all("ports" not in s for s in pools.values())  # reached through the router
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
+def test_every_server_and_router_listens_beyond_loopback():
+    """SGLang's server binds 127.0.0.1 and trtllm-serve localhost unless told: a Service, a compose port or a
+    router could not reach them. vLLM's server binds all interfaces by default."""
+    from chalk.specs.launch import router_parts
+
+    for eng in ("sglang", "trtllm"):
+        argv = render_launch(eng, Deployment("llama-3.1-8b", tp=1)).argv
+        assert argv[argv.index("--host") + 1] == "0.0.0.0", eng
+    for eng in ENGINES:
+        argv, _, conf, _ = router_parts(eng, 2, 3)
+        assert "0.0.0.0" in (argv[argv.index("--host") + 1] if "--host" in argv else yaml.safe_load(conf)["hostname"])
+
+
+def test_each_multi_node_worker_computes_its_own_data_parallel_start_rank():
+    """vLLM's multi-node launch starts node i's data-parallel ranks at i x its local ranks. The LeaderWorkerSet's
+    one worker template hard-coded node 1's start rank, so every worker of a 4-node set claimed rank 1: the rank is
+    now computed by a shell from the pod's index (Kubernetes substitutes $(VAR), not arithmetic)."""
+    from chalk.faces.emit_plan import _worker_argv
+
+    dep = Deployment("kimi-k2", tp=8, dp=4, ep=32, nodes=4, node_rank=1, precision="fp8")
+    cmd = {"argv": list(render_launch("vllm", dep).argv)}
+    local = cmd["argv"][cmd["argv"].index("--data-parallel-size-local") + 1]
+    w = _worker_argv(cmd, 4)["argv"]
+    assert w[:2] == ["sh", "-c"] and w[2].startswith("exec vllm serve ")
+    assert f"--data-parallel-start-rank $((LWS_WORKER_INDEX * {int(local)}))" in w[2]
+    assert "--headless" in w[2]
+    # a launch without a start rank keeps its argv, the node rank from the pod
+    plain = {"argv": ["python", "-m", "sglang.launch_server", "--node-rank", "1", "--nnodes", "2"]}
+    assert _worker_argv(plain, 2)["argv"] == ["python", "-m", "sglang.launch_server", "--node-rank",
+                                              "$(LWS_WORKER_INDEX)", "--nnodes", "2"]
+
+
+def test_a_multi_node_service_selects_only_the_leaders(tmp_path, r1_h100):
+    """A LeaderWorkerSet's workers serve no HTTP (vLLM's run --headless; SGLang's answer through node 0): the
+    Service selecting leader and worker pods alike sent some connections nowhere."""
+    from chalk.faces.emit_plan import emit
+
+    out = emit(r1_h100, "k8s", tmp_path / "m")
+    for f in out.glob("*leaderworkerset*"):
+        d = yaml.safe_load(f.read_text())
+        t = d["spec"]["leaderWorkerTemplate"]
+        name = d["metadata"]["name"]
+        svc = yaml.safe_load(next(out.glob(f"*service-{name}.yaml")).read_text())
+        sel = svc["spec"]["selector"]
+        assert sel.items() <= t["leaderTemplate"]["metadata"]["labels"].items()
+        assert not sel.items() <= t["workerTemplate"]["metadata"]["labels"].items()
+
+
+def test_an_expert_width_that_does_not_divide_the_experts_says_what_it_needs():
+    """DeepSeek-V3's 256 experts over EP3 (a width chalk sized for a pool): an even expert sharding needs 2 redundant
+    slots (258 = 3 x 86), which the launch now says; EP8 says nothing."""
+    notes = render_launch("sglang", Deployment("deepseek-v3", tp=1, attn_dp=3, ep=3, precision="fp8")).notes
+    assert any("256 routed experts do not divide over expert-parallel 3" in n and "2 redundant expert slots" in n
+               and "258 = 3 x 86" in n for n in notes)
+    notes8 = render_launch("sglang", Deployment("deepseek-v3", tp=1, attn_dp=8, ep=8, precision="fp8")).notes
+    assert not any("redundant expert slot" in n for n in notes8)

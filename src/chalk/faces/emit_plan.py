@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -122,9 +123,11 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
         else:
             leader = pool["commands"][0]
             worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
+            # only the leader serves HTTP (vLLM's workers run --headless): the Service selects the leader pods
+            labels = {**labels, "chalk/node": "leader"}
             lt = {"metadata": {"labels": labels}, "spec": _pod(_container(eng, leader, gpu, per_node, config=cm), cm)}
             wcmd = worker or leader
-            wt = {"metadata": {"labels": labels},
+            wt = {"metadata": {"labels": {**labels, "chalk/node": "worker"}},
                   "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm)}
             objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                          "metadata": {"name": name, "labels": labels},
@@ -159,13 +162,29 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     return objs
 
 
+#: A worker's data-parallel ranks start at its index times the ranks per node: a number the pod computes itself
+START_RANK_FLAGS = ("--data-parallel-start-rank",)
+LOCAL_RANKS_FLAGS = ("--data-parallel-size-local",)
+
+
 def _worker_argv(cmd: dict, nodes: int) -> dict:
-    """A worker's command for any rank: the rendered rank 1 command with its rank numbers taken from the pod."""
+    """A worker's command for any rank: the rendered rank 1 command with its rank numbers taken from the pod: the
+    node rank is the worker's index, and a data-parallel start rank (vLLM's multi-node launch: node i starts at
+    i x its local ranks) is computed from it by a shell, since Kubernetes substitutes variables but not arithmetic
+    (QA 2026-11-28: every worker of a 4-node Kimi-K2 set claimed --data-parallel-start-rank 1)."""
     argv = list(cmd["argv"])
+    local = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in LOCAL_RANKS_FLAGS), None)
+    start = None
     for i, a in enumerate(argv[:-1]):
         if a == "--node-rank":
             argv[i + 1] = "$(LWS_WORKER_INDEX)"
-    return {**cmd, "argv": argv}
+        elif a in START_RANK_FLAGS and local is not None:
+            start = i + 1
+    if start is None:
+        return {**cmd, "argv": argv}
+    words = [shlex.quote(a) for a in argv]
+    words[start] = f"$((LWS_WORKER_INDEX * {int(local)}))"
+    return {**cmd, "argv": ["sh", "-c", "exec " + " ".join(words)]}
 
 
 def compose_file(result, option=None, engine=None) -> dict:
@@ -183,6 +202,8 @@ def compose_file(result, option=None, engine=None) -> dict:
                          f"{max(p['nodes'] for p in pools)} nodes: use --emit k8s")
     services, gpu_at = {}, 0
     chips = o["domain_chips"]
+    port = int(_rules()["disaggregation"][eng]["server_port"])
+    disagg = bool(o["prefill"])
     for p in pools:
         for i in range(p["replicas"]):
             if gpu_at + p["gpus"] > chips:
@@ -190,11 +211,11 @@ def compose_file(result, option=None, engine=None) -> dict:
             cmd = p["commands"][0]
             ids = [str(g) for g in range(gpu_at, gpu_at + p["gpus"])]
             gpu_at += p["gpus"]
-            port = int(_rules()["disaggregation"][eng]["server_port"])
             svc = {"image": _image(eng), "command": list(cmd["argv"]), "ipc": "host",
-                   "ports": [f"{port + len(services)}:{port}"],
                    "deploy": {"resources": {"reservations": {"devices": [
                        {"driver": driver, "device_ids": ids, "capabilities": ["gpu"]}]}}}}
+            if not disagg:  # a disaggregated option's pools are reached through its router
+                svc["ports"] = [f"{port + len(services)}:{port}"]
             if cmd["config_yaml"]:
                 svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
                 svc["working_dir"] = "/"
@@ -202,6 +223,20 @@ def compose_file(result, option=None, engine=None) -> dict:
     out = {"name": _name(result["model"].split("/")[-1], o["chip"], eng), "services": services}
     cfgs = {_name(p["role"], "options"): {"content": p["commands"][0]["config_yaml"]} for p in pools
             if p["commands"][0]["config_yaml"]}
+    if disagg:
+        # the router fronting the two pools (QA 2026-11-28: the file had the pools and nothing wiring them), over
+        # the compose network's service names
+        from chalk.specs.launch import router_parts
+
+        hosts = {role: [k for k in services if k.startswith(f"{role}-")] for role in ("prefill", "decode")}
+        argv, conf_file, conf, _ = router_parts(eng, len(hosts["prefill"]), len(hosts["decode"]), hosts=hosts)
+        router = {"image": _image(eng), "command": argv, "ports": [f"{ROUTER_PORT}:{ROUTER_PORT}"],
+                  "depends_on": [*hosts["prefill"], *hosts["decode"]]}
+        if conf_file:
+            cfgs[_name("router", "config")] = {"content": conf}
+            router["configs"] = [{"source": _name("router", "config"), "target": f"/{conf_file}"}]
+            router["working_dir"] = "/"
+        services["router"] = router
     if cfgs:
         out["configs"] = cfgs
     return out

@@ -186,6 +186,14 @@ def _mtp_layers(model: str) -> int:
         return 0
 
 
+def _routed_experts(model: str) -> int:
+    """The model's routed experts (0 for a dense model or a repo id outside the catalog)."""
+    try:
+        return int(load_model(model).num_experts or 0)
+    except Exception:
+        return 0
+
+
 def _model_type(model: str) -> str:
     try:
         return load_model(model).model_type
@@ -223,6 +231,14 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     if cfg is not None and dep.role is not None:  # one options file per pool, so one snippet can write both
         conf_file = TRTLLM_OPTIONS_FILE.replace(".yaml", f"_{dep.role}.yaml")
         argv = [conf_file if a == TRTLLM_OPTIONS_FILE else a for a in argv]
+    experts = _routed_experts(dep.model)
+    if dep.ep > 1 and experts and experts % dep.ep:
+        # QA 2026-11-28: DeepSeek-V3's 256 experts sized on EP3 / EP6 pools, launched as given: an even expert
+        # sharding (SGLang's and TensorRT-LLM's MoE layers) refuses the width without redundant slots
+        slots = -experts % dep.ep
+        notes.append(f"the {experts} routed experts do not divide over expert-parallel {dep.ep}: an engine that "
+                     f"shards experts evenly needs {slots} redundant expert slot{'s' if slots > 1 else ''} (expert-"
+                     f"load balancing, {experts + slots} = {dep.ep} x {(experts + slots) // dep.ep}) to launch it")
     if dep.speculative is not None and dep.speculative.method == "mtp" and not _mtp_layers(dep.model):
         notes.append("MTP needs next-token heads (draft layers) in the checkpoint; this model's config.json declares "
                      "none (num_nextn_predict_layers / mtp_num_hidden_layers)")
@@ -296,6 +312,10 @@ def router_parts(engine: str, prefill_replicas: int, decode_replicas: int, hosts
     P, D = _whole("prefill replicas", int(prefill_replicas)), _whole("decode replicas", int(decode_replicas))
     hosts = hosts or {"prefill": [f"PREFILL_HOST_{i + 1}" for i in range(P)],
                       "decode": [f"DECODE_HOST_{i + 1}" for i in range(D)]}
+    # a router lists one address per instance it balances over: TensorRT-LLM's refuses a num_instances other than
+    # its urls' count (disagg_utils: "Number of hostnames (1) should be equal to the number of instances (12)"),
+    # and a Kubernetes Service stands for all of its pool's replicas as one address
+    P, D = len(hosts["prefill"]), len(hosts["decode"])
     each = r.get("each") or {}
     fill = {f"{k}_hosts": " ".join(v) for k, v in hosts.items()} | \
         {f"{k}_ports": " ".join([str(port)] * len(v)) for k, v in hosts.items()} | \
@@ -373,7 +393,9 @@ def _vllm(prof, dep, repo, trust):
 def _sglang(prof, dep, repo, trust):
     f, notes = prof.flags, []
     ranks = dep.attn_dp * dep.dp
-    argv = ["python", "-m", "sglang.launch_server", f["model"], repo, f["tp"], str(dep.tp * dep.attn_dp)]
+    # SGLang's server binds 127.0.0.1 unless told (ServerArgs.host): a Service or a router must reach it
+    argv = ["python", "-m", "sglang.launch_server", f["model"], repo, f["host"], "0.0.0.0",
+            f["tp"], str(dep.tp * dep.attn_dp)]
     if dep.pp > 1:
         argv += [f["pp"], str(dep.pp)]
     if ranks > 1:
@@ -413,7 +435,8 @@ def _trtllm(prof, dep, repo, trust):
     world = dep.tp * dep.attn_dp
     if dep.dp > 1:
         notes.append(f"trtllm-serve runs one replica: launch {dep.dp} of these behind a router")
-    argv = ["trtllm-serve", repo, f["backend"], "pytorch", f["tp"], str(world)]
+    # trtllm-serve binds localhost unless told (its --host option): a Service or a router must reach it
+    argv = ["trtllm-serve", repo, f["host"], "0.0.0.0", f["backend"], "pytorch", f["tp"], str(world)]
     if dep.pp > 1:
         argv += [f["pp"], str(dep.pp)]
     if dep.ep > 1:
