@@ -224,7 +224,9 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
         tab.add_row(u["hardware"], u.get("engine") or "-", "PD pools" if u["mode"] == "disaggregated" else
                     "aggregated", "-", "-", "-", u["why"])
     c.print(tab)
-    c.print("[dim]p99 TTFT/TPOT: measured by replaying the fleet (Poisson arrivals, least-loaded router); engine: "
+    arrivals = ("the trace's own requests around its busiest window" if r.get("replay_arrivals") == "trace"
+                else "Poisson arrivals")
+    c.print(f"[dim]p99 TTFT/TPOT: measured by replaying the fleet ({arrivals}, least-loaded router); engine: "
             "the engine, version and weight precision that sized the option[/dim]")
     for line in _price_lines(r["options"]):
         c.print(f"[dim]{line}[/dim]")

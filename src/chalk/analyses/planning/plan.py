@@ -125,7 +125,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     ask = S.Ask(model=m, input_len=din if din is not None else I, output_len=dout if dout is not None else O,
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
-                sim_requests=sim_requests, seed=seed, eplb=eplb)
+                sim_requests=sim_requests, seed=seed, eplb=eplb,
+                trace=from_trace["arrivals"] if from_trace is not None and curve is None else None)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     n_refused = 0  # unavailable candidates that cannot run at all: the engine refuses the checkpoint or the chip
     methods = _checkpoint_methods(m, checkpoint)  # read once: the user's folder's config.json and the model's own
@@ -185,6 +186,9 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                      engines=sorted({o["engine"] for o in options}),
                      efficiency=options[0]["efficiency"], notes=_notes(options, systems, curve))
     res["trace"] = None if from_trace is None else from_trace["derived"]
+    # what the verifying replays fed the fleet: the trace's own requests around its busiest window, or Poisson
+    # arrivals at the sized rate (a diurnal curve scales the rate: Poisson then)
+    res["replay_arrivals"] = "trace" if ask.trace is not None else "poisson"
     own = ModelSizes(m).default_precision()
     res["precisions_explored"] = list(dict.fromkeys(f"{own} (checkpoint)" if p is None or p == own else p
                                                     for p in precisions))

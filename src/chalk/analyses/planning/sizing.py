@@ -63,6 +63,9 @@ class Ask:
     sim_requests: int
     seed: int
     eplb: str | None = None  # the expert-load balancer of MoE layouts ('auto', 'on', 'off'; None: auto)
+    #: a trace's requests as recorded (`trace_demand.TraceArrivals`): the fleet's verifying replays feed them,
+    #: around the trace's busiest window, in place of Poisson arrivals at the sized rate
+    trace: object = None
 
 
 def _one_replica(label: str) -> str:
@@ -469,6 +472,8 @@ def _replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wo
               est_tpot_s=float(op["tpot_s"]), simulate_replicas=k, warmup_s=2.0 * n_fl / x, seed=ask.seed,
               prefill=prefill, workers=workers, loop=replay_loop(),
               client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
+    if ask.trace is not None:  # the trace's own requests around its peak: k of the R replicas' share of them
+        kw["arrivals"] = ask.trace.around_peak(math.ceil(n * s["replicas"] / k))
     if s["speculative"] is None:
         # each replica is the engine model throughput and chalk simulate replay (`serving.open_loop_replay`): the
         # engine's prefill chunk per attention-DP rank (a disaggregated decode replica: prompt tokens free, as

@@ -164,7 +164,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
            input_len, output_len, est_ttft_s: float, est_tpot_s: float, prefill_chunk: int | None = None,
            simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
            prefill: dict | None = None, workers: int | None = None, loop: str = "auto",
-           client_latency_s: float = 0.0, kv_capacity_tokens: float = math.inf) -> FleetReplay:
+           client_latency_s: float = 0.0, kv_capacity_tokens: float = math.inf,
+           arrivals: tuple | None = None) -> FleetReplay:
     """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
 
     `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
@@ -177,19 +178,32 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     client's clock, as `throughput` and `chalk simulate` report them (`simulate.on_client_clock`).
     `kv_capacity_tokens`: each replica's KV tokens (a request is admitted only when its whole KV fits beside the
     others, as `serving.open_loop_replay` admits it); default unbounded.
+    `arrivals`: the fleet's requests as (arrival_s, input_len, output_len) arrays, in place of `n_requests` Poisson
+    arrivals at `rate_per_s` (a trace's, bursts as recorded): the k simulated replicas get the requests a
+    round-robin share gives them (every request whose place in arrival order, mod R, is below k), so each burst
+    reaches them at k/R of its size.
     """
     t0 = time.perf_counter()
     lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
     R = int(replicas)
     k = min(R, int(simulate_replicas or R))
+    if arrivals is not None:
+        a_all = np.asarray(arrivals[0], dtype=float)
+        P_all, O_all = (np.rint(np.asarray(x, dtype=float)).astype(np.int64) for x in arrivals[1:])
+        share = (np.arange(a_all.size) % R) < k
+        a, P, O = a_all[share], P_all[share], O_all[share]
+        if a.size:
+            a = a - a[0]
+        n_requests = a.size
     n = int(n_requests)
     if not 1 <= n <= MAX_REQUESTS:
         raise InputError(f"a replay takes 1 to {MAX_REQUESTS:,} requests, got {n}")
-    lam = float(rate_per_s) * k / R
-    # the requests every open-loop replay draws (a mean length spread as they spread it), so a plan's replay of one
-    # replica and `throughput`'s or `chalk simulate`'s of it see the same prompts
-    r0 = poisson_requests(lam, n, input_len, output_len, seed)
-    a, P, O = r0.arrival_s, r0.input_len, r0.output_len
+    if arrivals is None:
+        lam = float(rate_per_s) * k / R
+        # the requests every open-loop replay draws (a mean length spread as they spread it), so a plan's replay of
+        # one replica and `throughput`'s or `chalk simulate`'s of it see the same prompts
+        r0 = poisson_requests(lam, n, input_len, output_len, seed)
+        a, P, O = r0.arrival_s, r0.input_len, r0.output_len
     P, O, clipped = _clip(P, O, step_cost.kv_capacity_tokens)
     pre = np.zeros(n)
     if prefill is not None:
