@@ -531,3 +531,125 @@ def test_a_5001_digit_number_in_any_user_input_is_one_short_line(tmp_path, kind,
     code, out, err, _ = _invoke(tuple(map(str, args)))
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and phrase in lines[0] and len(lines[0]) <= 300, (code, err[-400:])
+
+
+# ------------------------------------------------------------------ 8. bad input that reached the math
+BIG = "1" * 200_000  # one field past csv's 131,072-character limit
+LENGTH_FILES = {"1e300": "100\n1e300\n", "half": "100\n0.5\n", "huge-field": "100\n" + BIG + "\n"}
+BAD_LENGTHS = {  # --output-len (a file: LENGTH_FILES' key): a phrase the one line must hold
+    "lognormal:mean=100,sigma=20": "its mean lies in a tail past the context",  # E[min(L, context)] is 0: 1 / 0
+    "lognormal:mean=100,median=1e-300": "too far below the mean",
+    "uniform:min=1,max=1e19": "uniform max must be at most 1,000,000,000,000,000",  # past int64: numpy's ValueError
+    "constant:mean=1e300": "length must be at most 1,000,000,000,000,000",
+    "lognormal:mean=1e300,sigma=1": "lognormal mean must be at most 1,000,000,000,000,000",
+    "lognormal:mean=100,sigma=1e300": "lognormal sigma must be at most 26",  # was 'L must be finite ... nan'
+    "lognormal:mean=100,p99=1e300": "lognormal p99 must be at most 1,000,000,000,000,000",
+    "constant:0.5": "length must be at least 1 token",  # as --output-len 0.5
+    "file:1e300": "row 2 must be at most 1,000,000,000,000,000",
+    "file:half": "row 2 must be at least 1 token",
+    "file:huge-field": "malformed CSV (field larger than field limit",
+}
+
+
+@pytest.mark.parametrize("command", ["throughput", "simulate", "plan"])
+@pytest.mark.parametrize("spec", sorted(BAD_LENGTHS))
+def test_length_distributions_out_of_range_are_one_line(tmp_path, command, spec):
+    """QA 2026-11-28: each was a traceback (ZeroDivisionError, numpy's ValueError) or a 300-digit number, or (a
+    lengths file of 0.5) accepted where --output-len 0.5 is refused."""
+    value = spec
+    if spec.startswith("file:"):
+        value = tmp_path / "lengths.txt"
+        value.write_text(LENGTH_FILES[spec[5:]])
+    head = {"throughput": ["throughput", *M, *H], "simulate": ["simulate", *M, *H, "--rate", "10", "-n", "100"],
+            "plan": ["plan", *M, *H, "--rate", "10"]}[command]
+    line = _one_error_line(_chalk(head + ["--input-len", "1000", "--output-len", value]))
+    assert BAD_LENGTHS[spec] in line and len(line) < 300, line
+
+
+def test_a_lognormal_sigma_of_minus_zero_is_sigma_zero():
+    """-0.0 passed `sigma >= 0`, then numpy's sampler refused it ('sigma < 0') in a traceback."""
+    import numpy as np
+
+    from chalk.specs.lengths import parse_lengths
+
+    d = parse_lengths("lognormal:mean=100,sigma=-0")
+    assert d.sigma == 0.0 and list(d.sample(3, np.random.default_rng(0))) == [100, 100, 100]
+    r = _chalk(["simulate", *M, *H, "--rate", "10", "-n", "100", "--output-len", "lognormal:mean=100,sigma=-0"])
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-800:]
+
+
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_a_mooncake_timestamp_past_float_range_is_one_line(tmp_path, command):
+    p = tmp_path / "big.jsonl"
+    p.write_text('{"timestamp": 1' + "0" * 400 + ', "input_length": 10, "output_length": 5}\n')
+    line = _one_error_line(_chalk([command, "--trace", p, *M, *H]))
+    assert "line 1: timestamp must be a time >= 0 in ms" in line and len(line) < 200, line
+
+
+def test_plan_emit_to_a_name_past_255_bytes_is_one_line(tmp_path):
+    line = _one_error_line(_chalk(["plan", *M, *H, "--rate", "10", *LENS, "--emit", "k8s", tmp_path / ("a" * 300)]))
+    assert "--emit" in line and "longer than 255 bytes" in line, line
+
+
+def test_azure_timestamps_with_a_zone_are_read_in_utc_and_out_of_range_years_refused(tmp_path):
+    """numpy reads a zone with a UserWarning on stderr; a year past 2261 wrapped round nanoseconds (12345: 1823)."""
+    from chalk.specs.traces import read_trace
+
+    p = tmp_path / "az.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16T18:15:46Z,374,44\n2023-11-16T18:15:50Z,396,109\n")
+    r = _chalk(["simulate", "--trace", p, *M, *H])
+    assert r.returncode == 0 and r.stderr.count(b"Warning") == 0, r.stderr[-800:]
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16T18:15:46+01:00,374,44\n"
+                 "2023-11-16 17:15:50.5Z,396,109\n2023-11-16T12:16:00-0500,1,1\n2023-11-16 17:16:10.25,1,1\n")
+    assert read_trace(p).arrival_s.tolist() == [0.0, 4.5, 14.0, 24.25]  # +01:00 is an hour ahead of UTC
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16,374,44\n12345,396,109\n")
+    line = _one_error_line(_chalk(["simulate", "--trace", p, *M, *H]))
+    assert "line 3: TIMESTAMP must be a date between the years 1678 and 2261, got '12345'" in line, line
+
+
+def test_plan_takes_a_system_yaml_path_as_estimate_does():
+    import chalk
+    from chalk.specs import catalog
+    from chalk.specs.demand import candidate_list
+
+    path = catalog._catalog_dir("systems") / "hgx-h100.yaml"
+    assert candidate_list(path) == [path]
+    r = chalk.plan("llama-3.1-8b", path, rate=10, input_len=100, output_len=100)  # was TypeError: not iterable
+    assert r["options"] and r["options"][0]["system"] == "hgx-h100"
+
+
+def test_library_bad_values_raise_typed_errors():
+    """QA 2026-11-28: an object as `speculative` was an AttributeError, a list or array batch or context in the report
+    and plots a TypeError, a diurnal multiplier past float range an OverflowError."""
+    import numpy as np
+
+    import chalk
+    from chalk.errors import ChalkError
+
+    calls = {
+        "throughput speculative": lambda: chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=100, output_len=100,
+                                                           speculative=object()),
+        "report batch list": lambda: chalk.report("llama-3.1-8b", "h100-sxm", batch=[1, 2]),
+        "report context array": lambda: chalk.report("llama-3.1-8b", "h100-sxm", context=np.array([1024, 2048])),
+        "plot batch array": lambda: chalk.plot("batch-train", model="llama-3.1-8b", hardware="h100-sxm",
+                                               batch=np.array([1, 2])),
+        "plan diurnal 10**400": lambda: chalk.plan("llama-3.1-8b", "h100-sxm", rate=10, input_len=100, output_len=100,
+                                                   diurnal=[10**400] * 24),
+        "throughput sigma 1e300": lambda: chalk.throughput("llama-3.1-8b", "h100-sxm", input_len=100,
+                                                           output_len="lognormal:mean=100,sigma=1e300"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ChalkError) as e:
+            call()
+        assert "\n" not in str(e.value) and len(str(e.value)) < 300, (name, str(e.value))
+
+
+def test_a_layout_of_numpy_integers_gives_a_json_ready_answer():
+    import json
+
+    import numpy as np
+
+    import chalk
+
+    d = chalk.simulate("llama-3.1-8b", "h100-sxm", rate=10, requests=200, layout={"tp": np.int64(2)}).to_dict()
+    assert json.loads(json.dumps(d))["layout_text"] == {"tp": 2}

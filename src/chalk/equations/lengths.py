@@ -118,7 +118,8 @@ def lognormal_clipped_moments(mean, sigma, cap):
     c = np.asarray(cap, dtype=float)
     mu = np.log(m) - s * s / 2.0
     cdf = np.vectorize(_STD_NORMAL.cdf, otypes=[float])
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a spread too wide to hold: nan, said by
+        # the caller (LengthDistribution.clipped_moments), not a RuntimeWarning
         ss = np.where(s > 0, s, 1.0)
         u = np.log(c)
         tail = 1.0 - cdf((u - mu) / ss)

@@ -104,7 +104,9 @@ def plan(
         raise InputError("give --model (or --portfolio FILE)")
     if emit[0] is not None:  # a bad kind or folder is refused before the plan runs
         from chalk.faces.emit_plan import check_target
+        from chalk.specs.validate import path_name_ok
 
+        path_name_ok(emit[1], "--emit", "folder")  # a name past 255 bytes, as --output's: not an OSError traceback
         check_target(emit[0], emit[1])
 
     modes = {"all": ("aggregated", "disaggregated"), "aggregated": ("aggregated",),

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from chalk.errors import InputError
 from chalk.specs.arguments import checked
-from chalk.specs.workload import short
+from chalk.specs.workload import positive, short
+
+
+def _scalars(**given) -> None:
+    """The page and the graphs are drawn at one batch and one context (as `chalk report --batch` takes one): a list
+    or an array is refused here, in one line, not a TypeError in the drawing (`check_arguments` takes grids)."""
+    for name, v in given.items():
+        if v is not None:
+            positive(name, v, scalar=True)
 
 
 @checked
@@ -19,6 +27,7 @@ def report(model, hardware, output=None, *, context: float = 4096, batch: float 
     `estimate`'s."""
     from chalk.faces.report import build_report, write_report
 
+    _scalars(context=context, batch=batch)
     kw = dict(context=context, batch=batch, chips=gpus, precision=precision, kv_precision=kv_precision, ideal=ideal)
     if output is None:
         return build_report(model, hardware, **kw)
@@ -50,6 +59,7 @@ def plot(kind: str, output=None, *, model=None, hardware=None, context: float = 
     from chalk.faces.plots import figure
     from chalk.faces.plots import plot as _plot
 
+    _scalars(context=context, batch=batch)
     kw = dict(model=model, hardware=hardware, context=context, chips=gpus, precision=precision,
               kv_precision=kv_precision, ideal=ideal)
     given = dict(batch=batch, sparse_law=sparse_law, stages=stages, microbatches=microbatches, schedule=schedule,

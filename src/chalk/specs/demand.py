@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,8 @@ def read_diurnal(source) -> np.ndarray:
             values = [float(v) for v in source]
         except (TypeError, ValueError):
             raise InputError(f"{where} must be 24 numbers, got {short(source)}") from None
+        except OverflowError:  # an integer past float's range (10**400): past the 1e6 cap below, said so
+            raise InputError(f"{where}: multipliers must be at most 1e6, got an integer past float's range") from None
     m = np.asarray(values, dtype=float)
     if m.size != 24:
         raise InputError(f"{where}: expected 24 hourly multipliers, got {m.size}")
@@ -203,10 +206,16 @@ def priced_chips() -> list[str]:
 
 
 def candidate_list(hardware) -> list:
-    """`-H` as a list: a comma-separated string, a list of names or Systems, or None (every priced catalog chip)."""
+    """`-H` as a list: a comma-separated string, a path to a system YAML, a list of names, paths or Systems, or
+    None (every priced catalog chip)."""
     if hardware is None:
         return priced_chips()
-    items = [h.strip() for h in hardware.split(",")] if isinstance(hardware, str) else list(hardware)
+    if isinstance(hardware, str):
+        items = [h.strip() for h in hardware.split(",")]
+    elif isinstance(hardware, os.PathLike) or hasattr(hardware, "chip"):  # one path or System, as estimate takes
+        items = [hardware]
+    else:
+        items = list(hardware)
     names = [str(getattr(h, "id", h)).strip() for h in items]
     if not names or any(not n for n in names):
         raise InputError(f"hardware list has an empty name: {short(hardware)}")

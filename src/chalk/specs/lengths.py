@@ -28,8 +28,13 @@ import numpy as np
 from chalk.equations import lengths as E
 from chalk.errors import InputError, UnknownNameError
 from chalk.specs.files import MAX_TABLE_BYTES, read_bounded_text, shown
+from chalk.specs.workload import MAX_QUANTITY, positive, short
+from chalk.specs.workload import tokens as _tokens
 
 FAMILIES = ("constant", "lognormal", "uniform")
+#: Widest lognormal spread taken: past it exp(sigma^2), a factor of the second moment, overflows float64 (26.6),
+#: and the median sits below 1e-150 tokens for any mean a length may have: no served lengths look like that.
+MAX_SIGMA = 26.0
 _QUANTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 
@@ -78,6 +83,11 @@ class LengthDistribution:
             raise InputError(f"length cap must be > 0, got {cap!r}")
         if self.kind == "lognormal":
             m1, m2 = E.lognormal_clipped_moments(self.mean, self.sigma, c)
+            if not (m1 > 0 and m2 > 0 and math.isfinite(m2)):  # the mean lives in a tail the cut removes: served,
+                # the requests average no measurable length, and E[L^2] / (2 E[L]) divides by zero (QA: sigma 20)
+                raise InputError(f"{self.label}: cut at {c:,.0f} tokens (what fits in the model's context) its "
+                                 f"lengths average {float(m1):.3g} tokens, as its median is {self.median:.3g}; its "
+                                 "mean lies in a tail past the context: give a smaller sigma or a larger median")
             return float(m1), float(m2)
         if self.kind == "empirical":
             v = np.minimum(np.asarray(self.values, dtype=float), c)
@@ -141,7 +151,7 @@ class LengthDistribution:
 
 # ------------------------------------------------------------------ constructors
 def constant(mean: float, label: str | None = None) -> LengthDistribution:
-    m = _positive("length", mean)
+    m = _positive("length", mean, tokens=True)
     return LengthDistribution("constant", m, label or f"{m:g}")
 
 
@@ -149,22 +159,31 @@ def lognormal(mean: float, *, sigma: float | None = None, p99: float | None = No
               quantile: tuple[float, float] | None = None, median: float | None = None,
               label: str | None = None) -> LengthDistribution:
     """Lognormal with the given mean and exactly one of sigma, p99, (q, value) or median."""
-    m = _positive("lognormal mean", mean)
+    m = _positive("lognormal mean", mean, tokens=True)
     given = [k for k, v in (("sigma", sigma), ("p99", p99), ("quantile", quantile), ("median", median))
              if v is not None]
     if len(given) != 1:
         raise InputError("lognormal needs the mean and exactly one of sigma, median or a quantile "
                          f"such as p99 (got {', '.join(given) or 'none'})")
     if sigma is not None:
-        s = float(sigma)
+        try:
+            s = float(sigma)
+        except (TypeError, ValueError, OverflowError):
+            s = math.nan
         if not math.isfinite(s) or s < 0:
-            raise InputError(f"lognormal sigma must be finite and >= 0, got {sigma!r}")
+            raise InputError(f"lognormal sigma must be finite and >= 0, got {short(sigma)}")
+        if s > MAX_SIGMA:
+            raise InputError(f"lognormal sigma must be at most {MAX_SIGMA:g}, got {short(sigma)}")
+        s = abs(s)  # -0.0 passes s >= 0 but numpy's sampler refuses it ('sigma < 0')
         shape = f"sigma={s:g}"
     elif median is not None:
         med = _positive("lognormal median", median)
         if med > m:
             raise InputError(f"lognormal median ({med:g}) must not exceed the mean ({m:g})")
         s, shape = float(E.lognormal_sigma_from_mean_median(m, med)), f"median={med:g}"
+        if not s <= MAX_SIGMA:
+            raise InputError(f"lognormal median {med:.3g} is too far below the mean {m:g}: its sigma "
+                             f"{s:.3g} is past {MAX_SIGMA:g}")
     else:
         q, x = (0.99, p99) if p99 is not None else quantile
         x = _positive(f"lognormal p{q * 100:g}", x)
@@ -181,7 +200,7 @@ def lognormal(mean: float, *, sigma: float | None = None, p99: float | None = No
 
 
 def uniform(low: float, high: float, label: str | None = None) -> LengthDistribution:
-    lo, hi = _positive("uniform min", low), _positive("uniform max", high)
+    lo, hi = _positive("uniform min", low, tokens=True), _positive("uniform max", high, tokens=True)
     if lo != int(lo) or hi != int(hi):
         raise InputError(f"uniform bounds must be whole token counts, got min={low!r}, max={high!r}")
     if hi < lo:
@@ -298,7 +317,10 @@ def read_lengths_file(path, *, column: str | None = None) -> LengthDistribution:
                          f"'family:key=value' distribution)")
     raw = read_bounded_text(p, f"lengths file {shown(path)!r}", MAX_TABLE_BYTES, what="a lengths file",
                             error=InputError)
-    rows = [r for r in csv.reader(io.StringIO(raw)) if any(c.strip() for c in r)]
+    try:  # a field past csv's limit (131,072 characters) is one line, as the trace and --diurnal readers say it
+        rows = [r for r in csv.reader(io.StringIO(raw)) if any(c.strip() for c in r)]
+    except csv.Error as e:
+        raise InputError(f"lengths file {p.name!r}: malformed CSV ({e})") from None
     if not rows:
         raise InputError(f"lengths file {p.name!r} is empty")
     header = None
@@ -326,8 +348,8 @@ def read_lengths_file(path, *, column: str | None = None) -> LengthDistribution:
         x = float(cell)
         if not math.isfinite(x) or x <= 0:
             raise InputError(f"lengths file {p.name!r}: row {i + first_line} must be a positive length, "
-                             f"got {cell!r}")
-        values.append(x)
+                             f"got {short(cell)}")
+        values.append(_tokens(f"lengths file {p.name!r}: row {i + first_line}", x))  # as a plain --input-len
     return empirical(values, label=p.name)
 
 
@@ -339,11 +361,13 @@ def _is_number(s: str) -> bool:
         return False
 
 
-def _positive(name: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise InputError(f"{name} must be positive and finite, got {value!r}")
-    return v
+def _positive(name: str, value, *, tokens: bool = False) -> float:
+    """A positive length parameter at most MAX_QUANTITY, as a plain --input-len is (past 2^63 numpy draws no
+    integers; past 1e15 a product of lengths leaves float64); `tokens`: a length itself (a mean, a bound), so at
+    least one token too, as --input-len 0.5 is refused. A median or a tail quantile may sit below one token."""
+    if type(value) is not int:  # a Python int past float's range is positive()'s to judge: 'at most', no overflow
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{name} must be a number, got {short(value)}") from None
+    return _tokens(name, value) if tokens else float(positive(name, value, maximum=MAX_QUANTITY, scalar=True))

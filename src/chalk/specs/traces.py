@@ -20,6 +20,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,10 @@ MOONCAKE_BLOCK_TOKENS = 512
 CHALK_COLUMNS = ("arrival_s", "input_len", "output_len")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+#: A zone on a wall-clock TIMESTAMP (Z, +05:30, -0800): numpy reads one with a UserWarning on stderr, so it is taken
+#: off here and the time moved to UTC (`_zone`).
+_ZONE = re.compile(r"^(\d{4,}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d*)?)?)\s*(?:(Z)|([+-])(\d\d):?(\d\d)?)$",
+                   re.IGNORECASE)
 FORMATS = {"chalk": "chalk CSV (arrival_s,input_len,output_len)",
            "azure": "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)",
            "mooncake": 'Mooncake JSONL ({"timestamp": ms, "input_length", "output_length", "hash_ids"} per line)'}
@@ -231,23 +236,39 @@ def _read_chalk(text: str, where: str) -> Trace:
 def _read_azure(text: str, where: str) -> Trace:
     data, (jt, ji, jo), _ = _table(text, where, AZURE_COLUMNS, case=False)
     raw = _cells(data, jt)
+    clock, east = zip(*map(_zone, raw))
     try:
-        ts = np.array(raw, dtype="datetime64[ns]")
+        ts = np.array(clock, dtype="datetime64[ns]")
+        days = np.array(clock, dtype="datetime64[D]")
     except ValueError:
-        for i, v in enumerate(raw):
+        for i, v in enumerate(clock):
             try:
                 np.datetime64(v, "ns")
             except ValueError:
                 raise SpecError(f"{where}: line {data[i][0]}: TIMESTAMP must be a date and time such as "
-                                f"2023-11-16 18:15:46.68, got {v!r}") from None
+                                f"2023-11-16 18:15:46.68, got {_short(raw[i])}") from None
         raise SpecError(f"{where}: malformed TIMESTAMP column") from None
     if np.isnat(ts).any():
         i = int(np.argmax(np.isnat(ts)))
         raise SpecError(f"{where}: line {data[i][0]}: TIMESTAMP must be a date and time, got {raw[i]!r}")
+    wrapped = ts.astype("datetime64[D]") != days  # past nanoseconds' range numpy wraps round (12345 read as 1823)
+    if wrapped.any():
+        i = int(np.argmax(wrapped))
+        raise SpecError(f"{where}: line {data[i][0]}: TIMESTAMP must be a date between the years 1678 and 2261, "
+                        f"got {_short(raw[i])}")
+    ts = ts - np.array(east, dtype="timedelta64[m]")  # each time in UTC: a trace may change zone (summer time)
     a = (ts - ts[0]).astype(np.int64) / 1e9
     _in_order(a, data, where, "TIMESTAMP")
     return Trace(a, _lengths(data, ji, "ContextTokens", where), _lengths(data, jo, "GeneratedTokens", where),
                  "azure", where)
+
+
+def _zone(v: str) -> tuple[str, int]:
+    """(a TIMESTAMP without its zone, the zone's offset east of UTC in minutes; 0 for none or Z)."""
+    m = _ZONE.match(v)
+    if m is None or m.group(2):
+        return (v, 0) if m is None else (m.group(1), 0)
+    return m.group(1), (1 if m.group(3) == "+" else -1) * (int(m.group(4)) * 60 + int(m.group(5) or 0))
 
 
 def _in_order(a: np.ndarray, data, where: str, name: str) -> None:
@@ -282,7 +303,11 @@ def _read_mooncake(text: str, where: str) -> Trace:
         if missing:
             raise SpecError(f"{where}: line {n}: missing key(s) {', '.join(missing)}")
         t = r["timestamp"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        try:
+            time_ok = not isinstance(t, bool) and isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+        except OverflowError:  # an integer past float's range (1 and 400 zeros): math.isfinite cannot take it
+            time_ok = False
+        if not time_ok:
             raise SpecError(f"{where}: line {n}: timestamp must be a time >= 0 in ms, got {_short(t)}")
         for k in ("input_length", "output_length"):
             v = r[k]

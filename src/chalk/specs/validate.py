@@ -115,7 +115,7 @@ def field_choice(spec, name: str, choices: tuple[str, ...]) -> None:
 
 
 # ------------------------------------------------------------------ output paths
-def _path_name_ok(path, option: str, what: str) -> Path:
+def path_name_ok(path, option: str, what: str) -> Path:
     """The path as a Path, refused in one line when it is empty or has a name the file system cannot hold."""
     text = str(path)
     if not text.strip():
@@ -132,7 +132,7 @@ def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> P
 
     `option` names the flag in messages (e.g. '--csv'); `suffixes` restricts the extension.
     """
-    p = _path_name_ok(path, option, "file")
+    p = path_name_ok(path, option, "file")
     if suffixes and p.suffix.lower() not in suffixes:
         raise InputError(f"{option} must end in {' or '.join(suffixes)}, got {str(path)[:80]!r}")
     try:
@@ -154,7 +154,7 @@ def output_path(path, option: str, suffixes: tuple[str, ...] | None = None) -> P
 
 def output_dir(path, option: str) -> Path:
     """Check an output folder before any work: it exists (or its parent does, to create it) and is writable."""
-    p = _path_name_ok(path, option, "folder")
+    p = path_name_ok(path, option, "folder")
     try:
         if p.exists() and not p.is_dir():
             raise InputError(f"{option}: {str(path)!r} exists and is not a folder")

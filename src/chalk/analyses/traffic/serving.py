@@ -189,11 +189,17 @@ def mtp_speculation(model, draft_tokens: int, acceptance=None) -> Speculation:
 def resolve_speculation(speculative, model) -> Speculation | None:
     """`speculative` as given (a Speculation, or None: none), or with 'auto' the model's own draft layers
     (`model_speculation`)."""
-    if isinstance(speculative, str):
-        if speculative != "auto":
-            raise InputError(f"speculative must be a Speculation, None or 'auto', got {speculative!r}")
-        return model_speculation(model)
-    return speculative
+    check_speculation(speculative)
+    return model_speculation(model) if isinstance(speculative, str) else speculative
+
+
+def check_speculation(speculative) -> None:
+    """Refuse, as `plan` does, a `speculative` that is not a Speculation, None or 'auto' (an object without
+    draft_tokens was an AttributeError deep in the search)."""
+    if isinstance(speculative, str) and speculative != "auto":
+        raise InputError(f"speculative must be a Speculation, None or 'auto', got {short(speculative)}")
+    if speculative is not None and not isinstance(speculative, (Speculation, str)):
+        raise InputError(f"speculative must be a Speculation(draft_tokens, acceptance), got {short(speculative)}")
 
 
 def prefill_piece(prompt_tokens: float, chunk=None) -> float:
@@ -527,6 +533,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
     cut_to_context (default): lengths past the model's context are sized and replayed cut to it, as every door cuts
     them (`within_context`); False times them as asked (`validate`: a measured run's engine ran what it ran).
     """
+    check_speculation(speculative)  # before the mode search and a fixed deployment, which take it as given
     input_len, output_len, ctx = cut_lengths(model, input_len, output_len, cut_to_context)
 
     def noted(r):  # the context note, once, on the lengths as asked

@@ -82,6 +82,8 @@ def _length(name: str, spec):
 
 def _replica_layout(m, system, layout, gpus, I, O, prec, kvp, ideal, engine=None) -> tuple[str, str]:
     """(layout text, where it came from): the one given, or `throughput`'s pick on `gpus` (its replica)."""
+    if isinstance(layout, dict):  # kept as given, but numpy numbers as plain ones: the setup goes to JSON as it is
+        return {k: v.item() if isinstance(v, np.generic) else v for k, v in layout.items()}, "given"
     if layout is not None:
         return layout, "given"
     from chalk.analyses.step.parallel import layout_spec
