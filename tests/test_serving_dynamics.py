@@ -1071,3 +1071,55 @@ def test_the_burst_side_of_the_step_cost_prices_a_synchronised_wave_in_the_repla
     wave = float(stage_step(costs, system, lay.tp, 1, 1, 1, 0.0, float(B * I), float(I), float(I), cal,
                             kernels=default_kernels(system.chip, cal) or False)["stage_time_s"])
     assert r.ttft_p50_s == pytest.approx(wave, rel=0.05)
+
+
+@pytest.mark.parametrize("layout,n", [("tp=2,pp=2", 64), ("tp=8", 64)])
+def test_a_fixed_answers_pure_decode_step_is_the_estimate_it_prints(layout, n):
+    """The fixed answer's mean step names the `estimate` command that times its pure decode step. Under pipeline
+    parallelism it printed one stage's step (25.2 ms at TP2 x PP2) beside a command that times the token's pass
+    through both (50.5 ms): every step of the mean-step block is now the token's, as estimate and the replay count
+    it, and the op table adds up to the mean mix."""
+    import chalk
+    from chalk.analyses.traffic.serving import fixed_deployment
+
+    r = fixed_deployment("llama-3.1-70b", "h100-sxm", layout=layout, concurrency=n, input_len=2000, output_len=500)
+    ms = r["mean_step"]
+    b = max(round(ms["decode_sequences"]), 1)
+    e = chalk.estimate("llama-3.1-70b", "hgx-h100", layout=layout, batch=b, context=round(r["mean_decode_context"]),
+                       precision=r["precision"], kv_precision=r["kv_precision"]).to_dict()
+    assert ms["pure_decode_step_s"] == pytest.approx(e["step_time_s"], rel=1e-6)
+    assert ms["pure_decode_step_s"] <= ms["mean_mix_step_s"]
+    assert sum(ms["mean_mix_ops_s"].values()) == pytest.approx(ms["mean_mix_step_s"], rel=0.02)
+
+
+def test_the_printed_estimate_command_carries_ideal_and_the_expert_balancer():
+    """The reproducer dropped --ideal (it then timed 33 ms against the answer's 20 ms) and --eplb (26 ms against
+    30 ms with the balancer off)."""
+    from chalk.faces.cli_serving import _estimate_command
+    from chalk.analyses.traffic.serving import fixed_deployment
+
+    ideal = fixed_deployment("llama-3.1-70b", "h200", layout="tp=1", concurrency=64, input_len=2000, output_len=500,
+                             precision="fp8", ideal=True)
+    assert ideal["efficiency"] == "ideal" and " --ideal" in _estimate_command(ideal, 64)
+    off = fixed_deployment("deepseek-v3", "gb200-nvl72", layout="tp=1,attn_dp=8,ep=8", concurrency=256,
+                           input_len=2000, output_len=200, eplb="off")
+    assert off["eplb"] == "off" and " --eplb off" in _estimate_command(off, 256)
+    plain = fixed_deployment("llama-3.1-8b", "h100-sxm", layout="tp=1", concurrency=8, input_len=500, output_len=50)
+    cmd = _estimate_command(plain, 8)
+    assert "--ideal" not in cmd and "--eplb" not in cmd
+
+
+def test_a_run_shorter_than_a_request_says_so():
+    """5,000 requests at 50/s of 2,000 / 1,000 tokens on DeepSeek-V3 DEP32 (GB200 NVL72): each lives ~65 s and the
+    measured window spans 86 s, so none finishes inside it. The window rates, counted at finishes, came out 0 tokens/s
+    with no warning; the run now says it is shorter than a request's life."""
+    p = subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "deepseek-v3", "-H", "gb200-nvl72",
+                        "--rate", "50", "-n", "5000", "--input-len", "2000", "--output-len", "1000"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "no request finished inside the measured window" in " ".join(p.stdout.split())
+    from chalk.analyses.traffic.simulate_run import simulate_requests
+
+    ok = simulate_requests("llama-3.1-8b", "h100-sxm", layout="tp=1", rate=5, requests=2000, input_len=500,
+                           output_len=100)
+    assert ok.setup["shorter_than_a_request"] is False

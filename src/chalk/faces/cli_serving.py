@@ -42,9 +42,13 @@ def _estimate_command(r: dict, batch: int) -> str:
     k = sp.get("draft_tokens", 0)
     mtp = (f" --mtp {k}{given}: its 'with {k} draft token{'s' if k != 1 else ''}' row times the step with the drafts "
            "added" if sp.get("used") else "")
+    # the efficiency and the expert-load balancer the answer ran on (QA 2026-11-28: --ideal and --eplb off were
+    # dropped, and the command timed 33 ms against the answer's 20 ms)
+    ideal = " --ideal" if r.get("efficiency") == "ideal" else ""
+    eplb = f" --eplb {r['eplb']}" if r.get("eplb") not in (None, "auto") else ""
     return (f"estimate -m {r['model']} -H {r['hardware']} --layout {lay} --batch {batch} "
             f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}"
-            f"{mtp}")
+            f"{ideal}{eplb}{mtp}")
 
 def _gpus_text(r: dict) -> str:
     """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up

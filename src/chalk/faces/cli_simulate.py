@@ -197,7 +197,14 @@ def register(app: typer.Typer) -> None:
         console().print(t)
         for note in run.notes:
             console().print(f"[dim]note: {note}[/dim]")
-        if not over and gap is not None and abs(gap) > sim.STEADY_GAP:
+        if st.get("shorter_than_a_request"):
+            console().print(
+                f"[bold]warning: no request finished inside the measured window[/bold] "
+                f"({seconds((w or {}).get('end_s', 0.0) - (w or {}).get('start_s', 0.0))}) while "
+                f"{num(s['mean_in_flight'])} were in flight: the run is "
+                f"shorter than a request's life (end-to-end p50 {seconds(r.e2e_p50_s)}), so its rates are not a "
+                "steady state's; raise -n.")
+        elif not over and gap is not None and abs(gap) > sim.STEADY_GAP:
             console().print(
                 f"[bold]warning: not a steady state[/bold]: {num(s['mean_in_flight'])} requests in flight against "
                 f"{num(s['requests_per_s'] * s['mean_e2e_s'])} = requests/s x mean end-to-end ({gap:+.0%}): the queue "

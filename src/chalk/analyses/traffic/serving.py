@@ -1862,6 +1862,7 @@ def fixed_deployment(model, hardware, *, layout, concurrency, input_len, output_
                costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, speculative, sim),
            "input_len": I, "output_len": O, "mean_decode_context": L, "cache_hit": F,
            "engine": eng.id if eng is not None else None, "efficiency": cal.label,
+           "eplb": eplb,  # the expert-load balancer as asked (None / 'auto': from the calibrated EP width)
            "speculative": None if speculative is None else {
                "used": True, "draft_tokens": speculative.draft_tokens, "acceptance": speculative.acceptance,
                "acceptance_decay": speculative.decay, "tokens_per_step": e, "source": speculative.source},
@@ -1916,13 +1917,17 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
     """What a fixed deployment's TPOT is made of: its mean step mixes pure decode steps (what `estimate --batch`
     times) with steps carrying a prompt's prefill chunk. From the replayed closed loop (`sim`) where there is one:
     the decoding sequences and prompt tokens its steps carried on average; else the closed form
-    (`prefill_step_tokens`, `mixed_step_s`)."""
+    (`prefill_step_tokens`, `mixed_step_s`). Every step is a token's, through all `lay.pp` pipeline stages
+    (`pipeline_token_latency_s`), as `estimate` times it and the replay runs it; the op table is the token's too
+    (QA 2026-11-28: at TP2 x PP2 the pure decode step printed 25.2 ms, one stage, where the estimate command it
+    printed beside it gave 50.5 ms)."""
     kw = dict(kernels=kern or False, overhead_s=ovh, query_tokens=q)
+    tok = lambda x: float(np.asarray(P.pipeline_token_latency_s(np.asarray(x, dtype=float), lay.pp)))  # noqa: E731
     if sim is not None:
         dec, pf, mean = float(sim.mean_decode_batch), float(sim.mean_prefill_tokens_per_step), float(sim.mean_step_s)
         # (at the whole number of sequences `estimate --batch` takes)
-        pure = float(np.asarray(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(round(dec), 1.0),
-                                           0.0, L, max(I, 1.0), cal, **kw)["stage_time_s"]))
+        pure = tok(stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(round(dec), 1.0),
+                              0.0, L, max(I, 1.0), cal, **kw)["stage_time_s"])
         d = {"source": "replayed closed loop (steady-state window)", "decode_sequences": dec,
              "prefill_tokens_per_step": pf, "mean_step_s": mean, "pure_decode_step_s": pure}
         mix = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(dec, 1.0), pf, L, max(I, 1.0),
@@ -1932,13 +1937,14 @@ def _mean_step(costs, system, lay, B, e, Ip, O, L, I, piece, cal, kern, ovh, q, 
         mean, chunk, pure, F = mixed_step_s(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), e, Ip,
                                             O, L, max(I, 1.0), piece, cal, **kw)
         d = {"source": "closed form", "decode_sequences": float(B), "prefill_tokens_per_step": float(c * F),
-             "mean_step_s": float(np.asarray(mean)), "pure_decode_step_s": float(np.asarray(pure)),
-             "chunk_step_s": float(np.asarray(chunk["stage_time_s"])), "chunk_step_fraction": float(F)}
+             "mean_step_s": tok(mean), "pure_decode_step_s": tok(pure),
+             "chunk_step_s": tok(chunk["stage_time_s"]), "chunk_step_fraction": float(F)}
         mix = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, max(B, 1.0), float(c * F), L,
                          max(I, 1.0), cal, **kw)
     # the op table of one step carrying the mean mix (its steps vary around it: a chunk comes whole or not at all)
-    d["mean_mix_step_s"] = float(np.asarray(mix["stage_time_s"]))
-    d["mean_mix_ops_s"] = {k: float(np.asarray(o.time_s)) for k, o in mix["ops"].items() if float(np.asarray(o.time_s))}
+    d["mean_mix_step_s"] = tok(mix["stage_time_s"])
+    d["mean_mix_ops_s"] = {k: lay.pp * float(np.asarray(o.time_s)) for k, o in mix["ops"].items()
+                           if float(np.asarray(o.time_s))}
     d["pipeline_stages"] = lay.pp
     d["note"] = ("a step carries decode_sequences tokens plus prefill_tokens_per_step prompt tokens on average; "
                  "`estimate --batch <decode_sequences, rounded> --context <mean_decode_context>` at this layout (and "
