@@ -765,3 +765,11 @@ def test_the_p99_requests_mean_step_lies_between_the_mean_and_the_chunk_step(pur
     assert mean - 1e-12 <= t <= chunk + 1e-12
     assert float(p99(pure, chunk, F, 10 * n + 10)) <= t + 1e-12
     assert float(p99(0.01, 0.05, 0.2, 299)) == pytest.approx(0.01 + 0.04 * (0.2 + 2.326 * math.sqrt(0.16 / 299)))
+
+
+def test_the_plan_table_says_n_a_for_a_tpot_no_request_had():
+    """Requests cut to one output token (10M-token prompts on a 128K model) have no TPOT: the replay's p99 is NaN and
+    the table printed '27.12s/nans'."""
+    from chalk.faces.cli_plan import _ms
+
+    assert _ms(float("nan")) == "n/a" and _ms(None) == "-" and _ms(0.0191) == "19ms" and _ms(27.12) == "27.12s"

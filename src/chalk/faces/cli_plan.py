@@ -3,6 +3,7 @@ A thin face on `chalk.analyses.planning.plan.plan`: no formulas here."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import List, Optional, Tuple
 
@@ -163,6 +164,8 @@ def _len_arg(v: str | None):
 def _ms(v) -> str:
     if v is None:
         return "-"
+    if not math.isfinite(v):  # NaN: no request had a second token to time (one output token)
+        return "n/a"
     return f"{v * 1e3:.0f}ms" if v < 1 else f"{v:.2f}s" if v < 100 else f"{v:.0f}s"
 
 
