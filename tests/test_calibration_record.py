@@ -86,12 +86,16 @@ def test_the_refit_is_the_record():
     parameters on them (memory 0.85, 1 ms fixed overhead, AMD 0.5 / 1.0) held out at 16.7% median and 52.1% p90
     against 16.1% and 57.3% for this fit, so it was not shipped; only the two TTFT parameters were refitted (request
     latency 180 -> 80 ms, now with a cold engine's first-step delay of 1 s, fitted on TTFT means and medians) and
-    the range resized (x0.63 to x1.36, holding 80.1% of held-out values)."""
+    the range resized (x0.63 to x1.36, holding 80.1% of held-out values). Later that day the rows gained their
+    harnesses' clients (in-process harnesses carry no request latency) and the replay its burst pricing; a refit of
+    the two TTFT parameters on them (60 ms, 1.5 s) held out at 17.3% median against 16.2% for these (the searched
+    parameters of every fold moved with their start), so only the range was resized (x0.67 to x1.35, holding 80.6% of
+    held-out values)."""
     assert VALUES == {
         "compute": 0.35, "memory": 0.65, "overhead_fixed_s": 0.002, "overhead_per_layer_s": 3.0e-05,
         "moe_shuffle_passes": 16.0, "overlap": 0.75, "max_seqs_per_scheduler": 2048, "kv_reserve_output_fraction": 1.0,
         "amd_compute": 0.6, "amd_memory": 0.9, "dp_prefill_alignment": 0.0, "overhead_per_seq_s": 4.0e-06,
-        "eplb_min_ep": 32.0, "residual_low": -0.461, "residual_high": 0.306, "use_kernel_tables": True,
+        "eplb_min_ep": 32.0, "residual_low": -0.398, "residual_high": 0.302, "use_kernel_tables": True,
         "request_latency_s": 0.08, "warmup_s": 1.0}
     assert DOC["fit"]["rows_in_objective"] == 672 and len(DOC["fit"]["families"]) == 17
 
