@@ -1146,3 +1146,21 @@ def test_a_disaggregated_answer_under_a_ttft_target_is_its_replayed_deployment()
     assert again["ttft_s"] == pytest.approx(r["ttft_s"], rel=0.02)
     best = throughput("llama-3.1-70b", "h100-sxm", max_ttft_s=0.3, disaggregated="auto", **kw)
     assert best["ttft_s"] <= 0.3 and "latency_window" in best
+
+
+def test_a_closed_loop_tail_answer_is_its_replay_means_and_p99s_alike():
+    """--arrivals closed with p99 targets: the p99s came from the replay of the chosen point at its concurrency, the
+    mean TTFT from the closed form (145 ms beside the same replay's 176 ms) and the concurrency was fractional. The
+    answer is now the replay, as `--layout --concurrency` gives it."""
+    from chalk.analyses.traffic.serving import fixed_deployment, throughput
+
+    r = throughput("llama-3.1-70b", "h100-sxm", input_len=1000, output_len=1000, tpot_p99_s=0.03, ttft_p99_s=2.0,
+                   arrivals="closed")
+    assert r["mode"] == "aggregated" and r["concurrency"] == int(r["concurrency"])
+    lay = ",".join(f"{k}={int(v)}" for k, v in r["parallelism"].items()
+                   if k in ("tp", "ep", "etp", "pp", "attn_dp") and v)
+    f = fixed_deployment("llama-3.1-70b", "h100-sxm", layout=lay, concurrency=int(r["concurrency"]),
+                         gpus=int(r["gpus"]), input_len=1000, output_len=1000)
+    for k in ("ttft_s", "ttft_p99_s", "tpot_s", "tpot_p99_s", "output_tokens_per_s_per_gpu"):
+        assert r[k] == pytest.approx(f[k], rel=0.02), k
+    assert "ttft_s_closed_form" in r

@@ -1100,8 +1100,19 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
     _kernel_answer(res, system, cal, s.eng, m)
     if tail is not None:  # the replayed tail is the answer's; the screen's closed form stays beside it
         res["tpot_p99_s_closed_form"], res["ttft_p99_s_closed_form"] = res["tpot_p99_s"], res["ttft_p99_s"]
+        ans = tail.pop("replayed_answer", None)
         res.update(tail)
         res["tpot_p99_s"], res["ttft_p99_s"] = tail["tpot_p99_s_replayed"], tail["ttft_p99_s_replayed"]
+        if ans is not None:  # a closed loop's replay: its means and rates are the answer's as its p99s are (QA
+            # 2026-11-28: --arrivals closed gave p99s from the replay at 147 in flight beside a closed-form mean TTFT
+            # 18% under the same replay's), the closed form's beside them
+            dp = max(int(res["parallelism"].get("dp") or 1), 1)
+            for k in REPLAYED_FIGURES:
+                res[f"{k}_closed_form"] = res[k]
+                res[k] = float(ans[k]) * (dp if k == "concurrency" else 1)
+            for k in ("ttft_p50_s", "tpot_p50_s", "mean_step", "decoding_per_replica"):
+                if k in ans:
+                    res[k] = ans[k]
         if tail["tail_latency_source"].startswith("closed form"):  # not a replay: its fewer decoding sequences at
             # the same in-flight count put its TPOT below the search point's mean; a p99 is at least the mean
             res["tpot_p99_s"] = max(res["tpot_p99_s"], float(res["tpot_s"]))
@@ -1401,7 +1412,9 @@ def _replayed_tail(s: _Search, ok, per_gpu, i: int, speculating):
                    f"replayed closed loop at the chosen point ({r['latency_source']})")
             return i, {"tail_latency_source": src,
                        "tpot_p99_s_replayed": tp99, "ttft_p99_s_replayed": tt99,
-                       "latency_window": r["latency_window"], "tail_replays": tried}
+                       "latency_window": r["latency_window"], "tail_replays": tried,
+                       # the replay's other figures, one replica's: the answer's means come from it too
+                       "replayed_answer": None if r["latency_source"].startswith("closed form") else r}
         # a replay that misses rules out its replica layout (at any replica count) from TAIL_STEP_DOWN of its in
         # flight up, so the next try is another replica layout or 40% fewer in flight (trying the next best
         # point alone replayed TP4 at 194, 194, 169, 169 ... in flight for a 1 s p99 TTFT that 43 meet)
