@@ -233,7 +233,7 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
         argv = [conf_file if a == TRTLLM_OPTIONS_FILE else a for a in argv]
     experts = _routed_experts(dep.model)
     if dep.ep > 1 and experts and experts % dep.ep:
-        # QA 2026-11-28: DeepSeek-V3's 256 experts sized on EP3 / EP6 pools, launched as given: an even expert
+        # QA 2026-11-28: a model's 256 experts sized on EP3 / EP6 pools, launched as given: an even expert
         # sharding (SGLang's and TensorRT-LLM's MoE layers) refuses the width without redundant slots
         slots = -experts % dep.ep
         notes.append(f"the {experts} routed experts do not divide over expert-parallel {dep.ep}: an engine that "
