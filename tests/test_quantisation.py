@@ -505,3 +505,17 @@ def test_the_header_names_the_math_a_weight_only_checkpoint_runs(dtype, want):
     m = model_from_config(cfg, id="bnb")
     r = estimate(m, "h100-sxm", layout="tp=1")
     assert r.compute_precision == want == m.weight_format.compute
+
+
+@pytest.mark.parametrize("chip", ["h100-sxm", "h200"])
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_mxfp4_experts_are_never_slower_than_bf16_where_the_read_binds(chip, batch):
+    """A QA sweep: gpt-oss-120b on H200 TP2 at batch 1 stepped in 6.00 ms with its MXFP4 experts against 5.37 ms
+    with BF16 ones: the measured mixed-input MoE kernel read 952 MB in 2.59 ms where the BF16 kernel reads 3.58 GB
+    in 1.96 ms. Where the 16-bit experts would be memory-bound, the narrower read is now never slower (issue 24:
+    fewer bytes at the same compute rate); where the math binds, the mixed-input kernel's measured time stands."""
+    import chalk
+
+    t = {p: chalk.estimate("gpt-oss-120b", chip, layout="tp=2", batch=batch, context=2048, precision=p,
+                           engine="vllm").to_dict()["step_time_s"] for p in ("bf16", "mxfp4")}
+    assert t["mxfp4"] <= t["bf16"] * (1 + 1e-9), t

@@ -308,15 +308,29 @@ class _Stage:
         self.no_sync = None  # the pipeline_sync op of a step with nothing to sync (made on first need)
 
 
-    def moe_time(self, kp, tokens):
+    def moe_time(self, kp, tokens, wide_memory_bound=False):
         """One MoE layer's routed-expert kernel time on one GPU (`KernelProfile.moe_time_s`) at `tokens` entering
-        the stage's layer: balanced expert loads where the layout runs a load balancer (`eplb`), else power-law."""
+        the stage's layer: balanced expert loads where the layout runs a load balancer (`eplb`), else power-law.
+        `wide_memory_bound`: where the same experts stored at the math's width would be memory-bound (numbers or an
+        array): there weights stored narrower are never slower than those (fewer bytes, the same compute rate)."""
         m = self.model
 
         def t(balanced):
-            return flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size / self.etp, m.num_experts,
-                                     m.experts_per_token, self.ep, self.tm.expert_dtype,
-                                     weight_precision=self.moe_weight_precision, balanced=balanced))
+            narrow = flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size / self.etp, m.num_experts,
+                                       m.experts_per_token, self.ep, self.tm.expert_dtype,
+                                       weight_precision=self.moe_weight_precision, balanced=balanced))
+            if self.moe_weight_precision is None or not some(wide_memory_bound):
+                return narrow
+            # weights stored narrower than the math (MXFP4 on Hopper) read fewer bytes at the same compute rate:
+            # where the read binds, never slower than the same experts stored at the math's width (QA 2026-11-28:
+            # gpt-oss-120b on H200 TP2 at batch 1, the measured mixed-input MoE kernel read 952 MB in 2.59 ms where
+            # the BF16 kernel reads 3.58 GB in 1.96 ms; issue 24). Where the math binds, the mixed-input kernel's
+            # dequantisation is compute the wide kernel does not do: its measured time stands (TensorRT-LLM's
+            # gpt-oss at 1K / 1K on H200 ran 30% below what the BF16 kernels would give).
+            wide = flt(kp.moe_time_s(tokens, self.H, m.moe_intermediate_size / self.etp, m.num_experts,
+                                     m.experts_per_token, self.ep, self.tm.expert_dtype, weight_precision=None,
+                                     balanced=balanced))
+            return where(wide_memory_bound, minimum(narrow, wide), narrow)
         if every(self.eplb) or not some(self.eplb):
             return t(every(self.eplb))
         return where(self.eplb, t(True), t(False))
@@ -429,7 +443,8 @@ def _token_ops(st: _Stage, costs, cal: Calibration, B, c, I, q, B_rank, c_rank) 
             # not the mean chip's time scaled by the load ratio, which at a few copies per chip multiplied a
             # weight-read-bound kernel by up to the EP width (Qwen3-235B on H200, attention DP 72 / EP 72: one
             # sequence stepped in 65.6 ms, 512 of them in 27.8 ms)
-            tk = st.moe_time(kp, maximum(T_stage * imbalance, 1.0))
+            wide_bound = by_exp * (bytes_per_element(tm.expert_dtype) / st.bw_e) / tm.hbm > t_c
+            tk = st.moe_time(kp, maximum(T_stage * imbalance, 1.0), wide_memory_bound=wide_bound)
             # each chip's experts at 1/etp of their width (`moe_time`); the vendor's compute factor: grouped
             # expert GEMMs at few tokens per expert are tile-bound (wasted tiles, not bytes), a compute-side cost
             tk = tk * n_moe * tm.k_c
