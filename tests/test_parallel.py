@@ -297,3 +297,13 @@ def test_an_all_reduce_across_scale_up_domains_pays_the_scale_out_link():
     r = chalk.estimate("deepseek-r1", "h100", batch=64, layout="tp=16,ep=16")
     ar = next(o for o in r.ops if o["name"] == "allreduce")
     assert "scale-out NIC" in ar["detail"]
+
+
+def test_the_layout_reports_pipeline_table_is_at_its_context():
+    """`chalk layout --context 32768` printed its pipeline table 'at 8192 tokens': the table now takes the
+    question's context and KV precision, so its KV per GPU is the layouts' own."""
+    m, s = load_model("llama-3.1-70b"), load_system("hgx-h100")
+    r = par.layout_report(m, s, 8, None, "fp8", 32768)
+    assert r["pipeline"]["context"] == 32768
+    base = par.pipeline_analysis(m, s, None, context=32768, kv_precision="fp8")
+    assert r["pipeline"] == base

@@ -516,7 +516,10 @@ def layout_report(model: ModelSpec, system: System, gpus: int | None = None, pre
             "kv_precision": costs.kv_precision, "context": context, "efficiency": cal.label,
             "usable_hbm_bytes_per_gpu": usable, "layouts": table,
             "moe_rack_layout": moe_rack_layout(model, system, precision, context=context, ideal=ideal),
-            "pipeline": pipeline_analysis(model, system, precision, ideal=ideal)})
+            # at the question's context and KV precision, as the layouts above (QA 2026-11-28: --context was
+            # ignored here, the table always at 8,192 tokens)
+            "pipeline": pipeline_analysis(model, system, precision, context=context, kv_precision=kv_precision,
+                                          ideal=ideal)})
 
 
 # --------------------------------------------------------------------------- lecture claims
