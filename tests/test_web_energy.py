@@ -135,3 +135,19 @@ def test_serving_and_plan_energy_are_the_apis():
     assert f"Power per fleet ({best['gpus']} GPUs, at the wall)" in shown
     df = at.dataframe[1].value  # the options' energy, beside their costs (at.dataframe[0])
     assert list(df["J per output token"]) == [energy_cells(o["energy"], "fleet")[0][1] for o in want["options"]]
+
+
+def test_a_step_that_does_not_fit_leaves_the_tabs_that_ask_their_own_questions():
+    """A batch and context that do not fit stopped the page after the reason: the Plan, Portfolio and Training tabs,
+    which do not draw the sidebar's step, went with it (QA 2026-11-28). The reason stays; the tabs stay, the step's
+    own saying why they are empty."""
+    at = _app().run()
+    assert not at.exception
+    ctx = next(s for s in at.sidebar.select_slider if s.label == "context (tokens)")
+    ctx.set_value(ctx.options[-1] if isinstance(ctx.options[-1], (int, float)) else int(ctx.options[-1])).run()
+    batch = next(s for s in at.sidebar.select_slider if s.label == "batch (sequences)")
+    batch.set_value(batch.options[-1] if isinstance(batch.options[-1], (int, float)) else int(batch.options[-1])).run()
+    assert not at.exception
+    assert any("Infeasible" in e.value for e in at.error)
+    assert len(at.tabs) == 8
+    assert any("This view draws the sidebar's step, which does not fit" in i.value for i in at.info)

@@ -411,7 +411,7 @@ def header(st, r, batch, context) -> None:
 
 
 def infeasible(st, r, batch, context) -> None:
-    """Why this choice cannot run, in place of numbers and charts (the page stops after it)."""
+    """Why this choice cannot run, in place of the step's numbers and charts (the tabs that draw it say so)."""
     lay = (r.layout or {}).get("label", "?")
     hint = (f"at most {num(r.max_batch_fit)} sequences fit at this context: lower the batch" if r.max_batch_fit >= 1
             else "the weights alone do not fit: pick a system with more GPUs (or more HBM) or a narrower weights "
@@ -445,15 +445,18 @@ def main():
     except Exception as e:  # noqa: BLE001 - a malformed upload is one line, never a traceback with paths
         st.error(f"chalk could not read this model ({type(e).__name__})")
         st.stop()
-    if not r.fits:
-        infeasible(st, r, batch, context)
-        st.stop()
-    header(st, r, batch, context)
     from chalk.faces.web_plan import tab_plan
     from chalk.faces.web_portfolio import tab_portfolio
     from chalk.faces.web_tabs import tab_layout, tab_lecture, tab_pricing, tab_training
 
     fns = (tab_roofline, tab_serving, tab_plan, tab_portfolio, tab_layout, tab_pricing, tab_training, tab_lecture)
+    # the tabs that draw the sidebar's step; Plan, Portfolio and Training ask their own questions (QA 2026-11-28:
+    # a batch and context that did not fit hid them all)
+    needs_step = {tab_roofline, tab_serving, tab_layout, tab_pricing, tab_lecture}
+    if r.fits:
+        header(st, r, batch, context)
+    else:
+        infeasible(st, r, batch, context)
     try:  # lazy tabs (Streamlit >= 1.52): only the open tab runs, so the first numbers come fast
         tabs = st.tabs(tab_names(), key="tab", on_change="rerun")
     except TypeError:  # pragma: no cover - older Streamlit: every tab runs
@@ -462,6 +465,10 @@ def main():
         if getattr(tab, "open", True) is False:
             continue
         with tab:
+            if not r.fits and fn in needs_step:
+                st.info("This view draws the sidebar's step, which does not fit (see above): lower the batch or "
+                        "the context, or pick more GPUs.")
+                continue
             _guard(st, fn, common, batch, context, r)
 
 
