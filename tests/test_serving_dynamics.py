@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -1164,3 +1165,24 @@ def test_a_closed_loop_tail_answer_is_its_replay_means_and_p99s_alike():
     for k in ("ttft_s", "ttft_p99_s", "tpot_s", "tpot_p99_s", "output_tokens_per_s_per_gpu"):
         assert r[k] == pytest.approx(f[k], rel=0.02), k
     assert "ttft_s_closed_form" in r
+
+
+@pytest.mark.parametrize("model,hw,args", [("llama-3.1-8b", "h100-sxm", ["--min-user-tps", "50"]),
+                                           ("deepseek-v3", "gb200-nvl72", ["--min-user-tps", "30"])])
+def test_a_search_answer_prints_the_fixed_deployment_that_replays_it(model, hw, args):
+    """The search answer names its deployment as a `throughput --layout --concurrency` command, speculation included:
+    DeepSeek-V3's answer uses its MTP head, and as a fixed deployment without --mtp it read 1,462 tokens/s per GPU
+    against the answer's 2,287. The printed command gives the answer's throughput."""
+    import shlex
+
+    base = [sys.executable, "-m", "chalk", "throughput", "-m", model, "-H", hw, "--input-len", "2000",
+            "--output-len", "1000", "--mode", "aggregated", *args]
+    r = json.loads(subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=600).stdout)
+    text = " ".join(subprocess.run(base, capture_output=True, text=True, timeout=600,
+                                   env={**os.environ, "COLUMNS": "400"}).stdout.split())
+    cmd = text.split("as a fixed deployment: ")[1].split(" fixed ")[0].split(" GPUs ")[0]
+    cmd = shlex.split(cmd.split(" layout ")[0])
+    assert cmd[0] == "throughput"
+    fixed = json.loads(subprocess.run([sys.executable, "-m", "chalk", *cmd, "--json"], capture_output=True, text=True,
+                                      timeout=600).stdout)
+    assert fixed["output_tokens_per_s_per_gpu"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=0.01)

@@ -50,6 +50,23 @@ def _estimate_command(r: dict, batch: int) -> str:
             f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}"
             f"{ideal}{eplb}{mtp}")
 
+def _fixed_command(r: dict) -> str:
+    """The search answer's deployment as a fixed one: the `throughput --layout --concurrency` command that replays it,
+    with the speculation it uses (QA 2026-11-28: DeepSeek-V3's answer with its MTP head read 1,462 tokens/s per GPU
+    as a fixed deployment without --mtp, 2,287 with it)."""
+    if r.get("mode") != "aggregated":
+        return ""
+    par = r.get("parallelism") or {}
+    lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
+                   if par.get(k) is not None and (k == "tp" or par[k] != 1))
+    sp = r.get("speculative") or {}
+    mtp = f" --mtp {sp['draft_tokens']}" if sp.get("used") else ""
+    eng = f" --engine {r['engine']}@{r['engine_release']}" if r.get("engine") else ""
+    return (f"; as a fixed deployment: throughput -m {r['model']} -H {r['hardware']} --layout {lay} --gpus {r['gpus']} "
+            f"--concurrency {round(r['concurrency'])} --input-len {r['input_len']:g} --output-len {r['output_len']:g} "
+            f"-p {r['precision']} --kv-precision {r['kv_precision']}{eng}{mtp}")
+
+
 def _gpus_text(r: dict) -> str:
     """The GPUs row of a searched answer: the deployment's GPUs (a disaggregated one's two pools), and the scale-up
     domains one replica spans where it crosses the scale-out network."""
@@ -307,7 +324,8 @@ def throughput(
             *((("p99 TPOT / TTFT", f"{seconds(r['tpot_p99_s'])} / {seconds(r['ttft_p99_s'])}: "
                 + r["tail_latency_source"]),) if r.get("tail_latency_source") else ()),
             ("concurrency", f"{num(r['concurrency'])} requests in flight "
-                            f"({num(r['batch_per_replica'] * par['dp'])} decoding)"),
+                            f"({num(r['batch_per_replica'] * par['dp'])} decoding)"
+             + _fixed_command(r)),
             ("GPUs", _gpus_text(r)),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),
