@@ -9,7 +9,8 @@ saying so), runs whose notes state warm-up requests or iterations, and runs of o
 vLLM's benchmark_serving (`vllm bench serve`), which sends the run's first prompt once as a test request before the
 timed run ("Starting initial single prompt test run...", benchmarks/benchmark_serving.py): that warms the engine
 for a first wave of one, not for a larger one; LMDeploy's profile_generation.py (its warmup() at the run's own
-concurrency and lengths) and trtllm-bench at one or two in flight (its `--warmup` requests, default 2). Every other row stays empty (a cold engine or not stated).
+concurrency and lengths) and trtllm-bench at one or two in flight (its `--warmup` requests, default 2). Every
+other row stays empty (a cold engine or not stated).
 Idempotent; measured values, ids and other columns are not touched.
 """
 

@@ -95,10 +95,10 @@ class StepCost:
 
         That tangent and secant are one line, which prices a burst of prompts at the low-load secant's rate: near
         a memory-bound decode step a prompt token is almost free, while a step carrying many prompts at once is
-        compute-bound. So the compute line carries the roofline's other side: every token of the step (decoding or prompt) at the
-        secant from none to `prefill_tokens_high` prompt tokens (default: every decoding sequence's prompt at once,
-        `batch` x `prompt_len`; the replays pass their chunk budget where it is smaller), through the origin, no
-        steeper than keeps the two reference steps on the memory line. The step is the larger of the two plus the
+        compute-bound. So the compute line carries the roofline's other side: every token of the step (decoding or
+        prompt) at the secant from none to `prefill_tokens_high` prompt tokens (default: every decoding sequence's
+        prompt at once, `batch` x `prompt_len`; the replays pass their chunk budget where it is smaller), through
+        the origin, no steeper than keeps the two reference steps on the memory line. The step is the larger of the two plus the
         fixed time, as the step model's own roofline. (QA 2026-11-28: LMDeploy's 16 threads of 128-token prompts
         on Llama-2-70B TP4 A100 arrive together; one step prefills all 2,048 tokens, 341 ms in the step model,
         which the replay's one line priced at 193 ms from the secant over one 128-token prompt beside 16 decodes.)
