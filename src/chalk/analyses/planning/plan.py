@@ -184,7 +184,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                      input_dist=getattr(din, "label", None), output_dist=getattr(dout, "label", None), options=options,
                      unavailable=unavailable, engine=engine, sim_requests=sim_requests,
                      engines=sorted({o["engine"] for o in options}),
-                     efficiency=options[0]["efficiency"], notes=_notes(options, systems, curve))
+                     efficiency=options[0]["efficiency"],
+                     notes=_notes(options, systems, curve, trace=ask.trace is not None))
     res["trace"] = None if from_trace is None else from_trace["derived"]
     # what the verifying replays fed the fleet: the trace's own requests around its busiest window, or Poisson
     # arrivals at the sized rate (a diurnal curve scales the rate: Poisson then)
@@ -575,8 +576,13 @@ def _curves(ask, systems, names, options, sized, demand) -> dict:
     return out
 
 
-def _notes(options, systems, curve) -> list[str]:
-    n = ["latencies are checked in a replay: Poisson arrivals over the replicas behind a least-loaded router; "
+def _notes(options, systems, curve, trace=False) -> list[str]:
+    from chalk.analyses.planning.trace_demand import PEAK_LEAD_WINDOWS, PEAK_TAIL_WINDOWS, PEAK_WINDOW_S
+
+    n = [f"latencies are checked in a replay: the trace's own requests from {PEAK_LEAD_WINDOWS * PEAK_WINDOW_S:g} s "
+         f"before its busiest {PEAK_WINDOW_S:g} s to {PEAK_TAIL_WINDOWS * PEAK_WINDOW_S:g} s after, over the "
+         f"replicas behind a least-loaded router; p99s over that busiest window" if trace else
+         "latencies are checked in a replay: Poisson arrivals over the replicas behind a least-loaded router; "
          "p99s over the steady-state window"]
     for s in systems:
         if s.chip.price_is_assumption:

@@ -472,8 +472,10 @@ def _replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wo
               est_tpot_s=float(op["tpot_s"]), simulate_replicas=k, warmup_s=2.0 * n_fl / x, seed=ask.seed,
               prefill=prefill, workers=workers, loop=replay_loop(),
               client_latency_s=calibration(ask.ideal, system.chip).request_latency_s)
-    if ask.trace is not None:  # the trace's own requests around its peak: k of the R replicas' share of them
-        kw["arrivals"] = ask.trace.around_peak(math.ceil(n * s["replicas"] / k))
+    if ask.trace is not None:  # the trace's own requests around its peak, on every replica (the stretch is the
+        # whole fleet's work however many replicas share it), the p99s over the busiest window
+        kw["arrivals"], kw["measure_window"] = ask.trace.around_peak(most=MAX_REQUESTS)
+        kw["simulate_replicas"] = s["replicas"]
     if s["speculative"] is None:
         # each replica is the engine model throughput and chalk simulate replay (`serving.open_loop_replay`): the
         # engine's prefill chunk per attention-DP rank (a disaggregated decode replica: prompt tokens free, as

@@ -165,7 +165,7 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
            simulate_replicas: int | None = None, warmup_s: float = 0.0, seed: int = 0,
            prefill: dict | None = None, workers: int | None = None, loop: str = "auto",
            client_latency_s: float = 0.0, kv_capacity_tokens: float = math.inf,
-           arrivals: tuple | None = None) -> FleetReplay:
+           arrivals: tuple | None = None, measure_window: tuple[float, float] | None = None) -> FleetReplay:
     """Replay `n_requests` Poisson arrivals at `rate_per_s` over `replicas` replicas behind a least-loaded router.
 
     `simulate_replicas` (k < R): simulate k replicas fed k/R of the arrivals (replicas are interchangeable
@@ -181,7 +181,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     `arrivals`: the fleet's requests as (arrival_s, input_len, output_len) arrays, in place of `n_requests` Poisson
     arrivals at `rate_per_s` (a trace's, bursts as recorded): the k simulated replicas get the requests a
     round-robin share gives them (every request whose place in arrival order, mod R, is below k), so each burst
-    reaches them at k/R of its size.
+    reaches them at k/R of its size. `measure_window`: (start, end) on the arrivals' clock (from the first request):
+    the percentiles and means are over the requests arriving in it alone (a trace's busiest window), in place of the
+    steady-state window.
     """
     t0 = time.perf_counter()
     lat = float(positive("client_latency_s", client_latency_s, allow_zero=True, scalar=True))
@@ -243,7 +245,11 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     rank[np.argsort(a, kind="stable")] = np.arange(n)
     keep = (rank >= first) & (rank < last)
     warm = a >= float(np.min(a)) + max(float(warmup_s), 0.0)
-    if (keep & warm).sum() >= max(n // 5, 1):
+    if measure_window is not None:
+        keep = (a >= float(measure_window[0])) & (a <= float(measure_window[1]))
+        if not keep.any():
+            raise InputError("the measured window holds no request of the replay")
+    elif (keep & warm).sum() >= max(n // 5, 1):
         keep &= warm
     lo, hi = float(np.min(a[keep])), float(np.max(a[keep]))
 
@@ -266,11 +272,14 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        requests_clipped=clipped, wall_s=time.perf_counter() - t0,
                        mean_batch=float(np.mean(batch)) if batch else 0.0, mean_ttft_s=mean(ttft),
                        mean_tpot_s=mean(tpot), latency_window={
-                           "kind": "steady", "requests": int(keep.sum()), "warmup_requests": int((a < lo).sum()),
+                           "kind": "steady" if measure_window is None else "peak", "requests": int(keep.sum()),
+                           "warmup_requests": int((a < lo).sum()),
                            "cooldown_requests": int((a > hi).sum()), "start_s": float(lo), "end_s": float(hi),
                            "basis": "percentiles over the requests in the steady-state window of `chalk simulate` "
                                     "(the first 10% and last 5% of arrivals left out) that arrive after the warm-up "
-                                    "(warmup_s)"})
+                                    "(warmup_s)" if measure_window is None else
+                                    "percentiles over the requests arriving in the trace's busiest window, the "
+                                    "requests before and after it replayed around it"})
 
 
 def decode_only(step_cost: StepCost) -> StepCost:
