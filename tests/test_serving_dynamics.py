@@ -1167,22 +1167,35 @@ def test_a_closed_loop_tail_answer_is_its_replay_means_and_p99s_alike():
     assert "ttft_s_closed_form" in r
 
 
-@pytest.mark.parametrize("model,hw,args", [("llama-3.1-8b", "h100-sxm", ["--min-user-tps", "50"]),
-                                           ("deepseek-v3", "gb200-nvl72", ["--min-user-tps", "30"])])
+@pytest.mark.parametrize("model,hw,args", [
+    ("llama-3.1-8b", "h100-sxm", ["--min-user-tps", "50"]),
+    ("deepseek-v3", "gb200-nvl72", ["--min-user-tps", "30"]),
+    pytest.param("deepseek-v3", "gb200-nvl72", ["--min-user-tps", "30", "--mtp", "1", "--acceptance", "0.5"],
+                 marks=pytest.mark.slow),
+    pytest.param("deepseek-v3", "gb200-nvl72", ["--layout", "tp=1,ep=32,attn_dp=32", "--eplb", "off"],
+                 marks=pytest.mark.slow),
+    ("llama-3.1-8b", "h100-sxm", ["--ideal"]),
+    pytest.param("llama-3.1-70b", "h100-sxm", ["--speculative", "eagle,3,0.7", "--min-user-tps", "30"],
+                 marks=pytest.mark.slow),
+    ("llama-3.1-8b", "h100-sxm", ["--input-len", "uniform:min=100,max=16000", "--max-tokens", "512",
+                                  "--max-seqs", "64"])])
 def test_a_search_answer_prints_the_fixed_deployment_that_replays_it(model, hw, args):
-    """The search answer names its deployment as a `throughput --layout --concurrency` command, speculation included:
-    DeepSeek-V3's answer uses its MTP head, and as a fixed deployment without --mtp it read 1,462 tokens/s per GPU
-    against the answer's 2,287. The printed command gives the answer's throughput."""
+    """The search answer names its deployment as a `throughput --layout --concurrency` command (text and JSON
+    `fixed_command`): DeepSeek-V3's answer uses its MTP head, and as a fixed deployment without --mtp it read 1,462
+    tokens/s per GPU against the answer's 2,287; a second sweep found --ideal (-77%), --eplb off (+75%), --acceptance,
+    --speculative eagle (printed as --mtp, refused), --max-tokens, --max-seqs and length distributions dropped. The
+    printed command gives the answer's throughput."""
     import shlex
 
-    base = [sys.executable, "-m", "chalk", "throughput", "-m", model, "-H", hw, "--input-len", "2000",
-            "--output-len", "1000", "--mode", "aggregated", *args]
+    lengths = [] if "--input-len" in args else ["--input-len", "2000"]
+    base = [sys.executable, "-m", "chalk", "throughput", "-m", model, "-H", hw, *lengths, "--output-len", "500",
+            "--mode", "aggregated", *args]
     r = json.loads(subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=600).stdout)
-    text = " ".join(subprocess.run(base, capture_output=True, text=True, timeout=600,
-                                   env={**os.environ, "COLUMNS": "400"}).stdout.split())
-    cmd = text.split("as a fixed deployment: ")[1].split(" fixed ")[0].split(" GPUs ")[0]
-    cmd = shlex.split(cmd.split(" layout ")[0])
+    cmd = shlex.split(r["fixed_command"])
     assert cmd[0] == "throughput"
     fixed = json.loads(subprocess.run([sys.executable, "-m", "chalk", *cmd, "--json"], capture_output=True, text=True,
                                       timeout=600).stdout)
     assert fixed["output_tokens_per_s_per_gpu"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=0.01)
+    text = " ".join(subprocess.run(base, capture_output=True, text=True, timeout=600,
+                                   env={**os.environ, "COLUMNS": "400"}).stdout.split())
+    assert "as a fixed deployment: " + r["fixed_command"] in text

@@ -50,21 +50,45 @@ def _estimate_command(r: dict, batch: int) -> str:
             f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}"
             f"{ideal}{eplb}{mtp}")
 
-def _fixed_command(r: dict) -> str:
+def _fixed_command(r: dict, asked: dict) -> str:
     """The search answer's deployment as a fixed one: the `throughput --layout --concurrency` command that replays it,
-    with the speculation it uses (QA 2026-11-28: DeepSeek-V3's answer with its MTP head read 1,462 tokens/s per GPU
-    as a fixed deployment without --mtp, 2,287 with it)."""
-    if r.get("mode") != "aggregated":
-        return ""
+    the question's own settings carried over (`asked`: its lengths as given, --ideal, --eplb, the engine's limits, the
+    prefix-cache share and the speculation asked) and the speculation the answer chose where none was asked
+    (QA 2026-11-28: DeepSeek-V3's answer with its MTP head read 1,462 tokens/s per GPU as a fixed deployment without
+    --mtp, 2,287 with it; a second sweep found --ideal, --eplb, --acceptance, --speculative, --max-tokens,
+    --max-seqs and length distributions dropped)."""
+    import shlex
+
     par = r.get("parallelism") or {}
     lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
                    if par.get(k) is not None and (k == "tp" or par[k] != 1))
+    words = ["throughput", "-m", r["model"], "-H", r["hardware"], "--layout", lay, "--gpus", str(r["gpus"]),
+             "--concurrency", str(round(r["concurrency"])), "--input-len", f"{asked['input_len']:g}"
+             if isinstance(asked["input_len"], float) else str(asked["input_len"]), "--output-len",
+             f"{asked['output_len']:g}" if isinstance(asked["output_len"], float) else str(asked["output_len"]),
+             "-p", r["precision"], "--kv-precision", r["kv_precision"]]
+    if asked.get("engine"):
+        words += ["--engine", str(asked["engine"])]
+    elif r.get("engine"):
+        words += ["--engine", f"{r['engine']}@{r['engine_release']}"]
+    if asked.get("ideal"):
+        words.append("--ideal")
+    if asked.get("eplb") not in (None, "auto"):
+        words += ["--eplb", str(asked["eplb"])]
+    for flag, key in (("--max-seqs", "max_seqs"), ("--max-tokens", "max_tokens")):
+        if asked.get(key) is not None:
+            words += [flag, str(asked[key])]
+    if asked.get("cache_hit"):
+        words += ["--cache-hit", f"{asked['cache_hit']:g}"]
     sp = r.get("speculative") or {}
-    mtp = f" --mtp {sp['draft_tokens']}" if sp.get("used") else ""
-    eng = f" --engine {r['engine']}@{r['engine_release']}" if r.get("engine") else ""
-    return (f"; as a fixed deployment: throughput -m {r['model']} -H {r['hardware']} --layout {lay} --gpus {r['gpus']} "
-            f"--concurrency {round(r['concurrency'])} --input-len {r['input_len']:g} --output-len {r['output_len']:g} "
-            f"-p {r['precision']} --kv-precision {r['kv_precision']}{eng}{mtp}")
+    if sp.get("used"):  # the speculation asked, as asked; else the model's own heads the search chose
+        if asked.get("speculative"):
+            words += ["--speculative", str(asked["speculative"])]
+        else:
+            words += ["--mtp", str(asked.get("mtp") or sp["draft_tokens"])]
+            if asked.get("acceptance") is not None:
+                words += ["--acceptance", f"{asked['acceptance']:g}"]
+    return shlex.join(words)
 
 
 def _gpus_text(r: dict) -> str:
@@ -289,6 +313,11 @@ def throughput(
         r["objective"] = NO_FLOOR.format(user=num(r["user_tokens_per_s"]))
     label_rates(r)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
+    if r.get("mode") == "aggregated":  # the answer as a fixed deployment: the question's own settings carried over
+        asked = dict(input_len=input_len, output_len=output_len, ideal=ideal, eplb=eplb, max_seqs=max_seqs,
+                     max_tokens=max_tokens, cache_hit=cache_hit, engine=engine, mtp=mtp, acceptance=acceptance,
+                     speculative=speculative)
+        r["fixed_command"] = _fixed_command(r, asked)
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
                    kv_precision=kv_precision, ideal=ideal, input_len=r["input_len"], output_len=r["output_len"])
@@ -325,7 +354,7 @@ def throughput(
                 + r["tail_latency_source"]),) if r.get("tail_latency_source") else ()),
             ("concurrency", f"{num(r['concurrency'])} requests in flight "
                             f"({num(r['batch_per_replica'] * par['dp'])} decoding)"
-             + _fixed_command(r)),
+             + (f"; as a fixed deployment: {r['fixed_command']}" if r.get("fixed_command") else "")),
             ("GPUs", _gpus_text(r)),
             ("layout", f"{r['layout']} (TP {par['tp']}, EP {par['ep']}, PP {par['pp']}, DP {par['dp']}); "
                        f"overlap: {r['overlap']}"),
