@@ -1199,3 +1199,18 @@ def test_a_search_answer_prints_the_fixed_deployment_that_replays_it(model, hw, 
     text = " ".join(subprocess.run(base, capture_output=True, text=True, timeout=600,
                                    env={**os.environ, "COLUMNS": "400"}).stdout.split())
     assert "as a fixed deployment: " + r["fixed_command"] in text
+
+
+def test_a_speculating_disaggregated_answer_says_its_ttft_leaves_the_prefill_queue_out():
+    """The request simulator runs no draft tokens, so a speculating disaggregated answer under a TTFT target stays in
+    closed form, its TTFT a lone prompt's prefill: DeepSeek-V3 on H200 at a 350 ms p99 TTFT (closed loop) answered
+    301 ms with its prefill pool 93% busy. The answer now says the queue is not in its TTFT and how busy the pool
+    is."""
+    from chalk.analyses.traffic.serving import throughput
+
+    r = throughput("deepseek-v3", "h200", input_len=2000, output_len=500, min_user_tps=20, ttft_p99_s=0.35,
+                   arrivals="closed", disaggregated=True)
+    assert r["mode"] == "disaggregated" and r["speculative"]["used"]
+    note = next(n for n in r["notes"] if n.startswith("TTFT is the closed form's"))
+    busy = float(note.split("(")[1].split("%")[0])
+    assert 50 <= busy <= 100
