@@ -612,7 +612,7 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
         if (res.get("speculative") or {}).get("used"):
             # the request simulator runs no draft tokens: a speculating deployment is answered in closed form, and
             # its TTFT target is met by a lone prompt's prefill; say how busy the prefill pool it queues for is
-            # (QA 2026-11-28: DeepSeek-V3 on H200 at a 350 ms p99 TTFT, the pool 93% busy, TTFT 301 ms as the mean)
+            # (QA 2026-11-28: a 671B MoE on H200 at a 350 ms p99 TTFT, the pool 93% busy, TTFT 301 ms as the mean)
             pre = res["prefill"]
             asked = float(res["output_tokens_per_s_per_gpu"]) * float(res["gpus"]) / float(res["output_len"])
             pool = float(pre["input_tokens_per_s_per_gpu"]) * float(pre["parallelism"]["gpus"]) / max(
