@@ -1214,3 +1214,21 @@ def test_a_speculating_disaggregated_answer_says_its_ttft_leaves_the_prefill_que
     note = next(n for n in r["notes"] if n.startswith("TTFT is the closed form's"))
     busy = float(note.split("(")[1].split("%")[0])
     assert 50 <= busy <= 100
+
+
+def test_the_replay_serves_the_prefix_cache_share_the_closed_form_counts():
+    """`--cache-hit` was ignored by the replayed closed loop (Llama-3.1-8B on H100, 8,000 / 100 tokens at 32 in
+    flight: 384 tokens/s per GPU with or without 90% of prompt tokens cached), though the closed form counted it.
+    The replay's prompts now find that share cached (its KV read, not computed): more served, shorter TTFT, Little's
+    law held."""
+    from chalk.analyses.traffic.serving import fixed_deployment
+
+    kw = dict(layout="tp=1", concurrency=32, input_len=8000, output_len=100)
+    plain = fixed_deployment("llama-3.1-8b", "h100-sxm", **kw)
+    hit = fixed_deployment("llama-3.1-8b", "h100-sxm", cache_hit=0.9, **kw)
+    assert hit["latency_source"].startswith("simulated") and plain["latency_source"].startswith("simulated")
+    assert hit["output_tokens_per_s_per_gpu"] > 2 * plain["output_tokens_per_s_per_gpu"]
+    assert hit["ttft_s"] < 0.5 * plain["ttft_s"]
+    for r in (plain, hit):
+        x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
+        assert r["concurrency"] == pytest.approx(x * (r["ttft_s"] + r["tpot_s"] * (r["output_len"] - 1)), rel=0.02)
