@@ -127,10 +127,10 @@ class StepCost:
         I = float(positive("prompt length", prompt_len, scalar=True))
         c0 = float(positive("prefill tokens", prefill_tokens, allow_zero=True, scalar=True))
 
-        def T(b, ctx, c, full=False):
+        def T(b, ctx, c, full=False, rank_tokens=None):
+            rank = rank_tokens if rank_tokens is not None else prefill_rank_tokens if c > 0 and c0 > 0 else None
             st = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, b, c, ctx, I, cal, kernels=kern,
-                            overhead_s=overhead_s,
-                            prefill_rank_tokens=prefill_rank_tokens if c > 0 and c0 > 0 else None)
+                            overhead_s=overhead_s, prefill_rank_tokens=rank)
             t = float(P.pipeline_token_latency_s(st["stage_time_s"], lay.pp))
             return (t, float(P.pipeline_token_latency_s(st["overhead_s"], lay.pp))) if full else t
 
@@ -156,9 +156,7 @@ class StepCost:
             # a burst of many prompts spreads over the attention-DP ranks (one chunk's prompt sits on one)
             rank_hi = None if prefill_rank_tokens is None or c0 <= 0 else max(c_hi / lay.attn_dp,
                                                                                min(prefill_rank_tokens, c_hi))
-            st_hi = stage_step(costs, system, lay.tp, lay.attn_dp, lay.pp, lay.ep, B, c_hi, L, I, cal, kernels=kern,
-                               overhead_s=overhead_s, prefill_rank_tokens=rank_hi)["stage_time_s"]
-            t_hi = float(P.pipeline_token_latency_s(st_hi, lay.pp))
+            t_hi = T(B, L, c_hi, rank_tokens=rank_hi)
             k = max(min((t_hi - ovh) / (B + c_hi), (t0 - ovh) / B, (t0 + d_tok * dc - ovh) / (B + dc)), 0.0)
         w, kv1 = memory_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, lay.ep, float(lay.attn_dp * lay.pp), L)
         usable = system.chip.hbm_bytes * (1 - cal.memory_reserve)
