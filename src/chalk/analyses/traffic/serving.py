@@ -20,8 +20,8 @@ import numpy as np
 from chalk.analyses.step.calibration import Calibration, calibration, with_eplb
 from chalk.analyses.records.claims import Claim
 from chalk.analyses.step.parallel import (Layout, check_reach, domains_to_hold, engine_kernels, engine_overhead_s,
-                                     engine_provenance, enumerate_layouts, layout_arrays, memory_per_chip, stage_step,
-                                     step_costs)
+                                     engine_provenance, enumerate_layouts, layout_arrays, layout_spec, memory_per_chip,
+                                     stage_step, step_costs)
 from chalk.analyses.records.results import ServingResult
 from chalk.analyses.traffic import simulate as sim_mod
 from chalk.analyses.traffic.simulate import MAX_REQUESTS
@@ -653,15 +653,13 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dic
     its two pools (the decode replicas of its layout, the prefill pool's workers); `ttft_p99_s`: a p99 TTFT target
     its closed loop must meet as well (`--arrivals closed`)."""
     par = res["parallelism"]
-    lay = ",".join(f"{k}={int(par[k])}" for k in ("tp", "ep", "etp", "pp", "attn_dp") if par.get(k))
+    lay = layout_spec(par)
     R = max(int(par.get("dp") or 1), 1)  # replicas of the layout: each at the search's point, rounded alike
     conc = R * max(int(round(float(res["concurrency"]) / R)), 1)
     fixed = dict(kw, layout=lay, gpus=int(res["gpus"]), precision=res["precision"], kv_precision=res["kv_precision"],
                  speculative=spec if (res.get("speculative") or {}).get("used") else None)
     if res.get("mode") == "disaggregated":
-        pp_ = res["prefill"]["parallelism"]
-        fixed.update(decode_gpus=int(res["decode_gpus"]), prefill_layout=",".join(
-            f"{k}={int(pp_[k])}" for k in ("tp", "ep", "etp", "pp", "attn_dp") if pp_.get(k)))
+        fixed.update(decode_gpus=int(res["decode_gpus"]), prefill_layout=layout_spec(res["prefill"]["parallelism"]))
 
     def missed(r) -> bool:
         return bool((max_ttft_s and r["ttft_s"] > max_ttft_s) or (ttft_p99_s and r["ttft_p99_s"] > ttft_p99_s))
