@@ -27,13 +27,19 @@ ENGINE_KV_OPT = typer.Option("auto", "--kv-precision", help="KV cache precision;
 from chalk.faces.energy_text import PUE_OPT, USD_PER_KWH_OPT, energy_rows
 
 
+def _layout_text(r: dict) -> str:
+    """An answer's replica as the --layout its printed commands take: tp, and each of ep, etp, pp and attention DP
+    that is not 1."""
+    par = r.get("parallelism") or {}
+    return ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
+                    if par.get(k) is not None and (k == "tp" or par[k] != 1))
+
+
 def _estimate_command(r: dict, batch: int) -> str:
     """The `estimate` command that times a fixed answer's pure decode step: its model, system, layout, batch, mean
     decode context, precisions and engine release (QA 2026-11-28: the hint left out --engine, and without it estimate
     answered on other kernel tables and another KV precision)."""
-    par = r.get("parallelism") or {}
-    lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
-                   if par.get(k) is not None and (k == "tp" or par[k] != 1))
+    lay = _layout_text(r)
     eng = f" --engine {r['engine']}@{r['engine_release']}" if r.get("engine") else ""
     sp = r.get("speculative") or {}
     # with MTP the pure step verifies K + 1 tokens a sequence; estimate's speculative row times it with the K drafts
@@ -59,9 +65,7 @@ def _fixed_command(r: dict, asked: dict) -> str:
     --max-seqs and length distributions dropped)."""
     import shlex
 
-    par = r.get("parallelism") or {}
-    lay = ",".join(f"{k}={par[k]}" for k in ("tp", "ep", "etp", "pp", "attn_dp")
-                   if par.get(k) is not None and (k == "tp" or par[k] != 1))
+    lay = _layout_text(r)
     words = ["throughput", "-m", r["model"], "-H", r["hardware"], "--layout", lay, "--gpus", str(r["gpus"]),
              "--concurrency", str(round(r["concurrency"])), "--input-len", f"{asked['input_len']:g}"
              if isinstance(asked["input_len"], float) else str(asked["input_len"]), "--output-len",
