@@ -162,9 +162,15 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     return objs
 
 
-#: A worker's data-parallel ranks start at its index times the ranks per node: a number the pod computes itself
-START_RANK_FLAGS = ("--data-parallel-start-rank",)
-LOCAL_RANKS_FLAGS = ("--data-parallel-size-local",)
+def _flags_filled_with(placeholder: str) -> frozenset:
+    """The multi-node flags (catalog/launch.yaml multi_node, every engine) whose value the renderer fills with
+    `placeholder` ('{rank}', '{start_rank}', '{local_ranks}'): which flags carry a node's numbers is launch data."""
+    out = set()
+    for rule in (_rules().get("multi_node") or {}).values():
+        for flag, value in [*(rule.get("all") or []), *(rule.get("workers") or [])]:
+            if value == placeholder:
+                out.add(flag)
+    return frozenset(out)
 
 
 def _worker_argv(cmd: dict, nodes: int) -> dict:
@@ -173,12 +179,13 @@ def _worker_argv(cmd: dict, nodes: int) -> dict:
     i x its local ranks) is computed from it by a shell, since Kubernetes substitutes variables but not arithmetic
     (QA 2026-11-28: every worker of a 4-node Kimi-K2 set claimed --data-parallel-start-rank 1)."""
     argv = list(cmd["argv"])
-    local = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in LOCAL_RANKS_FLAGS), None)
+    rank, start_rank, local_ranks = (_flags_filled_with(p) for p in ("{rank}", "{start_rank}", "{local_ranks}"))
+    local = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in local_ranks), None)
     start = None
     for i, a in enumerate(argv[:-1]):
-        if a == "--node-rank":
+        if a in rank:
             argv[i + 1] = "$(LWS_WORKER_INDEX)"
-        elif a in START_RANK_FLAGS and local is not None:
+        elif a in start_rank and local is not None:
             start = i + 1
     if start is None:
         return {**cmd, "argv": argv}
