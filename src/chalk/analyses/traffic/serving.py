@@ -1155,15 +1155,16 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
 
 def throughput_by_size(model, hardware, sizes, *, input_len, output_len, precision=None, kv_precision="auto",
                        min_user_tps=None, max_ttft_s=None, disaggregated=False, ideal=False, speculative="auto",
-                       engine=None, eplb=None) -> list:
+                       engine=None, eplb=None, ttft_p99_s=None) -> list:
     """`throughput(model, hardware, gpus=n, ...)` at each deployment size n of `sizes` (the search's own,
     `search_sizes`): [(n, its answer, or the FitError it raises)], from one evaluation of the step model over every
     size's layouts, each size then selected from its own points (and its own prefill pool); the very answers of one
-    call per size (`chalk plan`'s shortlist, issue 28 item 3), at about the cost of one."""
+    call per size (`chalk plan`'s shortlist, issue 28 item 3), at about the cost of one. `ttft_p99_s`: a p99 TTFT
+    screened in closed form at the p99 prompt (`_select`'s check; no replay)."""
     sizes = [count("gpus", n, MAX_GPUS) for n in sizes]
     kw = dict(input_len=input_len, output_len=output_len, precision=precision, kv_precision=kv_precision,
               speeds=(min_user_tps,), max_ttft_s=max_ttft_s, disaggregated=disaggregated, ideal=ideal,
-              speculative=resolve_speculation(speculative, model), engine=engine, eplb=eplb)
+              speculative=resolve_speculation(speculative, model), engine=engine, eplb=eplb, ttft_p99_s=ttft_p99_s)
     try:
         found = _search(model, hardware, **kw)
     except FitError:  # no size fits: each says why in its own words
