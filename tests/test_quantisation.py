@@ -199,13 +199,35 @@ def test_weight_only_names_spell_their_size():
 
 def test_block_scaled_fp4_counts_its_scales():
     """NVFP4 stores one FP8 (E4M3) scale per 16 four-bit elements (4.5 bits), MXFP4 one 8-bit scale per 32 (4.25
-    bits): a DeepSeek-R1 FP4 checkpoint's 671e9 parameters weigh 377 GB at NVFP4, not the 335 GB of bare 4-bit. Its
-    own FP8 checkpoint: 671.03 GB at one byte each, plus 1.85 GB for the bf16 embeddings and LM head it keeps."""
+    bits): a DeepSeek-R1 FP4 checkpoint's 671e9 parameters weigh 377 GB at NVFP4, not the 335 GB of bare 4-bit,
+    plus 2.82 GB for the 1.961e9 it keeps at 16 bits (embeddings, LM head, routers, norms: 1.4375 bytes more each,
+    `model_sizes.NARROWED_KEEPS`). Its own FP8 checkpoint: 671.03 GB at one byte each, plus 1.85 GB for the bf16
+    embeddings and LM head it keeps."""
     assert bytes_per_element("fp4") == bytes_per_element("nvfp4") == pytest.approx((4 + 8 / 16) / 8)
     assert bytes_per_element("mxfp4") == pytest.approx((4 + 8 / 32) / 8)
     fp4, fp8 = (estimate("deepseek-r1", "b200", precision=p, layout="tp=8", batch=1, context=1000).weight_bytes
                 for p in ("fp4", "fp8"))
-    assert fp4 == pytest.approx(377.45e9, rel=1e-4) and fp8 == pytest.approx(671.03e9 + 1.853e9, rel=1e-4)
+    assert fp4 == pytest.approx(377.45e9 + 1.9607e9 * 1.4375, rel=1e-4)
+    assert fp8 == pytest.approx(671.03e9 + 1.853e9, rel=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4", "w4a16"])
+def test_a_what_if_precision_keeps_what_a_checkpoint_of_it_keeps(tmp_path, precision):
+    """`--precision fp8` (fp4, w4a16) sizes the embedding and LM head at 16 bits, as vLLM's fp8 quantisation,
+    ModelOpt's recipes and GPTQ checkpoints keep them. QA 2026-11-28: at 8 bits a what-if FP8 Llama-3.1-70B fitted one
+    H100 (70.6 GB) that the same model's FP8 block checkpoint (72.7 GB) does not, and plan launched it there."""
+    from chalk.analyses.step.model_sizes import sizes
+    from chalk.specs.catalog import as_model
+
+    sz = sizes(as_model("llama-3.1-70b"))
+    g = sz.group_params
+    kept = g["embedding"] + g["lm_head"] + g["norms"]
+    want = (sz.total_params - kept) * bytes_per_element(precision) + kept * 2.0
+    got = estimate("llama-3.1-70b", "h100-sxm", precision=precision, layout="tp=8", batch=1, context=1000)
+    assert got.weight_bytes == pytest.approx(want, rel=1e-9)
+    if precision == "fp8":  # 72.7 GB, as the FP8 block checkpoint: one H100 does not hold it
+        assert got.weight_bytes > 72e9
+        assert not estimate("llama-3.1-70b", "h100-sxm", precision="fp8", layout="tp=1", batch=1, context=1000).fits
 
 
 # --------------------------------------------------------------------------- what it is sized and timed as

@@ -16,6 +16,15 @@ from chalk.specs.model import ModelSpec
 from chalk.specs.precision import bytes_per_element, canonical
 
 
+#: Parameter groups a deployment quantised to a narrower precision than 16 bits keeps at 16 bits, whatever the
+#: scheme: the input embedding (a lookup), the LM head, the norms and the MoE router. vLLM's `--quantization fp8`
+#: quantises the Linear layers of the blocks only; ModelOpt's FP8 and NVFP4 recipes leave `*lm_head*` and the
+#: routers unquantised; GPTQ, AWQ and bitsandbytes checkpoints keep embeddings and LM head (`chalk.specs.
+#: quantisation.SCHEME_KEEPS`). A what-if `--precision fp8` counted them at 8 bits and fitted a 70B on one H100
+#: that the same model's FP8 checkpoint does not fit (QA 2026-11-28).
+NARROWED_KEEPS = ("embedding", "lm_head", "norms", "router")
+
+
 def _like(x, value):
     """`value` in the shape of `x` (an array or a number)."""
     return np.full(x.shape, float(value)) if isinstance(x, np.ndarray) else flt(value)
@@ -138,6 +147,33 @@ class ModelSizes:
             return None
         return precision
 
+    def wide_dtype(self) -> str:
+        """The 16-bit dtype groups kept unquantised are stored at: the checkpoint's own where it is 16-bit, else
+        bf16."""
+        own = canonical(self.model.native_precision)
+        return own if bytes_per_element(own) == 2 else "bf16"
+
+    def narrowed(self, precision: str | None) -> bool:
+        """Whether `precision` is a what-if quantisation narrower than 16 bits (not the checkpoint's own mix): its
+        `NARROWED_KEEPS` groups stay at `wide_dtype`."""
+        precision = self.as_stored(precision)
+        return precision is not None and bytes_per_element(precision) < 2
+
+    def _group_bytes(self, precision: str | None) -> dict[str, float] | None:
+        """Bytes per element of each group where groups differ: the checkpoint's own mix (`_kept`, for None) or a
+        narrowed what-if precision (`NARROWED_KEEPS` at 16 bits, the rest at it); None when every group but the
+        routed experts is stored alike."""
+        precision = self.as_stored(precision)
+        if precision is None:
+            return self._kept
+        if not self.narrowed(precision):
+            return None
+        b, wide = bytes_per_element(precision), bytes_per_element(self.wide_dtype())
+        out = {g: (wide if g in NARROWED_KEEPS else b) for g in self.group_params}
+        if self.model.tie_word_embeddings:  # one matrix: the input embedding read as the LM head
+            out["embedding"] = out["lm_head"] = wide
+        return out
+
     def _precisions(self, precision: str | None) -> tuple[float, float]:
         """Bytes per element for (non-expert weights, routed-expert weights); the checkpoint's own mix for None
         (routed experts a checkpoint keeps unquantised counted at its 16-bit dtype)."""
@@ -171,19 +207,18 @@ class ModelSizes:
     def group_bytes_per_element(self, group: str, precision: str | None = None) -> float:
         """Bytes per stored element of a parameter group: `precision`'s, or the checkpoint's own (None)."""
         precision = self.as_stored(precision)
-        if precision is not None:
-            return bytes_per_element(precision)
-        if self._kept is not None:
-            return self._kept[group]
-        main, expert = self._precisions(None)
+        kept = self._group_bytes(precision)
+        if kept is not None:
+            return kept[group]
+        main, expert = self._precisions(precision)
         return expert if group == "experts" else main
 
     def _dense_bytes(self, precision: str | None, lookup: bool = True) -> float:
         """Bytes of every weight but the routed experts (less the input-embedding lookup unless `lookup`)."""
         precision = self.as_stored(precision)
         skip = 0.0 if lookup or self.model.tie_word_embeddings else self.embedding_params
-        if precision is None and self._kept is not None:
-            kept = self._kept
+        kept = self._group_bytes(precision)
+        if kept is not None:
             return sum(n * kept[g] for g, n in self.group_params.items() if g != "experts") - skip * kept["embedding"]
         return (self.dense_params - skip) * self._precisions(precision)[0]
 
@@ -194,8 +229,9 @@ class ModelSizes:
     def weight_bytes(self, precision: str | None = None) -> float:
         """Bytes of all weights at `precision` (None: the checkpoint's own mix)."""
         precision = self.as_stored(precision)
-        if precision is None and self._kept is not None:
-            return self._dense_bytes(None) + self.routed_expert_params * self._kept["experts"]
+        kept = self._group_bytes(precision)
+        if kept is not None:
+            return self._dense_bytes(precision) + self.routed_expert_params * kept["experts"]
         main, expert = self._precisions(precision)
         return self.dense_params * main + self.routed_expert_params * expert
 
@@ -211,8 +247,8 @@ class ModelSizes:
         if not refined:
             return _like(tokens, self.weight_bytes(precision))
         main, expert = self._precisions(precision)
-        if precision is None and self._kept is not None:
-            dense = self._dense_bytes(None, lookup=False)
+        if self._group_bytes(precision) is not None:
+            dense = self._dense_bytes(precision, lookup=False)
         else:
             lookup = 0.0 if self.model.tie_word_embeddings else self.embedding_params
             dense = (self.dense_params - lookup) * main

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from chalk.analyses.step.calibration import Calibration, calibration
-from chalk.analyses.step.model_sizes import ModelSizes, sizes
+from chalk.analyses.step.model_sizes import NARROWED_KEEPS, ModelSizes, sizes
 from chalk.analyses.step.step_model import stage_ops
 from chalk.equations import parallel as P
 from chalk.equations.num import flt, maximum
@@ -126,6 +126,8 @@ class ModelCosts:
         fmt = self.sizes.model.weight_format
         if self.own_mix and fmt is not None and fmt.fraction(group) >= 0.5:
             return canonical(fmt.dense_dtype)
+        if not self.own_mix and group in NARROWED_KEEPS and self.sizes.narrowed(self.precision):
+            return self.sizes.wide_dtype()  # a what-if quantisation keeps these 16-bit (`NARROWED_KEEPS`)
         return self.expert_precision if group == "experts" else self.dense_precision
 
     @property
