@@ -768,6 +768,22 @@ def test_littles_law_past_a_replay_the_closed_form_answers():
     assert x * (r["ttft_s"] + r["tpot_s"] * (r["output_len"] - 1)) == pytest.approx(n, rel=0.02)
 
 
+@pytest.mark.parametrize("kw", [
+    dict(input_len="lognormal:mean=4000,p99=30000", output_len=300, ttft_p99_s=1.0),
+    dict(input_len="lognormal:mean=2000,p99=8000", output_len=300, tpot_p99_s=0.03, disaggregated=True),
+])
+def test_an_answer_held_to_p99_targets_states_the_requests_in_flight_it_replayed(kw):
+    """A search held to p99 targets answers from its open-loop replay: its requests in flight are that replay's
+    (waiting for a prefill chunk included), so Little's law holds on the answer's own rate and latencies. QA
+    2026-11-28: the closed form's count from the replay's mean decode batch read 64.8 against 69.2 (aggregated) and
+    1,180 against 1,208 (disaggregated)."""
+    r = throughput("llama-3.1-8b", "h100-sxm", **kw)
+    assert r.get("tail_latency_source", "").startswith("replayed open loop")
+    O = r["output_len"]
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / O
+    assert x * (r["ttft_s"] + r["tpot_s"] * (O - 1)) == pytest.approx(r["concurrency"], rel=0.01)
+
+
 def test_a_searched_point_states_the_ttft_its_fixed_deployment_does():
     """The search's closed form and the same deployment's closed form (`simulate=False`) at the concurrency it chose
     report one TTFT: a lone prompt's prefill plus the calibrated per-request latency (the search left the latency
