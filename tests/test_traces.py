@@ -427,6 +427,8 @@ def test_an_overloaded_trace_replay_offers_what_it_serves_over_one_window():
                             layout="tp=1")
     over = S.overload(run.result)
     assert over is not None and over["served_requests_per_s"] < over["offered_requests_per_s"]
+    # its window is not called a steady state (QA 2026-11-28: the JSON said 'steady' where the table said none)
+    assert run.latency_window["kind"] == "overloaded" and "outran" in run.latency_window["basis"]
 
 
 def test_a_trace_without_block_ids_says_its_hit_rate_is_not_computed_and_an_overload_has_no_steady_state():
@@ -439,6 +441,9 @@ def test_a_trace_without_block_ids_says_its_hit_rate_is_not_computed_and_an_over
     assert "prefix-cache hit rate n/a: the azure trace has no prefix-block ids" in text
     assert "warning: arrivals exceed capacity" in text and "measured window steady state:" not in text
     assert "window (no steady state: the queue grows" in text
+    rc, out, err = run("simulate", "--trace", str(_need(AZURE_CODE)), "-m", "llama-3.1-8b", "-H", "h100-sxm",
+                       "--layout", "tp=1", "-n", "3000", "--speedup", "4", "--json")
+    assert rc == 0 and json.loads(out)["latency_window"]["kind"] == "overloaded", err
 
 
 def test_plan_says_when_the_busiest_minute_is_and_refuses_a_speedup_past_a_replays_span():

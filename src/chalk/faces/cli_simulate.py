@@ -189,10 +189,12 @@ def register(app: typer.Typer) -> None:
                       "catalog included)")
         w = r.latency_window
         if w:
-            steady = "steady state" if over is None else "window (no steady state: the queue grows, see the warning)"
+            steady = "steady state" if w["kind"] == "steady" else \
+                "window (no steady state: the queue grows, see the warning)"
             t.add_row("measured window", (f"{steady}: requests {w['first_request']:,} to {w['last_request']:,} "
                                           f"({w['requests']:,}; the first {w['warmup_requests']:,} and last "
-                                          f"{w['cooldown_requests']:,} left out)") if w["kind"] == "steady" else
+                                          f"{w['cooldown_requests']:,} left out)") if w["kind"] in
+                      ("steady", "overloaded") else
                       f"the whole run ({w['requests']:,} requests, cold start and ramp-down included)")
         console().print(t)
         for note in run.notes:
