@@ -674,6 +674,23 @@ def test_a_tie_between_modes_answers_with_one_pool():
     assert any("not worth a second pool" in n for n in auto["notes"])
 
 
+def test_the_mode_note_prints_the_figures_it_compared():
+    """Within --gpus the modes are compared per GPU given; the note prints those figures. QA 2026-11-28: it printed
+    the disaggregated answer's 3,252 per GPU used as 'within 5%' of an aggregated 2,374."""
+    import re
+
+    r = throughput("llama-3.1-8b", "h100-sxm", input_len="lognormal:mean=2000,p99=8000", output_len=300,
+                   tpot_p99_s=0.03, gpus=8, disaggregated="auto")
+    note = next(n for n in r["notes"] if "serving answers" in n)
+    other = r["mode_search"]["aggregated" if r["mode_search"]["chosen"] == "disaggregated" else "disaggregated"]
+    assert "not worth a second pool" in note and r["mode_search"]["chosen"] == "aggregated", note
+    m = re.search(r"serving's output tokens/s per GPU, ([0-9.]+) per GPU of the 8 given", note)
+    assert m, note
+    compared = float(m.group(1))
+    assert compared == pytest.approx(other["output_tokens_per_s_per_gpu"] * other["gpus"] / 8, rel=1e-3)
+    assert r["output_tokens_per_s_per_gpu"] * r["gpus"] / 8 * 1.05 >= compared
+
+
 def test_every_replayed_answer_states_its_latency_window():
     """Every door that answers from a replay says which requests its latencies are over (`latency_window`):
     throughput held to p99s (Poisson, closed loop, disaggregated), a fixed deployment, simulate and plan's replay;
