@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import textwrap
 from pathlib import Path
 
@@ -131,3 +132,24 @@ def test_every_door_cites_the_acceptance_it_ran(args):
     given = CliRunner().invoke(cli.app, ["estimate", "-m", "deepseek-v3", "-H", "h200", "--mtp", "2", "--acceptance",
                                          "0.7"], env={"COLUMNS": "400"})
     assert "(acceptance: given)" in given.output
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("foo,2,0.9", "--speculative METHOD must be one of mtp, eagle, got 'foo'"),
+    ("mtp,2,0.9", "--speculative mtp needs the model's own draft layers, and llama-3.1-8b ships none"),
+])
+def test_speculative_refuses_a_method_it_would_ignore(spec, says):
+    """QA 2026-11-28: --speculative dropped its METHOD: 'foo,2,0.9' ran, and 'mtp' on a model without draft layers
+    was used at 1.39x. Now one line and exit 2; eagle (a separate draft head) still runs."""
+    import subprocess
+    import sys
+
+    args = ["throughput", "-m", "llama-3.1-8b", "-H", "h200", "--input-len", "1000", "--output-len", "500", "--json"]
+    res = subprocess.run([sys.executable, "-m", "chalk", *args, "--speculative", spec], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 2 and json.loads(res.stderr) == {"error": says + (
+        "" if spec.startswith("foo") else " (num_nextn_predict_layers / mtp_num_hidden_layers in its config): give "
+        "eagle,K,A for a separate draft head")}, (res.stdout, res.stderr)
+    ok = subprocess.run([sys.executable, "-m", "chalk", *args, "--speculative", "eagle,2,0.7"], capture_output=True,
+                        text=True, timeout=300)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["speculative"]["used"], ok.stderr

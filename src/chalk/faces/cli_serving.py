@@ -274,7 +274,7 @@ def throughput(
     --concurrency, what that exact deployment does."""
     from chalk.analyses.traffic.serving import label_rates, throughput as run
 
-    spec = _speculation(speculation_for(mtp, acceptance, speculative, model=model), speculative)
+    spec = _speculation(speculation_for(mtp, acceptance, speculative, model=model), speculative, model)
     from chalk.analyses.economics.energy import energy_settings, serving_energy
 
     energy_settings(usd_per_kwh, pue)  # a bad price or PUE fails before the search
@@ -513,14 +513,27 @@ def calibrate(
                     f"{pct(cv['cv_range_coverage'])} of held-out measured values over {cv['n_families']} families")
 
 
-def _speculation(drafts, speculative):
+def _speculation(drafts, speculative, model=None):
+    """--speculative METHOD,K,A as the search's Speculation; METHOD one chalk knows (`launch.SPECULATION_METHODS`),
+    'mtp' only for a model that ships draft layers (QA 2026-11-28: 'foo,2,0.9', and 'mtp' on Llama-3.1-8B, were
+    taken and used)."""
     from chalk.analyses.traffic.serving import Speculation
     from chalk.errors import InputError
+    from chalk.specs.catalog import as_model
+    from chalk.specs.launch import SPECULATION_METHODS
 
     if speculative is not None:
         parts = speculative.split(",")
         if len(parts) != 3:
             raise InputError(f"--speculative must be METHOD,K,A (e.g. eagle,3,0.7), got {speculative!r}")
+        method = parts[0].strip().lower()
+        if method not in SPECULATION_METHODS:
+            raise InputError(f"--speculative METHOD must be one of {', '.join(SPECULATION_METHODS)}, got "
+                             f"{parts[0].strip()!r}")
+        if method == "mtp" and model is not None and not as_model(model).mtp_layers:
+            raise InputError(f"--speculative mtp needs the model's own draft layers, and {as_model(model).id} ships "
+                             "none (num_nextn_predict_layers / mtp_num_hidden_layers in its config): give eagle,K,A "
+                             "for a separate draft head")
         try:
             k, a = float(parts[1]), float(parts[2])
         except ValueError:

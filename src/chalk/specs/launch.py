@@ -30,6 +30,10 @@ from chalk.specs.precision import canonical
 TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
 
 
+#: Speculative decoding methods chalk times and launches: the model's own next-token heads, or an EAGLE draft head.
+SPECULATION_METHODS = ("mtp", "eagle")
+
+
 @dataclass(frozen=True)
 class Speculation:
     """Speculative decoding to launch with: 'mtp' (the model's own next-token heads) or 'eagle'
@@ -40,7 +44,7 @@ class Speculation:
     draft_model: str | None = None
 
     def __post_init__(self):
-        if self.method not in ("mtp", "eagle"):
+        if self.method not in SPECULATION_METHODS:
             raise InputError(f"speculative method must be 'mtp' or 'eagle', got {self.method!r}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise InputError(f"speculative K must be an integer >= 1, got {self.k!r}")
