@@ -187,6 +187,10 @@ def _precision_name(name: str, where: str) -> str:
         raise SpecError(f"{where}: weights precision: {e}") from None
 
 
+#: Most draft (MTP) layers a config may ship: the most draft tokens chalk times per step (`--mtp` 1..64).
+MAX_MTP_LAYERS = 64
+
+
 def _mtp(cfg: dict, meta: dict, where: str) -> dict:
     """The draft layers a config ships (`MTP_KEYS`), their first draft's acceptance (meta.yaml's `mtp_acceptance`
     with `mtp_acceptance_source`) and its fall per further draft (`mtp_acceptance_decay` with
@@ -195,6 +199,8 @@ def _mtp(cfg: dict, meta: dict, where: str) -> dict:
     n = _int(cfg, *MTP_KEYS, default=0, required=False, where=where)
     if n == 0:
         return {}
+    if n > MAX_MTP_LAYERS:  # drafts past 64 per step are more than any engine proposes (QA 2026-11-28: 1e9 was taken)
+        raise SpecError(f"{where}: {MTP_KEYS[0]} must be at most {MAX_MTP_LAYERS} draft layers, got {n}")
     out = {"mtp_layers": n}
     for key in ("mtp_acceptance", "mtp_acceptance_decay"):
         if meta.get(key) is not None:
