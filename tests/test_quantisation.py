@@ -541,3 +541,14 @@ def test_mxfp4_experts_are_never_slower_than_bf16_where_the_read_binds(chip, bat
     t = {p: chalk.estimate("gpt-oss-120b", chip, layout="tp=2", batch=batch, context=2048, precision=p,
                            engine="vllm").to_dict()["step_time_s"] for p in ("bf16", "mxfp4")}
     assert t["mxfp4"] <= t["bf16"] * (1 + 1e-9), t
+
+
+@pytest.mark.parametrize("kv", ["w4a16", "w1a16-int-ch", "w8a16-int-ch"])
+def test_a_weight_only_format_is_no_kv_cache_dtype(kv):
+    """QA 2026-11-28: --kv-precision w4a16 sized a 'w4a16-int-g128 KV'. A weight-only GEMM format stores weights
+    narrow for 16-bit math; no engine stores a KV cache so: refused in one line, as every door reads it."""
+    from chalk.errors import InputError
+
+    with pytest.raises(InputError, match="weight-only GEMM format .* not a KV-cache dtype"):
+        estimate("llama-3.1-8b", "h100-sxm", kv_precision=kv, batch=1, context=1000)
+    assert estimate("llama-3.1-8b", "h100-sxm", kv_precision="fp8", batch=1, context=1000).fits

@@ -170,6 +170,9 @@ def _model_costs(model: ModelSpec, precision: str | None, kv_precision: str) -> 
     # checkpoint's own precision by name (`ModelSizes.as_stored`)
     wp = sz.as_stored(prec) if precision is not None else None
     kvp = canonical(kv_precision)
+    if weight_only(kvp):  # QA 2026-11-28: --kv-precision w4a16 sized a "w4a16-int-g128 KV"
+        raise InputError(f"KV precision {kv_precision!r} is a weight-only GEMM format (weights stored narrow, math at "
+                         "16 bits), not a KV-cache dtype: give bf16, fp16, fp8 or fp4")
     total = sz.weight_bytes(wp)
     dense_read = float(sz.weight_bytes_read(0.0, wp))
     expert = sz.routed_expert_params * sz._precisions(wp)[1]
