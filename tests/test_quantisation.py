@@ -552,3 +552,13 @@ def test_a_weight_only_format_is_no_kv_cache_dtype(kv):
     with pytest.raises(InputError, match="weight-only GEMM format .* not a KV-cache dtype"):
         estimate("llama-3.1-8b", "h100-sxm", kv_precision=kv, batch=1, context=1000)
     assert estimate("llama-3.1-8b", "h100-sxm", kv_precision="fp8", batch=1, context=1000).fits
+    assert estimate("llama-3.1-8b", "h100-sxm", kv_precision="bf16", batch=1, context=1000).fits
+
+
+def test_only_registered_weight_only_formats_are_weight_only():
+    """`weight_only` is membership of the registered formats: it compared the fallback tuple by identity, and Python
+    folds equal constant tuples into one object, so bf16 (fallback ('bf16', 'fp16')) read as weight-only."""
+    from chalk.specs.precision import weight_only
+
+    assert [p for p in ("bf16", "fp16", "fp32", "fp8", "fp4", "mxfp4", "int8") if weight_only(p)] == []
+    assert weight_only("w4a16") and weight_only("w8a16-int-ch")

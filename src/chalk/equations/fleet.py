@@ -30,6 +30,18 @@ def peak_in_flight(mean_in_flight, z=Z_P99):
     return n + z * np.sqrt(n)
 
 
+def mean_in_flight_at_peak(peak_in_flight, z=Z_P99):
+    """The most requests a fleet fed by Poisson arrivals can hold on average while its z-quantile stays within
+    `peak_in_flight`: the inverse of `peak_in_flight`.
+
+    Formula: N = ((sqrt(z^2 + 4 P) - z) / 2)^2  (the root of N + z sqrt(N) = P)
+    Ref: M/G/infinity occupancy is Poisson (Takacs 1962); normal approximation, as `peak_in_flight`.
+    Assumes: as `peak_in_flight`.
+    """
+    p = np.maximum(np.asarray(peak_in_flight, dtype=float), 0.0)
+    return ((np.sqrt(z * z + 4.0 * p) - z) / 2.0) ** 2
+
+
 def p99_request_mean_step(pure_step_s, chunk_step_s, chunk_share, decode_steps, z=Z_P99):
     """The mean step of the p99 request's decode in aggregated serving: its TPOT averages its own decode steps, a
     share of which carry a prompt's prefill chunk.

@@ -256,7 +256,8 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             + (f"its replay held {num(b['simulated']['mean_in_flight_per_replica'])}; "
                if (b.get("simulated") or {}).get("mean_in_flight_per_replica") is not None else "")
             + f"at most {num(b['max_concurrency_per_replica'])} meet the targets), capacity "
-            f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica, headroom {pct(b['headroom'])}; "
+            f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica with every seat busy, headroom "
+            f"{pct(b['headroom'])} (more demand the replicas carry with Poisson peaks within their caps); "
             f"{b['precision']} weights, {b['kv_precision']} KV"
             + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step, "
                f"{num(b['speculative']['tokens_per_step'])} tokens per step emitted)" if b["speculative"] else ""))

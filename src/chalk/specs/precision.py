@@ -132,12 +132,19 @@ class WeightOnly:
         if name not in BYTES_PER_ELEMENT:
             COMPUTE_FALLBACK[name] = WEIGHT_ONLY_COMPUTE
             BYTES_PER_ELEMENT[name] = self.bits_per_weight / 8
+            _WEIGHT_ONLY.add(name)
         return name
+
+
+#: The weight-only formats registered (`WeightOnly.register`). A membership, not `COMPUTE_FALLBACK[name] is
+#: WEIGHT_ONLY_COMPUTE`: Python folds equal constant tuples into one object, so bf16's own fallback ('bf16', 'fp16')
+#: was that very tuple and bf16 read as weight-only.
+_WEIGHT_ONLY: set[str] = set()
 
 
 def weight_only(name: str) -> bool:
     """Whether a precision stores weights narrower than the 16-bit math it runs at (a weight-only format)."""
-    return COMPUTE_FALLBACK.get(canonical(name)) is WEIGHT_ONLY_COMPUTE
+    return canonical(name) in _WEIGHT_ONLY
 
 
 def canonical(name: str) -> str:

@@ -327,7 +327,10 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     price = system.chip.price_usd_per_hour
     usd_h = float(F.fleet_usd_per_hour(gpus, price))
     cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
-    spare = float(F.headroom(R, cap_units, d.value))
+    # spare capacity as the fleet was sized: the mean in flight whose Poisson p99 fills R caps (`replicas_for`), not
+    # every seat busy (QA 2026-11-28: 63.9% headroom claimed where 50% more demand already sized a fourth replica)
+    held = float(F.mean_in_flight_at_peak(R * c["cap"]))
+    spare = float(F.headroom(1, held if d.kind == "users" else held / c["e2e_at_cap_s"], d.value))
     if c["prefill"] and P:  # the prefill pool's prompts/s bound the fleet too (in users: that rate x e2e at the cap)
         prompts = c["prefill_tokens_per_s"] / c["prompt_tokens"]
         spare = min(spare, float(F.headroom(P, prompts * (c["e2e_at_cap_s"] if d.kind == "users" else 1.0),
