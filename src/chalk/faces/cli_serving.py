@@ -386,7 +386,9 @@ def throughput(
     if "prefill" in r:
         p = r["prefill"]
         rows.append(("prefill pool", f"{p['layout']}: {num(p['input_tokens_per_s_per_gpu'])} input tokens/s per "
-                                     f"GPU, {num(p['gpus_per_decode_gpu'])} prefill GPUs per decode GPU"))
+                                     f"GPU, {num(p['gpus_per_decode_gpu'])} prefill GPUs per decode GPU needed"
+                                     + (f" ({num(p['gpus_per_decode_gpu_deployed'])} deployed, whole workers)"
+                                        if p.get("gpus_per_decode_gpu_deployed") is not None else "")))
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)

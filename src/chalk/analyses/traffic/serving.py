@@ -685,6 +685,22 @@ TTFT_STEP_DOWN, TTFT_STEPS = 0.8, 12
 REPLAYED_FIGURES = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "user_tokens_per_s", "tpot_s",
                     "ttft_s", "tpot_p99_s", "ttft_p99_s", "concurrency", "cost_per_mtok_output_usd")
 
+#: The cost split by phase (decode share per output token, prefill share per input token): on a replayed answer the
+#: closed form's phase shares at the replay's rates, so the split still adds up to the replayed total (`_split_at`).
+COST_SPLIT = ("cost_per_mtok_output_decode_share_usd", "cost_per_mtok_input_prefill_share_usd")
+
+
+def _split_at(out: dict, closed: dict) -> None:
+    """Move `out`'s cost split by phase onto its (replayed) total: both shares scale with 1 / output rate, as the
+    total does, the time shares the closed form's (QA 2026-11-28: the split of a replayed answer summed to the
+    closed form's total, 0.1% to 7% off the one printed)."""
+    was, now = closed.get("cost_per_mtok_output_usd"), out.get("cost_per_mtok_output_usd")
+    if not was or now is None:
+        return
+    for k in COST_SPLIT:
+        if k in closed:
+            out[k] = float(closed[k]) * float(now) / float(was)
+
 
 def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dict, ttft_p99_s=None) -> dict:
     """An aggregated search answer as its deployment does: the layout and concurrency the search chose (screened on
@@ -736,6 +752,7 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dic
     for k in REPLAYED_FIGURES:
         out[f"{k}_closed_form"] = res[k]
         out[k] = r[k]
+    _split_at(out, res)
     for k in ("latency_window", "ttft_p50_s", "tpot_p50_s", "mean_step", "decoding_per_replica", "range"):
         if k in r:
             out[k] = r[k]
@@ -1181,9 +1198,11 @@ def _select(s: _Search, min_user_tps: float | None = None, pareto: bool = False)
             # 2026-11-28: --arrivals closed gave p99s from the replay at 147 in flight beside a closed-form mean TTFT
             # 18% under the same replay's), the closed form's beside them
             dp = max(int(res["parallelism"].get("dp") or 1), 1)
+            closed = dict(res)
             for k in REPLAYED_FIGURES:
                 res[f"{k}_closed_form"] = res[k]
                 res[k] = float(ans[k]) * (dp if k == "concurrency" else 1)
+            _split_at(res, closed)
             for k in ("ttft_p50_s", "tpot_p50_s", "mean_step", "decoding_per_replica"):
                 if k in ans:
                     res[k] = ans[k]
@@ -2344,6 +2363,12 @@ def _point(i, g, ev, per_gpu, ratio, layouts, system, costs, cal, I, O, pool, di
         d["prefill"].update(layout=pre_lay.label(), parallelism=pre_lay.to_dict(), replicas=p)
         d.update(layout=dec_lay.label(), parallelism={**d["parallelism"], "dp": k}, decode_replicas=k,
                  concurrency=_in_flight(g["B"][i] * k, ev["ttft_s"][i], O, ev["tpot_s"][i]))
+        # the prefill share charged for the prefill GPUs deployed (whole workers), over the prompt tokens the decode
+        # replicas serve: decode share + prefill share x I/O adds up to the total per output token (QA 2026-11-28:
+        # priced at the pool's full-utilisation rate, the split fell 4-7% short of the total)
+        served_in = float(ev["output_per_gpu"][i]) * dec_g * I / O
+        d["cost_per_mtok_input_prefill_share_usd"] = price * pre_g / served_in * 1e6 if served_in > 0 else 0.0
+        d["prefill"]["gpus_per_decode_gpu_deployed"] = pre_g / dec_g
         d.update(gpus=dec_g + pre_g, decode_gpus=dec_g, prefill_gpus=pre_g, output_tokens_per_s_per_gpu=whole,
                  input_tokens_per_s_per_gpu=whole * I / O,
                  cost_per_mtok_output_usd=float(_cost_per_mtok(system, whole)),
