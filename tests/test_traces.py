@@ -493,3 +493,19 @@ def test_plan_verifies_a_trace_fleet_on_the_traces_own_bursts():
                    **kw)
     assert poisson["replay_arrivals"] == "poisson"
     assert o["replicas"] > poisson["options"][0]["replicas"]
+
+
+def test_a_trace_shorter_than_the_window_says_what_rate_it_was_sized_for(tmp_path):
+    """QA 2026-11-28: two requests 1 ms apart were sized as 'its busiest 60 s' at 1,000 requests/s. A trace with no
+    whole window is sized at the rate over its own span, and the note and JSON say so."""
+    from chalk.analyses.planning.trace_demand import demand_from_trace
+    from chalk.specs.catalog import as_model
+
+    p = tmp_path / "close.csv"
+    p.write_text("arrival_s,input_len,output_len\n0,1000,100\n0.001,1000,100\n")
+    d = demand_from_trace(p, as_model("llama-3.1-8b"))
+    assert d["derived"]["shorter_than_window"] and d["rate"] == pytest.approx(1000.0)
+    note = d["notes"][0]
+    assert "spans less than the 60 s window" in note and "busiest" not in note
+    long = demand_from_trace(_need(AZURE_CONV), as_model("llama-3.1-8b"))
+    assert not long["derived"]["shorter_than_window"] and "busiest 60 s" in long["notes"][0]

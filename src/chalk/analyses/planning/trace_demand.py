@@ -89,11 +89,19 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
     i_len, o_len, cut = t.input_len, t.output_len, 0
     if model.max_context:
         i_len, o_len, cut = truncate_to_context(i_len, o_len, model.max_context)
-    notes = [f"demand from the trace {t.source} ({t.format}, {len(t):,} requests over {t.span_s:,.0f} s"
+    short = not t.span_s > window_s  # no whole window to find the busiest of (QA 2026-11-28: 2 requests 1 ms apart
+    # were sized as 'its busiest 60 s' at 1,000 requests/s)
+    notes = [f"demand from the trace {t.source} ({t.format}, {len(t):,} "
+             + (f"requests over {t.span_s:,.0f} s" if t.span_s >= 10 else f"requests over {t.span_s:.3g} s")
              + (f", sped up {t.speedup:g}x" if t.speedup != 1 else "")
-             + f"): sized for its busiest {window_s:g} s (from {start:,.0f} s after its first request), "
-             f"{peak:.3g} requests/s (mean {mean:.3g}); "
-             f"lengths are its own (mean {i_len.mean():,.0f} in / {o_len.mean():,.0f} out)"]
+             + (f"): sized for its busiest {window_s:g} s (from {start:,.0f} s after its first request), "
+                f"{peak:.3g} requests/s (mean {mean:.3g}); " if not short else
+                f"): the trace spans less than the {window_s:g} s window a plan sizes for, so it is sized for the "
+                f"rate over its own span, {peak:.3g} requests/s ({len(t) - 1:,} gap{'s' if len(t) > 2 else ''} between "
+                f"arrivals in {t.span_s:.3g} s), "
+                f"which so short a trace states loosely: give a trace longer than {window_s:g} s, or --speedup "
+                "below 1 to stretch it; ")
+             + f"lengths are its own (mean {i_len.mean():,.0f} in / {o_len.mean():,.0f} out)"]
     if cut:
         notes.append(f"{cut:,} trace requests longer than {model.id}'s {model.max_context:,}-token context were "
                      "cut to fit it (the output first, the prompt only where it alone fills the context)")
@@ -103,7 +111,7 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
                      "of prompt tokens; the plan does not count on it (its replay has no prefix cache)")
     derived = {"path": t.source, "format": t.format, "requests": len(t), "span_s": t.span_s,
                "speedup": t.speedup, "peak_window_s": float(window_s), "peak_window_start_s": start,
-               "peak_rate_per_s": peak,
+               "peak_rate_per_s": peak, "shorter_than_window": short,
                "mean_rate_per_s": mean, "input_len_mean": float(i_len.mean()),
                "output_len_mean": float(o_len.mean()), "truncated_requests": cut,
                "prefix_cache_hit_rate_unlimited": None if hits is None else hits.hit_rate,
