@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chalk.analyses.step.estimate import estimate
+from chalk.specs.catalog import package_path
 from chalk.analyses.step.model_sizes import sizes
 from chalk.analyses.step.parallel import model_costs, resolve_kv_precision
 from chalk.errors import SpecError, UnknownNameError
@@ -562,3 +563,32 @@ def test_only_registered_weight_only_formats_are_weight_only():
 
     assert [p for p in ("bf16", "fp16", "fp32", "fp8", "fp4", "mxfp4", "int8") if weight_only(p)] == []
     assert weight_only("w4a16") and weight_only("w8a16-int-ch")
+
+
+@pytest.mark.parametrize("q, precision", [
+    ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": ["lm_head"]}, "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]},
+     "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, "fp4"),
+])
+def test_fbgemm_and_modelopt_checkpoints_size_as_their_precision(tmp_path, q, precision):
+    """Meta's FP8 checkpoints (fbgemm_fp8) and NVIDIA's ModelOpt ones (quant_method modelopt, the checkpoints plan
+    launches on TensorRT-LLM) were refused as unknown schemes (QA 2026-11-28). They size as the what-if precision
+    of the same scheme: quantised Linear layers, embedding and LM head at 16 bits."""
+    cfg = json.loads(package_path("catalog", "models", "llama-3.1-70b", "config.json").read_text())
+    cfg["quantization_config"] = q
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    got = estimate(str(tmp_path / "config.json"), "h100-sxm", layout="tp=2", batch=1, context=1000)
+    want = estimate("llama-3.1-70b", "h100-sxm", precision=precision, layout="tp=2", batch=1, context=1000)
+    assert got.weight_bytes == pytest.approx(want.weight_bytes, rel=1e-9)
+
+
+def test_an_unknown_modelopt_scheme_is_refused_in_one_line(tmp_path):
+    from chalk.errors import SpecError
+    from chalk.specs.catalog import as_model
+
+    cfg = json.loads(package_path("catalog", "models", "llama-3.1-70b", "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="quant_algo 'W4A8_AWQ' is not a ModelOpt scheme chalk sizes"):
+        as_model(str(tmp_path / "config.json"))

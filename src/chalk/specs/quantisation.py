@@ -55,7 +55,18 @@ SCHEME_KEEPS = {
     "compressed-tensors": ("embedding", "norms"),
     "mxfp4": ("embedding", "norms"),
     "fp8": ("embedding", "norms", "lm_head"),
+    # FBGEMM FP8 (Meta's Llama-3.1-405B-Instruct-FP8): FP8 weights per channel, activations per token at run time;
+    # quantises Linear layers, its `modules_to_not_convert` naming what else stays 16-bit (the LM head, at least)
+    "fbgemm_fp8": ("embedding", "norms", "lm_head"),
+    # NVIDIA ModelOpt (config.json `quant_method: modelopt`, as hf_quant_config.json): its recipes leave
+    # `*lm_head*` and the MoE routers unquantised; `exclude_modules` names more
+    "modelopt": ("embedding", "norms", "lm_head", "router"),
 }
+
+#: ModelOpt `quant_algo` values chalk sizes, and the precision each stores its quantised weights at (vLLM's
+#: ModelOpt docs list FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO (block-scaled FP8), NVFP4 and MXFP8; chalk has no
+#: MXFP8 precision, so it is refused with the others)
+MODELOPT_ALGOS = {"fp8": "fp8", "fp8_per_channel_per_token": "fp8", "fp8_pb_wo": "fp8", "nvfp4": "fp4"}
 
 _DTYPES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
@@ -278,9 +289,22 @@ def declared_kv_cache(q: dict, where: str) -> str | None:
     return KV_CACHE_ALGOS[key]
 
 
+def _fbgemm_fp8(q, where):
+    return "fp8", list(SCHEME_KEEPS["fbgemm_fp8"]), ("modules_to_not_convert",)
+
+
+def _modelopt(q, where):
+    algo = q.get("quant_algo")
+    key = str(algo).strip().lower() if isinstance(algo, str) else None
+    if key not in MODELOPT_ALGOS:
+        raise SpecError(f"{where}: quantization_config quant_algo {short(algo)} is not a ModelOpt scheme chalk sizes "
+                        f"(known: {', '.join(a.upper() for a in MODELOPT_ALGOS)})")
+    return MODELOPT_ALGOS[key], list(SCHEME_KEEPS["modelopt"]), ("exclude_modules", "ignore")
+
+
 #: quant_method -> reader: (precision of the quantised weights, groups the scheme keeps, keys listing more)
 READERS = {"gptq": _gptq, "awq": _awq, "bitsandbytes": _bnb, "compressed-tensors": _ct, "mxfp4": _mxfp4,
-           "fp8": _fp8}
+           "fp8": _fp8, "fbgemm_fp8": _fbgemm_fp8, "modelopt": _modelopt}
 
 
 def quant_method(q: dict):
