@@ -90,12 +90,13 @@ def test_the_refit_is_the_record():
     harnesses' clients (in-process harnesses carry no request latency) and the replay its burst pricing; a refit of
     the two TTFT parameters on them (60 ms, 1.5 s) held out at 17.3% median against 16.2% for these (the searched
     parameters of every fold moved with their start), so only the range was resized (x0.67 to x1.35, holding 80.6% of
-    held-out values)."""
+    held-out values). On 2026-11-28 a what-if quantisation began keeping its embedding and LM head at 16 bits, and
+    the range was resized again (x0.64 to x1.38, holding 80.6%)."""
     assert VALUES == {
         "compute": 0.35, "memory": 0.65, "overhead_fixed_s": 0.002, "overhead_per_layer_s": 3.0e-05,
         "moe_shuffle_passes": 16.0, "overlap": 0.75, "max_seqs_per_scheduler": 2048, "kv_reserve_output_fraction": 1.0,
         "amd_compute": 0.6, "amd_memory": 0.9, "dp_prefill_alignment": 0.0, "overhead_per_seq_s": 4.0e-06,
-        "eplb_min_ep": 32.0, "residual_low": -0.398, "residual_high": 0.302, "use_kernel_tables": True,
+        "eplb_min_ep": 32.0, "residual_low": -0.449, "residual_high": 0.319, "use_kernel_tables": True,
         "request_latency_s": 0.08, "warmup_s": 1.0}
     assert DOC["fit"]["rows_in_objective"] == 672 and len(DOC["fit"]["families"]) == 17
 
