@@ -592,3 +592,18 @@ def test_an_unknown_modelopt_scheme_is_refused_in_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match="quant_algo 'W4A8_AWQ' is not a ModelOpt scheme chalk sizes"):
         as_model(str(tmp_path / "config.json"))
+
+
+def test_a_float32_quantised_config_runs_and_keeps_at_16_bits(tmp_path):
+    """QA 2026-11-28: a GPTQ config with torch_dtype float32 said 'fp32 math; embedding, lm_head, norms in fp32'
+    beside a bf16 compute precision. Engines load a float32 checkpoint at 16 bits (vLLM's --dtype auto: FP16 for
+    FP32 models), so its kept groups and its math are fp16, in the note and the answer alike."""
+    cfg = json.loads(package_path("catalog", "models", "llama-3.1-70b", "config.json").read_text())
+    cfg["torch_dtype"] = "float32"
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+                                  "sym": True}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = estimate(str(tmp_path / "config.json"), "h100-sxm", layout="tp=1", batch=1, context=1000).to_dict()
+    note = next(n for n in r["notes"] if n.startswith("weights as stored: gptq"))
+    assert "fp16 math" in note and "in fp16" in note and "fp32" not in note
+    assert r["compute_precision"] == "fp16" and r["weight_bytes"] < 40e9

@@ -337,6 +337,10 @@ def weight_format_from_config(cfg: dict, layers: dict[str, int], where: str = "c
                         "scheme: engines load its other layers at 16 bits), and this model has none")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
     dense = _DTYPES.get(dtype, "bf16")
+    if dense == "fp32":  # a serving engine loads it at 16 bits: vLLM's --dtype auto "will use FP16 precision for FP32
+        # and FP16 models" (its engine-arguments docs), and the quantised kernels take 16-bit activations (QA
+        # 2026-11-28: a float32 GPTQ config said 'fp32 math' beside a bf16 compute precision)
+        dense = "fp16"
     kept = dict.fromkeys((g for g in keeps if layers.get(g, 1) > 0), 1.0)  # (a dense model has no router)
     for g, f in unquantised_groups(_modules(q, list_keys, where), layers).items():
         kept[g] = max(kept.get(g, 0.0), f)
