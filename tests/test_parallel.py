@@ -307,3 +307,15 @@ def test_the_layout_reports_pipeline_table_is_at_its_context():
     assert r["pipeline"]["context"] == 32768
     base = par.pipeline_analysis(m, s, None, context=32768, kv_precision="fp8")
     assert r["pipeline"] == base
+
+
+def test_experts_that_do_not_divide_over_ep_are_said_so():
+    """QA 2026-11-28: Mixtral's 8 experts over EP3 were estimated without a word. The note says they are timed at
+    their mean per rank, what the busiest rank holds, and the redundant slots an even sharding needs."""
+    from chalk.api import estimate
+
+    notes = estimate("mixtral-8x7b", "h100-sxm", batch=16, layout="tp=1,attn_dp=3").to_dict()["notes"]
+    assert any("the 8 routed experts do not divide over expert-parallel 3" in n and "busiest rank holds 3" in n
+               and "needs 1 redundant expert slot " in n for n in notes), notes
+    assert not any("do not divide" in n for n in estimate("mixtral-8x7b", "h100-sxm", batch=16,
+                                                          layout="tp=1,attn_dp=4").to_dict()["notes"])

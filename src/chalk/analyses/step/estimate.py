@@ -359,6 +359,11 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
     if G > system.chips:
         notes.append(f"the replica's {G} GPUs exceed the {system.chips}-GPU scale-up domain of {system.id}: "
                      "traffic between domains crosses the scale-out network")
+    E, ep = int(model.num_experts or 0), int(lay.ep)
+    if model.is_moe and ep > 1 and E % ep:  # QA 2026-11-28: 8 experts over EP3 answered without a word
+        notes.append(f"the {E} routed experts do not divide over expert-parallel {ep}: timed at their mean, "
+                     f"{E / ep:.3g} experts per rank, where the busiest rank holds {-(-E // ep)}; an engine that shards "
+                     f"experts evenly needs {-E % ep} redundant expert slot{'s' if -E % ep > 1 else ''} to launch it")
     if gpus is not None and gpus > system.chips and layout is None and G <= system.chips:
         notes.append(f"{gpus} GPUs exceed the {system.chips}-GPU scale-up domain: estimate answers for one "
                      "replica inside it; use `chalk throughput` for a deployment of replicas")
