@@ -181,3 +181,26 @@ def test_several_draft_layers_search_each_draft_count(tmp_path):
     (tmp_path / "huge" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match="at most 64 draft layers"):
         as_model(str(tmp_path / "huge" / "config.json"))
+
+
+def test_plan_sizes_with_the_draft_count_its_shortlist_chose(tmp_path):
+    """plan on a model shipping 3 draft layers shortlists each draft count: its option costs no more per hour, nor
+    (at the same fleet) per token, than the plan held to 3 drafts, and it launches the count it sized with."""
+    from chalk.analyses.planning.plan import plan
+    from chalk.analyses.traffic.serving import model_speculation
+    from chalk.specs.catalog import as_model
+
+    cfg = json.loads(package_path("catalog", "models", "deepseek-r1", "config.json").read_text())
+    cfg["num_nextn_predict_layers"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = as_model(str(tmp_path / "config.json"))
+    kw = dict(hardware=["h200"], users=100, min_user_tps=20, input_len=1000, output_len=500,
+              modes=("aggregated",), engine="vllm")
+    o = plan(str(tmp_path / "config.json"), **kw)["options"][0]  # (a path: its launch names the checkpoint dir)
+    three = plan(m, speculative=model_speculation(m, 3), **kw)["options"][0]
+    assert (o["usd_per_hour"], o["gpus"]) <= (three["usd_per_hour"], three["gpus"])
+    if (o["usd_per_hour"], o["gpus"]) == (three["usd_per_hour"], three["gpus"]):
+        assert o["usd_per_mtok_output"] <= three["usd_per_mtok_output"] * (1 + 1e-9)
+    k = o["speculative"]["draft_tokens"]
+    assert f'\\"num_speculative_tokens\\":{k}' in json.dumps(o["launch"]) or \
+        f'"num_speculative_tokens":{k}' in json.dumps(o["launch"])

@@ -22,7 +22,7 @@ from chalk.analyses.step.calibration import calibration, eplb_mode
 from chalk.analyses.step.model_sizes import ModelSizes
 from chalk.analyses.records.results import PlanResult
 from chalk.analyses.traffic.serving import (Speculation, _length, cut_lengths, duration_text as _ms,
-                                            resolve_speculation, throughput)
+                                            draft_counts, resolve_speculation, throughput)
 from chalk.equations import fleet as F
 from chalk.errors import ChalkError, FitError, InputError
 from chalk.specs.catalog import as_model, as_system
@@ -112,6 +112,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
 
         checkpoint = user_checkpoint(checkpoint)
     m = as_model(model)
+    draft_search = isinstance(speculative, str) and len(draft_counts(m)) > 1  # each draft count searched
     speculative = resolve_speculation(speculative, m)
     # sized for what the replicas serve: lengths past the context cut to it, as every door cuts them
     input_len, output_len, ctx = cut_lengths(m, input_len, output_len)
@@ -125,7 +126,7 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     ask = S.Ask(model=m, input_len=din if din is not None else I, output_len=dout if dout is not None else O,
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
-                sim_requests=sim_requests, seed=seed, eplb=eplb,
+                sim_requests=sim_requests, seed=seed, eplb=eplb, draft_search=draft_search,
                 trace=from_trace["arrivals"] if from_trace is not None and curve is None else None)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     n_refused = 0  # unavailable candidates that cannot run at all: the engine refuses the checkpoint or the chip
@@ -619,7 +620,8 @@ def _unmet(ask, systems, options, unavailable) -> str:
             try:
                 r = throughput(ask.model, s, input_len=ask.input_len, output_len=ask.output_len, precision=p,
                                kv_precision=ask.kv_precision, ideal=ask.ideal, pareto=True,
-                               speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb, replay_latency=False)
+                               speculative="auto" if ask.draft_search else ask.speculative, engine=ask.engine,
+                               eplb=ask.eplb, replay_latency=False)
             except ChalkError:
                 continue
             fr = r["frontier"]

@@ -24,7 +24,9 @@ from chalk.analyses.step.calibration import calibration
 from chalk.analyses.step.parallel import engine_overhead_s, layout_spec
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
-                                            default_chunk_tokens, fixed_deployment, p99_prompt_ratio, prefill_piece,
+                                            default_chunk_tokens, draft_counts, fixed_deployment,
+                                            model_speculation,
+                                            p99_prompt_ratio, prefill_piece,
                                             prefill_step_tokens, replica_chunk_tokens, search_sizes,
                                             settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
@@ -63,6 +65,9 @@ class Ask:
     sim_requests: int
     seed: int
     eplb: str | None = None  # the expert-load balancer of MoE layouts ('auto', 'on', 'off'; None: auto)
+    #: speculative='auto' on a model shipping several draft layers: the shortlist searches each draft count
+    #: (`serving.draft_counts`) and a candidate sizes with the count its answer used; `speculative` is the default
+    draft_search: bool = False
     #: a trace's requests as recorded (`trace_demand.TraceArrivals`): the fleet's verifying replays feed them,
     #: around the trace's busiest window, in place of Poisson arrivals at the sized rate
     trace: object = None
@@ -88,18 +93,24 @@ def shortlist(ask: Ask, system: System, mode: str, precision) -> tuple[list, str
     kw = dict(input_len=ask.input_len, output_len=ask.output_len, precision=precision,
               kv_precision=ask.kv_precision, min_user_tps=None if tpot is None else 1.0 / tpot,
               ttft_p99_s=ask.demand.ttft_p99_s, disaggregated=mode == "disaggregated", ideal=ask.ideal,
-              speculative=ask.speculative, engine=ask.engine, eplb=ask.eplb)
+              engine=ask.engine, eplb=ask.eplb)
     seen, out, why = set(), [], None
     # the sizes a search spans: one scale-up domain, or the fewest that hold the weights (`search_sizes`); each
-    # size's best layout as `throughput(gpus=n)` answers it, from one search over them all
+    # size's best layout as `throughput(gpus=n)` answers it, from one search over them all; a model shipping several
+    # draft layers (`draft_search`) shortlists each draft count's answers as candidates of their own: the count that
+    # serves most at the screen is not always the cheapest once sized for the demand
     *_, cal, _, costs, _ = _serving_setup(ask.model, system, ask.input_len, ask.output_len, precision,
                                          ask.kv_precision, ask.ideal, None, ask.engine, None, ask.eplb)
-    for n, r in throughput_by_size(ask.model, system, search_sizes(system, costs, cal), **kw):
+    sizes = search_sizes(system, costs, cal)
+    specs = [model_speculation(ask.model, k) for k in draft_counts(ask.model)] if ask.draft_search else \
+        [ask.speculative]
+    for n, r in [a for spec in specs for a in throughput_by_size(ask.model, system, sizes, speculative=spec, **kw)]:
         if isinstance(r, FitError):
             why = str(r)
             continue
+        used = bool(r["speculative"] and r["speculative"]["used"])
         key = (tuple(sorted(_replica(r["parallelism"]).items())),
-               r.get("prefill", {}).get("layout"), bool(r["speculative"] and r["speculative"]["used"]))
+               r.get("prefill", {}).get("layout"), used, r["speculative"]["draft_tokens"] if used else None)
         if key in seen:
             continue
         seen.add(key)
@@ -246,6 +257,8 @@ def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
     """One shortlisted layout sized for the demand: replicas, GPUs, $/h, at the most requests per replica the
     targets allow; None when not even one request per replica meets them."""
     spec = ask.speculative if (r["speculative"] and r["speculative"]["used"]) else None
+    if spec is not None and ask.draft_search and r["speculative"]["draft_tokens"] != spec.draft_tokens:
+        spec = model_speculation(ask.model, int(r["speculative"]["draft_tokens"]))  # the count its answer used
     par = _replica(r["parallelism"])
     G = par["tp"] * par["attn_dp"] * par["pp"]
     c = {"mode": mode, "precision": precision, "speculative": spec, "parallelism": par, "replica_gpus": G,
@@ -363,7 +376,9 @@ def best(ask: Ask, system: System, mode: str) -> tuple[dict | None, str | None]:
         if top is not None and bound * 0.85 > top["usd_per_hour"]:
             break
         s = size(ask, system, mode, prec, r)
-        if s is not None and (top is None or (s["usd_per_hour"], s["gpus"]) < (top["usd_per_hour"], top["gpus"])):
+        # cheapest per hour, then fewest GPUs, then (users served faster) the least per output token
+        if s is not None and (top is None or (s["usd_per_hour"], s["gpus"], s["usd_per_mtok_output"]) <
+                              (top["usd_per_hour"], top["gpus"], top["usd_per_mtok_output"])):
             top = s
     if top is not None and top["lite"]:
         top = _cost(ask, system, top, top["replicas"], top["prefill_replicas"])
