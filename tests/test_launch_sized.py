@@ -327,7 +327,12 @@ def test_emit_compose_one_node_and_refusals(tmp_path, r1_h100):
     o = r["options"][0]
     assert len(d["services"]) == min(o["replicas"], 8 // o["replica_gpus"])
     svc = next(iter(d["services"].values()))
-    assert svc["command"][0] == "trtllm-serve" and d["configs"]  # the options file travels as a compose config
+    # the whole argv is the entrypoint: an image's own ENTRYPOINT (vLLM's `vllm serve`) would run before a
+    # `command` (QA 2026-11-28: `vllm serve vllm serve ...`)
+    assert svc["entrypoint"] == o["launch_steps"]["trtllm"][0]["argv"] and "command" not in svc
+    assert svc["entrypoint"][0] == "trtllm-serve" and d["configs"]  # the options file travels as a compose config
+    held = len(d["services"])
+    assert ("x-chalk-note" in d) == (held < o["replicas"])  # a node holding part of the fleet says so
     with pytest.raises(InputError, match="span 2 nodes"):
         emit(r1_h100, "compose", tmp_path / "no")
     assert not (tmp_path / "no").exists() and not list(tmp_path.glob(".no.*"))  # nothing half-written
@@ -383,7 +388,7 @@ def test_a_disaggregated_router_lists_one_address_per_instance_it_balances(tmp_p
     router = d["services"]["router"]
     pools = {k: v for k, v in d["services"].items() if k != "router"}
     assert router["ports"] == ["8000:8000"] and set(router["depends_on"]) == set(pools)
-    argv = router["command"]
+    argv = router["entrypoint"]
     pre = argv[argv.index("--prefiller-hosts") + 1:argv.index("--prefiller-ports")]
     dec = argv[argv.index("--decoder-hosts") + 1:argv.index("--decoder-ports")]
     assert set(pre) | set(dec) == set(pools) and all(p.startswith("prefill-") for p in pre)
@@ -447,3 +452,29 @@ def test_an_expert_width_that_does_not_divide_the_experts_says_what_it_needs():
                and "258 = 3 x 86" in n for n in notes)
     notes8 = render_launch("sglang", Deployment("deepseek-v3", tp=1, attn_dp=8, ep=8, precision="fp8")).notes
     assert not any("redundant expert slot" in n for n in notes8)
+
+
+def test_compose_says_when_one_node_holds_part_of_the_fleet_and_refuses_pools_it_cannot_hold(tmp_path):
+    """QA 2026-11-28: a 30-replica plan was written as a 4-replica compose file without a word, and a disaggregated
+    plan whose prefill pool fills the node failed with 'decode replicas must be an integer >= 1, got 0' after the
+    whole plan, printing none of it. The file and the command now say what part of the fleet it holds; pools one
+    node cannot share are refused in one line naming them, after the plan is printed."""
+    from chalk.faces.emit_plan import compose_file
+
+    kw = dict(users=1000, min_user_tps=30, input_len=2000, output_len=500, sim_requests=1000, curves=False)
+    r = plan("llama-3.1-70b", "h200", engine="vllm", modes="aggregated", **kw)
+    o = r["options"][0]
+    d = compose_file(r)
+    assert o["replicas"] > len(d["services"])
+    assert d["x-chalk-note"].startswith(f"one 8-GPU node: this file holds {len(d['services'])} of the "
+                                        f"{o['replicas']} replicas the plan sized")
+    p = _cli("plan", "-m", "llama-3.1-70b", "--users", "1000", "--min-user-tps", "30", "--input-len", "2000",
+             "--output-len", "500", "-H", "h200", "--engine", "vllm", "--mode", "aggregated", "--emit", "compose",
+             str(tmp_path / "c"))
+    assert p.returncode == 0 and "note: one 8-GPU node: this file holds" in p.stderr, p.stderr
+    p = _cli("plan", "-m", "llama-3.1-70b", "--users", "1000", "--min-user-tps", "30", "--input-len", "2000",
+             "--output-len", "500", "-H", "h200", "--engine", "sglang", "--mode", "disaggregated", "--emit",
+             "compose", str(tmp_path / "d"))
+    # 20 one-GPU prefill replicas and 8 two-GPU decode ones do not share one node: refused after the plan is printed
+    assert p.returncode == 2 and "cheapest" in p.stdout and not (tmp_path / "d").exists()
+    assert p.stderr.strip().splitlines()[-1].startswith("chalk: error: --emit compose writes one 8-GPU node")

@@ -133,23 +133,26 @@ def plan(
             o.setdefault("output_tokens_per_s_per_gpu", o["output_tokens_per_s"] / o["gpus"] if o["gpus"] else None)
         if o.get("requests_per_s") is not None:  # the fleet's too, said (QA 2026-11-28)
             o.setdefault("requests_per_s_per_fleet", o["requests_per_s"])
-    if emit[0] is not None:
-        from chalk.faces.emit_plan import emit as write
-
-        wrote(write(r, emit[0], emit[1]))
-        o = r["options"][0] if r["options"] else {}
-        # said where it is written, not only in launch.yaml (QA 2026-11-28)
-        sys.stderr.write(f"fill in ENGINE_TAG in the image lines: a {o.get('engine') or 'engine'} image of release "
-                         f"{o.get('engine_version') or o.get('engine_release') or 'the one sized'} (chalk sized the "
-                         "deployment on that engine release; it records no image tag)\n")
     if plot:
         from chalk.faces.plots_plan import plot_plan
 
         wrote(plot_plan(r, plot))
     if as_json:
         emit_json(r)
-        return
-    _print(r, launch, precision is not None)
+    else:
+        _print(r, launch, precision is not None)
+    if emit[0] is not None:  # after the plan is out: a deployment --emit cannot write still has its plan printed
+        # (QA 2026-11-28: a refused compose file lost the whole plan's output)
+        from chalk.faces.emit_plan import emit as write, emit_notes
+
+        wrote(write(r, emit[0], emit[1]))
+        for note in emit_notes(emit[1]):
+            sys.stderr.write(f"note: {note}\n")
+        o = r["options"][0] if r["options"] else {}
+        # said where it is written, not only in launch.yaml (QA 2026-11-28)
+        sys.stderr.write(f"fill in ENGINE_TAG in the image lines: a {o.get('engine') or 'engine'} image of release "
+                         f"{o.get('engine_version') or o.get('engine_release') or 'the one sized'} (chalk sized the "
+                         "deployment on that engine release; it records no image tag)\n")
 
 
 def _len_arg(v: str | None):

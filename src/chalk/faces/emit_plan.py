@@ -218,7 +218,9 @@ def compose_file(result, option=None, engine=None) -> dict:
             cmd = p["commands"][0]
             ids = [str(g) for g in range(gpu_at, gpu_at + p["gpus"])]
             gpu_at += p["gpus"]
-            svc = {"image": _image(eng), "command": list(cmd["argv"]), "ipc": "host",
+            # the whole argv as the entrypoint: an engine image's own ENTRYPOINT (vLLM's is `vllm serve`) would
+            # run before a `command` (QA 2026-11-28: `vllm serve vllm serve ...`)
+            svc = {"image": _image(eng), "entrypoint": list(cmd["argv"]), "ipc": "host",
                    "deploy": {"resources": {"reservations": {"devices": [
                        {"driver": driver, "device_ids": ids, "capabilities": ["gpu"]}]}}}}
             if not disagg:  # a disaggregated option's pools are reached through its router
@@ -227,7 +229,18 @@ def compose_file(result, option=None, engine=None) -> dict:
                 svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
                 svc["working_dir"] = "/"
             services[_name(p["role"], i + 1)] = svc
+    held = {p["role"]: sum(1 for k in services if k.startswith(f"{p['role']}-")) for p in pools}
+    if disagg and not all(held.values()):  # QA 2026-11-28: 'decode replicas must be an integer >= 1, got 0'
+        raise InputError(f"--emit compose writes one {chips}-GPU node, which this option's pools do not share: "
+                         + ", ".join(f"{p['replicas']} {p['role']} replica{'s' if p['replicas'] > 1 else ''} of "
+                                     f"{p['gpus']} GPU{'s' if p['gpus'] > 1 else ''}" for p in pools)
+                         + "; use --emit k8s")
     out = {"name": _name(result["model"].split("/")[-1], o["chip"], eng), "services": services}
+    short = [f"{held[p['role']]} of the {p['replicas']} " + ("" if p["role"] == "replica" else f"{p['role']} ")
+             + "replicas" for p in pools if held[p["role"]] < p["replicas"]]
+    if short:  # one node holds part of the fleet: said in the file and by `emit` (QA 2026-11-28: 4 of 30, silently)
+        out["x-chalk-note"] = (f"one {chips}-GPU node: this file holds {', '.join(short)} the plan sized; run it on "
+                               "more nodes behind a load balancer, or use --emit k8s for the whole fleet")
     cfgs = {_name(p["role"], "options"): {"content": p["commands"][0]["config_yaml"]} for p in pools
             if p["commands"][0]["config_yaml"]}
     if disagg:
@@ -237,7 +250,7 @@ def compose_file(result, option=None, engine=None) -> dict:
 
         hosts = {role: [k for k in services if k.startswith(f"{role}-")] for role in ("prefill", "decode")}
         argv, conf_file, conf, _ = router_parts(eng, len(hosts["prefill"]), len(hosts["decode"]), hosts=hosts)
-        router = {"image": _image(eng), "command": argv, "ports": [f"{ROUTER_PORT}:{ROUTER_PORT}"],
+        router = {"image": _image(eng), "entrypoint": argv, "ports": [f"{ROUTER_PORT}:{ROUTER_PORT}"],
                   "depends_on": [*hosts["prefill"], *hosts["decode"]]}
         if conf_file:
             cfgs[_name("router", "config")] = {"content": conf}
@@ -265,6 +278,15 @@ def check_target(kind: str, folder) -> tuple[Path, Path]:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"--emit folder's parent {str(parent)[:200]!r} is not writable")
     return dest, parent
+
+
+def emit_notes(folder) -> list[str]:
+    """What a written compose file says of itself (its `x-chalk-note`: one node holding part of the fleet)."""
+    f = Path(folder) / "compose.yaml"
+    if not f.is_file():
+        return []
+    note = (yaml.safe_load(f.read_text()) or {}).get("x-chalk-note")
+    return [note] if note else []
 
 
 def emit(result, kind: str, folder) -> Path:
