@@ -1265,3 +1265,14 @@ def test_the_replay_serves_the_prefix_cache_share_the_closed_form_counts():
     for r in (plain, hit):
         x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / r["output_len"]
         assert r["concurrency"] == pytest.approx(x * (r["ttft_s"] + r["tpot_s"] * (r["output_len"] - 1)), rel=0.02)
+
+
+def test_a_searched_answer_meets_its_per_user_floor_as_replayed():
+    """The screen holds --min-user-tps in closed form; the answer reports its replay, so the replay is held to the
+    floor too: fewer in flight on the same layout where the replayed mixed steps are slower. QA 2026-11-28:
+    gpt-oss-120b on H200 answered 17.8 tokens/s per user under a floor of 20 without a word."""
+    r = throughput("gpt-oss-120b", "h200", input_len=2000, output_len=1000, min_user_tps=20, disaggregated=False)
+    assert r["user_tokens_per_s"] >= 20
+    O = r["output_len"]
+    x = r["output_tokens_per_s_per_gpu"] * r["gpus"] / O
+    assert x * (r["ttft_s"] + r["tpot_s"] * (O - 1)) == pytest.approx(r["concurrency"], rel=0.02)

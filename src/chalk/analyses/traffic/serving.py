@@ -723,16 +723,26 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dic
     if res.get("mode") == "disaggregated":
         fixed.update(decode_gpus=int(res["decode_gpus"]), prefill_layout=layout_spec(res["prefill"]["parallelism"]))
 
+    speed = res.get("min_user_tps")  # the per-user floor the screen held in closed form; the replay is held to it
+    # too (QA 2026-11-28: gpt-oss-120b on H200 answered 17.8 tokens/s per user under a floor of 20, the closed form's
+    # 20.05 screened, the replay's mixed steps slower)
+
     def missed(r) -> bool:
-        return bool((max_ttft_s and r["ttft_s"] > max_ttft_s) or (ttft_p99_s and r["ttft_p99_s"] > ttft_p99_s))
+        return bool((max_ttft_s and r["ttft_s"] > max_ttft_s) or (ttft_p99_s and r["ttft_p99_s"] > ttft_p99_s)
+                    or (speed and r["user_tokens_per_s"] < speed * (1 - 1e-9)))
 
     def target() -> str:
         return " and ".join(t for t in (f"a mean TTFT of {max_ttft_s * 1e3:.0f} ms" if max_ttft_s else "",
-                                        f"a p99 TTFT of {ttft_p99_s * 1e3:.0f} ms" if ttft_p99_s else "") if t)
+                                        f"a p99 TTFT of {ttft_p99_s * 1e3:.0f} ms" if ttft_p99_s else "",
+                                        f"{speed:g} tokens/s per user" if speed else "") if t)
+
+    def replayed(r) -> str:
+        return (f"a mean TTFT of {r['ttft_s'] * 1e3:.0f} ms (p99 {r['ttft_p99_s'] * 1e3:.0f} ms)"
+                + (f" at {r['user_tokens_per_s']:.4g} tokens/s per user" if speed else ""))
 
     r = fixed_deployment(model, hardware, concurrency=conc, **fixed)
     if missed(r):
-        first, first99, replicas = r["ttft_s"], r["ttft_p99_s"], max(int(r.get("replicas") or 1), 1)
+        first, replicas = replayed(r), max(int(r.get("replicas") or 1), 1)
         for _ in range(TTFT_STEPS):
             if conc <= replicas:
                 break
@@ -740,14 +750,12 @@ def _with_replayed_latency(res: dict, model, hardware, max_ttft_s, spec, kw: dic
             r = fixed_deployment(model, hardware, concurrency=conc, **fixed)
             if not missed(r):
                 r["notes"] = list(r.get("notes") or []) + [
-                    f"the search's best point ({res['layout']} at {res['concurrency']:.0f} in flight) replayed a mean "
-                    f"TTFT of {first * 1e3:.0f} ms (p99 {first99 * 1e3:.0f} ms) against {target()}: the same "
-                    f"deployment at {conc} in flight meets it"]
-                r["max_ttft_s"], r["min_user_tps"] = max_ttft_s, res.get("min_user_tps")
+                    f"the search's best point ({res['layout']} at {res['concurrency']:.0f} in flight) replayed "
+                    f"{first} against {target()}: the same deployment at {conc} in flight meets it"]
+                r["max_ttft_s"], r["min_user_tps"] = max_ttft_s, speed
                 return r
         raise FitError(f"{res['layout']} of {res['model']}, the search's best point under {target()} by its closed "
-                       f"form, replays a mean TTFT of {first * 1e3:.0f} ms (p99 {first99 * 1e3:.0f} ms) and no fewer "
-                       f"in flight down to {conc} meets it")
+                       f"form, replays {first} and no fewer in flight down to {conc} meets it")
     out = dict(res)
     for k in REPLAYED_FIGURES:
         out[f"{k}_closed_form"] = res[k]
