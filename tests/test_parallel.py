@@ -319,3 +319,23 @@ def test_experts_that_do_not_divide_over_ep_are_said_so():
                and "needs 1 redundant expert slot " in n for n in notes), notes
     assert not any("do not divide" in n for n in estimate("mixtral-8x7b", "h100-sxm", batch=16,
                                                           layout="tp=1,attn_dp=4").to_dict()["notes"])
+
+
+@pytest.mark.parametrize("model, chip, batch, context, layout", [
+    ("deepseek-v3", "h200", 41, 131072, "tp=1,ep=8,attn_dp=8"),
+    ("qwen3-235b-a22b", "tpu-v6e", 48, 32768, "tp=1,ep=64,attn_dp=64"),
+    ("llama-3.1-70b", "a100-sxm", 3, 2304, "tp=1,pp=2"),
+])
+def test_fits_agrees_with_the_most_sequences_that_fit(model, chip, batch, context, layout):
+    """`fits` holds exactly up to `max_batch_fit`: attention-DP ranks hold whole sequences (the busiest holds
+    ceil(B / attn_dp)), and pipeline stages hold their layers of every sequence (no rounding to multiples of pp).
+    QA 2026-11-28: DeepSeek-V3 at 41 sequences over 8 ranks 'fitted' beside a max of 40, Qwen3-235B on 64 TPU
+    ranks beside a max of 0 (throughput refused it), and Llama-70B TP1 PP2 at 3 beside a max of 2."""
+    from chalk.api import estimate
+
+    r = estimate(model, chip, batch=batch, context=context, layout=layout)
+    n = int(r.max_batch_fit)
+    assert r.fits == (batch <= n)
+    if n >= 1:
+        assert estimate(model, chip, batch=n, context=context, layout=layout).fits
+    assert not estimate(model, chip, batch=n + 1, context=context, layout=layout).fits

@@ -167,9 +167,14 @@ class _Setup:
         self.weights: dict = {}
 
     def memory_on(self, lay: Layout, batch, context) -> tuple:
-        """(weight bytes, KV bytes) per GPU of a layout holding `batch` sequences of `context` tokens."""
+        """(weight bytes, KV bytes) per GPU of a layout holding `batch` sequences of `context` tokens: under attention
+        DP the busiest rank's, ceil(batch / attn_dp) whole sequences (QA 2026-11-28: 41 sequences over 8 ranks were
+        held as 5.1 per rank, and 'fitted' where the rank holding 6 does not)."""
         costs = self.costs
-        return self.weights_on(lay), kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, batch, costs.kv_bytes(context))
+        a = lay.attn_dp
+        if a > 1:
+            batch = np.ceil(np.asarray(batch, dtype=float) / a - 1e-9) * a
+        return self.weights_on(lay), kv_per_chip(costs, lay.tp, a, lay.pp, batch, costs.kv_bytes(context))
 
     def weights_on(self, lay: Layout):
         """Weight bytes per GPU of a layout, kept per layout."""
@@ -401,8 +406,10 @@ def _layout_later(model: ModelSpec, system: System, su: _Setup, cal: Calibration
         if lay.pp > 1:  # the step is `span` stage steps
             for d in ops_rows:
                 d["time_s"] *= span
-    kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.pp * lay.attn_dp), costs.kv_bytes(L))
-    max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf)) * lay.pp * lay.attn_dp
+    # whole sequences per attention-DP rank; a pipeline stage holds its layers of every sequence, so no rounding to
+    # multiples of pp (QA 2026-11-28: TP1 PP2 'fitted' 3 sequences beside a max_batch_fit of 2)
+    kv1 = kv_per_chip(costs, lay.tp, lay.attn_dp, lay.pp, float(lay.attn_dp), costs.kv_bytes(L))
+    max_b = np.floor(maximum(usable_chip - w_chip, 0.0) / where(kv1 > 0, kv1, np.inf) + 1e-9) * lay.attn_dp
     t_w_lec, crit_kv = lec.at_context(L, tokens, su.wprec, kvp, None)[:2]
     if np.ndim(t) == 0 and parts["weight_s"] > t_w_lec * (1 + 1e-9):
         why = ("each of the {0} attention-DP ranks reads the attention and dense weights whole, and ".format(
