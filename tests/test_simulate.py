@@ -663,3 +663,17 @@ def test_simulate_says_its_rates_are_one_replicas():
     d = run.to_dict()
     for k in ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s"):
         assert d[f"{k}_per_replica"] == d[k] and d[f"{k}_per_gpu"] == pytest.approx(d[k] / 2)
+
+
+def test_a_run_that_is_no_steady_state_is_not_called_one_from_python():
+    """The CLI warned 'not a steady state'; the Python answer's latency_window still said kind 'steady' (QA
+    2026-11-28: gpt-oss-120b on one H200 at 80 requests/s for 2,000 requests served 0 requests/s with ~1,080 in
+    flight). The window's kind now carries the warning; a light run stays steady."""
+    import chalk
+
+    r = chalk.simulate("gpt-oss-120b", "h200", rate=80, requests=2000, input_len=200, output_len=600, layout="tp=1",
+                       seed=2)
+    assert r.latency_window["kind"] == "not steady" and "shorter than a request's life" in r.latency_window["basis"]
+    ok = chalk.simulate("llama-3.1-8b", "h100-sxm", rate=2, requests=2000, input_len=512, output_len=256,
+                        layout="tp=1", seed=0)
+    assert ok.latency_window["kind"] == "steady" and abs(ok.steady_state_gap) < 0.1

@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
             t.add_row("measured window", (f"{steady}: requests {w['first_request']:,} to {w['last_request']:,} "
                                           f"({w['requests']:,}; the first {w['warmup_requests']:,} and last "
                                           f"{w['cooldown_requests']:,} left out)") if w["kind"] in
-                      ("steady", "overloaded") else
+                      ("steady", "overloaded", "not steady") else
                       f"the whole run ({w['requests']:,} requests, cold start and ramp-down included)")
         console().print(t)
         for note in run.notes:

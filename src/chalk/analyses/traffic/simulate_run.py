@@ -161,13 +161,25 @@ def simulate_requests(model, hardware, **kw) -> SimulateRun:
     run.setup.update({"overload": sim.overload(r), "steady_state_gap": sim.steady_gap(r),
                       "shorter_than_a_request": short_run})
     w = r.latency_window or {}
-    if run.setup["overload"] is not None and w.get("kind") == "steady":
-        # arrivals outran the replica: the window's requests queue longer the longer the run, no steady state to
-        # measure (QA 2026-11-28: the JSON said 'steady' where the table said there was none)
-        r = dataclasses.replace(r, latency_window={
-            **w, "kind": "overloaded", "basis": "the steady-state window's requests, but arrivals outran the replica: "
-            "the queue grows through the run, so its latencies grow with the run's length (see overload)"})
-        run = dataclasses.replace(run, result=r)
+    gap = run.setup["steady_state_gap"]
+    if w.get("kind") == "steady":
+        why = None
+        if run.setup["overload"] is not None:
+            # arrivals outran the replica: the window's requests queue longer the longer the run, no steady state to
+            # measure (QA 2026-11-28: the JSON said 'steady' where the table said there was none)
+            kind, why = "overloaded", ("arrivals outran the replica: the queue grows through the run, so its "
+                                       "latencies grow with the run's length (see overload)")
+        elif short_run or (gap is not None and abs(gap) > sim.STEADY_GAP):
+            # the CLI's warnings, in the answer too (QA 2026-11-28: from Python a run serving 0 requests/s with
+            # 1,080 in flight, or 24% off Little's law, read as a steady state)
+            kind, why = "not steady", ("no request finished inside the window: the run is shorter than a request's "
+                                       "life" if short_run else f"its requests in flight are {gap:+.0%} off Little's "
+                                       "law on its rate and latency (steady_state_gap): a queue built or drained "
+                                       "inside it")
+        if why is not None:
+            r = dataclasses.replace(r, latency_window={
+                **w, "kind": kind, "basis": f"the steady-state window's requests, but {why}"})
+            run = dataclasses.replace(run, result=r)
     for k in ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s"):  # the run is one replica's
         v = getattr(r, k, None)
         if v is not None:
