@@ -291,3 +291,20 @@ def test_a_model_past_one_domain_is_laid_over_the_gpus_given():
     assert not estimate("deepseek-r1", "h100", 64, 4096).fits  # within one host it cannot
     small = estimate("llama-3.1-70b", "h100", 64, 4096, gpus=16)
     assert small.layout["gpus"] <= 8 and any("answers for one replica inside it" in n for n in small.notes)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama-3.1-70b"])
+def test_an_answers_layout_dict_passes_back(model):
+    """QA 2026-11-28: `layout=estimate(...).to_dict()['layout']` was refused on its 'dp' key. An answer's own layout
+    dict (dp, gpus, label, out_of_gpus beside its parallelism) passes back and answers alike; a dp past 1 (replicas)
+    or gpus that contradict the layout are refused in one line."""
+    from chalk.api import estimate
+    from chalk.errors import InputError
+
+    first = estimate(model, "h200", batch=8, context=1000)
+    again = estimate(model, "h200", batch=8, context=1000, layout=first.to_dict()["layout"])
+    assert again.step_time_s == first.step_time_s and again.layout["label"] == first.layout["label"]
+    with pytest.raises(InputError, match="is a replica count"):
+        estimate(model, "h200", batch=8, context=1000, layout={**first.to_dict()["layout"], "dp": 2})
+    with pytest.raises(InputError, match="is not tp x attn_dp x pp"):
+        estimate(model, "h200", batch=8, context=1000, layout={"tp": 8, "gpus": 4})

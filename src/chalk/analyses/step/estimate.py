@@ -36,7 +36,11 @@ def parse_layout(text) -> dict:
     """`tp=8,ep=8,pp=1,attn_dp=8` -> {'tp': 8, 'ep': 8, 'pp': 1, 'attn_dp': 8}; keys tp, ep, etp, pp, attn_dp (or
     dp)."""
     if isinstance(text, dict):
-        items = [(k, v) for k, v in text.items() if k in ("tp", "ep", "etp", "pp", "attn_dp")]
+        items = [(k, v) for k, v in text.items()
+                 if str(k).lower() not in ("dp", "gpus", "label", "out_of_gpus")]
+        if text.get("dp", 1) != 1:  # an answer's own layout dict passes back; it is one replica
+            raise InputError(f"layout dp={text['dp']!r} is a replica count: a layout is one replica (replicas: use "
+                             "--gpus with chalk throughput)")
     else:
         parts = str(text).replace(" ", "").split(",")
         if not any(parts) or not all(parts):  # nothing, or an empty item ('tp=2,,', ',tp=2')
@@ -62,6 +66,10 @@ def parse_layout(text) -> dict:
         if key in out:
             raise InputError(f"layout gives {key} twice")
         out[key] = int(f)
+    g = text.get("gpus") if isinstance(text, dict) else None
+    if g is not None and g != out.get("tp", 1) * out.get("attn_dp", 1) * out.get("pp", 1):
+        raise InputError(f"layout gpus={g!r} is not tp x attn_dp x pp = "
+                         f"{out.get('tp', 1) * out.get('attn_dp', 1) * out.get('pp', 1)}")
     return out
 
 
