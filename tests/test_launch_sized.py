@@ -478,3 +478,16 @@ def test_compose_says_when_one_node_holds_part_of_the_fleet_and_refuses_pools_it
     # 20 one-GPU prefill replicas and 8 two-GPU decode ones do not share one node: refused after the plan is printed
     assert p.returncode == 2 and "cheapest" in p.stdout and not (tmp_path / "d").exists()
     assert p.stderr.strip().splitlines()[-1].startswith("chalk: error: --emit compose writes one 8-GPU node")
+
+
+def test_trtllm_prompts_longer_than_its_token_budget_launch_with_chunked_prefill():
+    """trtllm-serve's chunked prefill is off unless --enable_chunked_prefill, and then it refuses any prompt past
+    --max_num_tokens (8,192 by default); chalk sizes long prompts prefilled in chunks of that budget. QA 2026-11-28:
+    a 20,000-token-prompt plan launched without it. Prompts that fit the budget launch as before."""
+    long = render_launch("trtllm", Deployment("llama-3.1-8b", tp=1, max_model_len=21504)).argv
+    assert "--enable_chunked_prefill" in long
+    short = render_launch("trtllm", Deployment("llama-3.1-8b", tp=1, max_model_len=4096)).argv
+    assert "--enable_chunked_prefill" not in short
+    wide = render_launch("trtllm", Deployment("llama-3.1-8b", tp=1, max_model_len=21504,
+                                              chunked_prefill_tokens=32768)).argv
+    assert "--enable_chunked_prefill" not in wide and wide[wide.index("--max_num_tokens") + 1] == "32768"

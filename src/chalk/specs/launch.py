@@ -458,6 +458,11 @@ def _trtllm(prof, dep, repo, trust):
         argv += [f["chunked_prefill_tokens"], str(dep.chunked_prefill_tokens)]
     if dep.max_model_len is not None:
         argv += [f["max_model_len"], str(dep.max_model_len)]
+        budget = dep.chunked_prefill_tokens if dep.chunked_prefill_tokens is not None else prof.chunked_prefill_tokens
+        if dep.max_model_len > budget:  # chalk sized prompts prefilled in chunks of the budget; trtllm-serve's
+            # chunked prefill is off unless asked, and then it refuses any prompt past --max_num_tokens (QA
+            # 2026-11-28: 20,000-token prompts launched against the 8,192 default)
+            argv.append("--enable_chunked_prefill")
     argv += [f["memory_fraction"], _fraction(prof, dep)]
     if trust:
         argv.append(f["trust_remote_code"])
