@@ -491,3 +491,26 @@ def test_trtllm_prompts_longer_than_its_token_budget_launch_with_chunked_prefill
     wide = render_launch("trtllm", Deployment("llama-3.1-8b", tp=1, max_model_len=21504,
                                               chunked_prefill_tokens=32768)).argv
     assert "--enable_chunked_prefill" not in wide and wide[wide.index("--max_num_tokens") + 1] == "32768"
+
+
+def test_vllm_pools_tell_nixl_their_own_address(tmp_path, disagg_8b):
+    """vLLM's NIXL side channel binds localhost unless VLLM_NIXL_SIDE_CHANNEL_HOST says otherwise, so pools on two
+    machines could not hand off KV (QA 2026-11-28). k8s pods take their own IP, compose services their name, and
+    the printed commands say to set it."""
+    from chalk.faces.emit_plan import emit
+
+    r = disagg_8b["vllm"]
+    out = emit(r, "k8s", tmp_path / "k")
+    _validate_k8s(out)
+    pods = [yaml.safe_load(f.read_text()) for f in out.glob("*deployment*")]
+    engines = [d["spec"]["template"]["spec"]["containers"][0] for d in pods
+               if d["metadata"]["labels"]["chalk/role"] in ("prefill", "decode")]
+    assert engines and all(c["env"] == [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+                                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}] for c in engines)
+    d = yaml.safe_load((emit(r, "compose", tmp_path / "c") / "compose.yaml").read_text())
+    for name, svc in d["services"].items():
+        if name != "router":
+            assert svc["environment"] == {"VLLM_NIXL_SIDE_CHANNEL_HOST": name}
+    notes = [n for step in r["options"][0]["launch_steps"]["vllm"] for n in step.get("notes", [])]
+    assert any("VLLM_NIXL_SIDE_CHANNEL_HOST" in n for n in notes) or \
+        "VLLM_NIXL_SIDE_CHANNEL_HOST" in json.dumps(r["options"][0]["launch"])

@@ -115,8 +115,12 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": labels},
                          "data": {cfg["config_file"]: cfg["config_yaml"]}})
         port = int(_rules()["disaggregation"][eng]["server_port"])
+        env = None
+        own = _rules()["disaggregation"][eng].get("own_address_env") if o["prefill"] else None
+        if own:  # the pod's own IP, not localhost, for the other pool to reach (QA 2026-11-28)
+            env = [{"name": own["name"], "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
         if pool["nodes"] == 1:
-            c = _container(eng, pool["commands"][0], gpu, per_node, config=cm)
+            c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
             objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
                          "spec": {"replicas": pool["replicas"], "selector": {"matchLabels": labels},
                                   "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm)}}})
@@ -125,7 +129,8 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
             # only the leader serves HTTP (vLLM's workers run --headless): the Service selects the leader pods
             labels = {**labels, "chalk/node": "leader"}
-            lt = {"metadata": {"labels": labels}, "spec": _pod(_container(eng, leader, gpu, per_node, config=cm), cm)}
+            lt = {"metadata": {"labels": labels},
+                  "spec": _pod(_container(eng, leader, gpu, per_node, env=env, config=cm), cm)}
             wcmd = worker or leader
             wt = {"metadata": {"labels": {**labels, "chalk/node": "worker"}},
                   "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm)}
@@ -228,6 +233,9 @@ def compose_file(result, option=None, engine=None) -> dict:
             if cmd["config_yaml"]:
                 svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
                 svc["working_dir"] = "/"
+            own = _rules()["disaggregation"][eng].get("own_address_env") if disagg else None
+            if own:  # its own service name on the compose network, not localhost (QA 2026-11-28)
+                svc["environment"] = {own["name"]: _name(p["role"], i + 1)}
             services[_name(p["role"], i + 1)] = svc
     held = {p["role"]: sum(1 for k in services if k.startswith(f"{p['role']}-")) for p in pools}
     if disagg and not all(held.values()):  # QA 2026-11-28: 'decode replicas must be an integer >= 1, got 0'

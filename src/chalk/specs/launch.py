@@ -224,6 +224,10 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
         rule = _disaggregation(prof.id)
         for flag, value in (rule.get("flags") or {}).get(dep.role, ()):
             argv += [flag] if value is None else [flag, str(value)]
+        own = rule.get("own_address_env")
+        if own:  # (QA 2026-11-28: the pools on two machines could not hand off KV through localhost)
+            notes.append(f"set {own['name']} to this instance's own address (its default, localhost, serves only "
+                         "pools on one machine): the other pool reaches it there for the KV cache")
         extra_opts = (rule.get("options") or {}).get(dep.role)
         if extra_opts:
             cfg = yaml.safe_dump({**(yaml.safe_load(cfg or "") or {}), **extra_opts}, sort_keys=False)
