@@ -514,3 +514,16 @@ def test_vllm_pools_tell_nixl_their_own_address(tmp_path, disagg_8b):
     notes = [n for step in r["options"][0]["launch_steps"]["vllm"] for n in step.get("notes", [])]
     assert any("VLLM_NIXL_SIDE_CHANNEL_HOST" in n for n in notes) or \
         "VLLM_NIXL_SIDE_CHANNEL_HOST" in json.dumps(r["options"][0]["launch"])
+
+
+def test_emit_k8s_refuses_a_multi_node_replica_launched_from_its_head_node(tmp_path):
+    """TensorRT-LLM spans nodes as one MPI job and vLLM's TP/PP across nodes as one Ray cluster, both launched from
+    the head node: the LeaderWorkerSet ran the whole server on every pod (QA 2026-11-28). chalk writes no manifest
+    for them and says why, in one line, after the plan (the printed commands carry the notes)."""
+    p = _cli("plan", "-m", "deepseek-r1", "--users", "500", "--min-user-tps", "20", "--input-len", "2000",
+             "--output-len", "500", "-H", "h100-sxm", "--engine", "trtllm", "--mode", "aggregated", "--emit", "k8s",
+             str(tmp_path / "k"))
+    assert p.returncode == 2 and "cheapest" in p.stdout and not (tmp_path / "k").exists(), p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("chalk: error: --emit k8s: this option's replicas span 2 nodes, which trtllm launches "
+                           "from the head node alone"), last

@@ -127,6 +127,14 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
         else:
             leader = pool["commands"][0]
             worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
+            if worker is None:  # one command for the head node: the engine spans nodes as one MPI job or Ray
+                # cluster, which a LeaderWorkerSet of servers is not (QA 2026-11-28: every pod ran the whole
+                # 16-GPU server on its 8 GPUs)
+                role = "" if pool["role"] == "replica" else f"{pool['role']} "
+                raise InputError(f"--emit k8s: this option's {role}replicas span {pool['nodes']} nodes, "
+                                 f"which {eng} launches from the head node alone (as one MPI job or Ray cluster; "
+                                 "the printed launch notes say how): chalk writes no manifest for that; use the "
+                                 "printed commands, or a layout within one node")
             # only the leader serves HTTP (vLLM's workers run --headless): the Service selects the leader pods
             labels = {**labels, "chalk/node": "leader"}
             lt = {"metadata": {"labels": labels},
