@@ -527,3 +527,28 @@ def test_emit_k8s_refuses_a_multi_node_replica_launched_from_its_head_node(tmp_p
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("chalk: error: --emit k8s: this option's replicas span 2 nodes, which trtllm launches "
                            "from the head node alone"), last
+
+
+def test_sglang_prefill_instances_are_listed_one_by_one_with_their_bootstrap_port(tmp_path):
+    """SGLang's router hands a decode server the prefill URL's host as its bootstrap host: through one Service over
+    6 prefill pods, the bootstrap could reach another pod than the one prefilling, and its port (8998) was not
+    exposed (QA 2026-11-28). The prefill pool is a StatefulSet behind a headless Service exposing it, and the
+    router lists each pod."""
+    from chalk.faces.emit_plan import emit
+
+    r = plan("mixtral-8x7b", "h200", users=600, min_user_tps=30, input_len=2000, output_len=300, sim_requests=1000,
+             curves=False, engine="sglang", modes="disaggregated")
+    o = r["options"][0]
+    out = emit(r, "k8s", tmp_path / "k")
+    kinds = _validate_k8s(out)
+    assert "StatefulSet" in kinds
+    sts = yaml.safe_load(next(out.glob("*statefulset*prefill*")).read_text())
+    svc = yaml.safe_load(next(out.glob("*service*prefill*")).read_text())
+    n = o["prefill"]["replicas"]
+    assert sts["spec"]["replicas"] == n and svc["spec"]["clusterIP"] == "None"
+    assert {p["port"] for p in svc["spec"]["ports"]} == {30000, 8998}
+    args = yaml.safe_load(next(out.glob("*deployment*router*")).read_text())["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    pre = [args[i + 1] for i, a in enumerate(args) if a == "--prefill"]
+    name = sts["metadata"]["name"]
+    assert pre == [f"http://{name}-{i}.{name}:30000" for i in range(n)]

@@ -119,6 +119,24 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
         own = _rules()["disaggregation"][eng].get("own_address_env") if o["prefill"] else None
         if own:  # the pod's own IP, not localhost, for the other pool to reach (QA 2026-11-28)
             env = [{"name": own["name"], "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        each = ((_rules()["disaggregation"][eng].get("instance_ports") or {}).get(pool["role"])
+                if o["prefill"] else None)
+        if pool["nodes"] == 1 and each:
+            # instances the router must list one by one (QA 2026-11-28: SGLang's decode servers reached the prefill
+            # pool's bootstrap port through one Service over 6 pods, and that port was not exposed): a StatefulSet
+            # behind a headless Service gives each pod a stable name, every port exposed
+            c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
+            c["ports"] += [{"containerPort": int(v), "name": k} for k, v in each.items()]
+            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "labels": labels},
+                         "spec": {"serviceName": name, "replicas": pool["replicas"],
+                                  "selector": {"matchLabels": labels},
+                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm)}}})
+            objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+                         "spec": {"clusterIP": "None", "selector": labels, "ports": [
+                             {"name": "http", "port": port, "targetPort": port},
+                             *({"name": k, "port": int(v), "targetPort": int(v)} for k, v in each.items())]}})
+            hosts[pool["role"]] = [f"{name}-{i}.{name}" for i in range(pool["replicas"])]
+            continue
         if pool["nodes"] == 1:
             c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
             objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
@@ -152,8 +170,8 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     if o["prefill"]:
         from chalk.specs.launch import router_parts
 
-        argv, conf_file, conf, _ = router_parts(eng, len(hosts["prefill"]), len(hosts["decode"]),
-                                                hosts={"prefill": hosts["prefill"][:1], "decode": hosts["decode"][:1]})
+        listed = {r: h if len(set(h)) > 1 else h[:1] for r, h in hosts.items()}  # each instance, or the Service
+        argv, conf_file, conf, _ = router_parts(eng, len(hosts["prefill"]), len(hosts["decode"]), hosts=listed)
         name = _name(base, "router")
         labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": base, "chalk/role": "router"}
         c = {"name": "router", "image": _image(eng), "command": argv[:1], "args": argv[1:],
