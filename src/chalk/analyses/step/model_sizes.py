@@ -166,13 +166,21 @@ class ModelSizes:
         precision = self.as_stored(precision)
         if precision is None:
             return self._kept
-        if not self.narrowed(precision):
-            return None
-        b, wide = bytes_per_element(precision), bytes_per_element(self.wide_dtype())
-        out = {g: (wide if g in NARROWED_KEEPS else b) for g in self.group_params}
-        if self.model.tie_word_embeddings:  # one matrix: the input embedding read as the LM head
-            out["embedding"] = out["lm_head"] = wide
-        return out
+        if precision not in self._narrowed_groups:  # worked out once per precision: the step model reads the
+            # weights per step (`weight_bytes_read`), where building this each time cost 10 us a call
+            out = None
+            if self.narrowed(precision):
+                b, wide = bytes_per_element(precision), bytes_per_element(self.wide_dtype())
+                out = {g: (wide if g in NARROWED_KEEPS else b) for g in self.group_params}
+                if self.model.tie_word_embeddings:  # one matrix: the input embedding read as the LM head
+                    out["embedding"] = out["lm_head"] = wide
+            self._narrowed_groups[precision] = out
+        return self._narrowed_groups[precision]
+
+    @cached_property
+    def _narrowed_groups(self) -> dict:
+        """`_group_bytes` of each what-if precision asked (None where it is not narrowed), kept."""
+        return {}
 
     def _precisions(self, precision: str | None) -> tuple[float, float]:
         """Bytes per element for (non-expert weights, routed-expert weights); the checkpoint's own mix for None
@@ -219,8 +227,17 @@ class ModelSizes:
         skip = 0.0 if lookup or self.model.tie_word_embeddings else self.embedding_params
         kept = self._group_bytes(precision)
         if kept is not None:
-            return sum(n * kept[g] for g, n in self.group_params.items() if g != "experts") - skip * kept["embedding"]
+            key = (precision, skip)
+            if key not in self._dense_kept:  # (kept: read per step by `weight_bytes_read`)
+                self._dense_kept[key] = sum(n * kept[g] for g, n in self.group_params.items() if g != "experts") \
+                    - skip * kept["embedding"]
+            return self._dense_kept[key]
         return (self.dense_params - skip) * self._precisions(precision)[0]
+
+    @cached_property
+    def _dense_kept(self) -> dict:
+        """`_dense_bytes` where groups are stored differently, per (precision, lookup bytes left out), kept."""
+        return {}
 
     def default_precision(self) -> str:
         """The precision weights run at when none is asked for (the checkpoint's own)."""
