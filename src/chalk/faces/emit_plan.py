@@ -103,6 +103,9 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     base = _name(result["model"].split("/")[-1], o["chip"], eng)
     objs: list[dict] = []
     hosts: dict[str, list[str]] = {}
+    wiring = _rules()["disaggregation"][eng]  # the engine's server port and, disaggregated, how its pools are reached
+    port = int(wiring["server_port"])
+    own = wiring.get("own_address_env") if o["prefill"] else None
     for pool in _pools(o, eng):
         name = _name(base, pool["role"])
         labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": base,
@@ -114,13 +117,10 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             cm = _name(name, "config")
             objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": labels},
                          "data": {cfg["config_file"]: cfg["config_yaml"]}})
-        port = int(_rules()["disaggregation"][eng]["server_port"])
         env = None
-        own = _rules()["disaggregation"][eng].get("own_address_env") if o["prefill"] else None
         if own:  # the pod's own IP, not localhost, for the other pool to reach (QA 2026-11-28)
             env = [{"name": own["name"], "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        each = ((_rules()["disaggregation"][eng].get("instance_ports") or {}).get(pool["role"])
-                if o["prefill"] else None)
+        each = (wiring.get("instance_ports") or {}).get(pool["role"]) if o["prefill"] else None
         if pool["nodes"] == 1 and each:
             # instances the router must list one by one (QA 2026-11-28: SGLang's decode servers reached the prefill
             # pool's bootstrap port through one Service over 6 pods, and that port was not exposed): a StatefulSet
@@ -240,8 +240,10 @@ def compose_file(result, option=None, engine=None) -> dict:
                          f"{max(p['nodes'] for p in pools)} nodes: use --emit k8s")
     services, gpu_at = {}, 0
     chips = o["domain_chips"]
-    port = int(_rules()["disaggregation"][eng]["server_port"])
+    wiring = _rules()["disaggregation"][eng]
+    port = int(wiring["server_port"])
     disagg = bool(o["prefill"])
+    own = wiring.get("own_address_env") if disagg else None
     for p in pools:
         for i in range(p["replicas"]):
             if gpu_at + p["gpus"] > chips:
@@ -259,7 +261,6 @@ def compose_file(result, option=None, engine=None) -> dict:
             if cmd["config_yaml"]:
                 svc["configs"] = [{"source": _name(p["role"], "options"), "target": f"/{cmd['config_file']}"}]
                 svc["working_dir"] = "/"
-            own = _rules()["disaggregation"][eng].get("own_address_env") if disagg else None
             if own:  # its own service name on the compose network, not localhost (QA 2026-11-28)
                 svc["environment"] = {own["name"]: _name(p["role"], i + 1)}
             services[_name(p["role"], i + 1)] = svc
