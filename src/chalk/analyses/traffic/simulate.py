@@ -262,6 +262,9 @@ class SimulationResult:
     # requests sent and not finished (waiting to be admitted, on their way from the client, or in the engine),
     # time-averaged over the window: measured, and by Little's law requests_per_s x mean_e2e_s
     mean_in_flight: float = math.nan
+    # a streamed run's (no per-request arrays): the median waits, send -> first token, of its first and last fifth
+    # of requests, its arrival window and its offered rate over the latency window (what `overload` reads)
+    stream_waits: dict | None = None
 
     _ARRAYS = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s")
 
@@ -443,13 +446,13 @@ def overload(result: SimulationResult) -> dict | None:
     (a stable queue's wait does not grow with the run's length). The admission queue alone misses a backlog that
     waits inside the engine: with a large batch cap every arrival is admitted at once and queues for its prefill
     chunk (DeepSeek-R1 on DEP32 at 40 requests/s: TTFT p50 132 s, no admission wait). Returns the offered and served
-    request rates (both over the steady-state window's requests) and both waits, or None when the queue settled (or
-    a streamed run kept no waits: see `SimulationResult.latency_window` and the served rate against the offered one
-    instead).
+    request rates (both over the steady-state window's requests) and both waits, or None when the queue settled. A
+    streamed run keeps no per-request waits: it is judged on the waits of its first and last fifth it kept in
+    histograms (`SimulationResult.stream_waits`).
     """
     a, q = result.arrival_s, result.ttft_s if result.ttft_s is not None else result.queue_s
     if a is None or q is None:
-        return None
+        return _stream_overload(result)
     n = a.size
     window = float(a[-1] - a[0]) if n > 1 else 0.0
     if n < 20 or window <= 0:
@@ -476,6 +479,19 @@ STEADY_GAP = 0.10
 #: A closed loop's steady window has settled when its mean TTFT over the window's first half and over its second half
 #: are within this share of each other (or within half a mean step: a TTFT of a few steps moves by steps).
 SETTLED_TOLERANCE = 0.05
+
+
+def _stream_overload(result: SimulationResult) -> dict | None:
+    """`overload` for a streamed run, from the waits it kept (`SimulationResult.stream_waits`): the same test (QA
+    2026-11-28: past 1e6 requests a run 17% over capacity was called a steady state, with a 48-minute TTFT p50)."""
+    w = result.stream_waits
+    if not w or result.n_requests < 20 or not w["arrival_window_s"] > 0:
+        return None
+    q_first, q_last, window = w["median_wait_first_fifth_s"], w["median_wait_last_fifth_s"], w["arrival_window_s"]
+    if not (q_last > 3 * q_first and q_last > 0.05 * window):
+        return None
+    return {"offered_requests_per_s": w["offered_requests_per_s"], "served_requests_per_s": result.requests_per_s,
+            "median_wait_first_fifth_s": q_first, "median_wait_last_fifth_s": q_last, "arrival_window_s": window}
 
 
 def settling(result) -> tuple[float, float] | None:
@@ -651,11 +667,16 @@ CHUNK_REQUESTS = 65_536
 class _Stream:
     """Where a streamed run's finished requests go: window latencies into log histograms, nothing per request."""
 
-    def __init__(self, lo: int, hi: int, whole: bool = False):
+    def __init__(self, lo: int, hi: int, whole: bool = False, n: int = 0):
         from chalk.analyses.traffic.log_histogram import LogHistogram
 
         self.lo, self.hi, self.whole = lo, hi, whole  # whole: the run is its window (`window='all'`)
         self.h = {k: LogHistogram() for k in ("ttft", "tpot", "e2e")}
+        # what `overload` reads of a run that keeps no arrays: the waits (send -> first token) of the first and
+        # last fifth of the n requests, and the sends of requests 0, lo, hi - 1 and n - 1
+        self.n, self.fifth = n, max(n // 5, 1)
+        self.waits = (LogHistogram(), LogHistogram())
+        self.sends: dict = {}
         self.first_arrival = math.inf
         self.last_finish = 0.0
         self.ta = self.tb = None  # the window's edges (admissions of requests lo and hi - 1), once reached
@@ -666,6 +687,13 @@ class _Stream:
         self.first_arrival = min(self.first_arrival, float(send.min()))
         self.last_finish = max(self.last_finish, float(finish.max()))
         self.wait_area += _wait_area(send, admit, -math.inf if self.whole else self.ta, self.tb)
+        for j in (0, self.lo, self.hi - 1, self.n - 1):
+            if 0 <= j - g0 < send.size:
+                self.sends[j] = float(send[j - g0])
+        for h, (a, b) in zip(self.waits, ((0, self.fifth), (self.n - self.fifth, self.n))):
+            s, e = max(a - g0, 0), min(b - g0, send.size)
+            if e > s:
+                h.add(first[s:e] - send[s:e])
         s, e = max(self.lo - g0, 0), min(self.hi - g0, send.size)
         if e <= s:
             return
@@ -758,7 +786,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
         out = run_compiled(req.chunks(CHUNK_REQUESTS), n, min(B, n), cap,
                            None if chunk is None else min(chunk, 1 << 62), closed_loop,
                            None if seats is None else min(seats, n), lat, wa, wb, consts, moe, CHUNK_REQUESTS,
-                           _check_chunk, None if keep else _Stream(lo, hi, window == "all"), warm)
+                           _check_chunk, None if keep else _Stream(lo, hi, window == "all", n), warm)
         return _continuous_result(lo, hi, n, common, **out)
 
     # requests are read CHUNK_REQUESTS at a time: global index i lives at i - base in the lists below; a run that
@@ -769,7 +797,7 @@ def simulate_continuous(requests, step_cost: StepCost, max_batch: int,
     admit, first, finish = [], [], []
     left, sizes = deque(), deque()  # unfinished requests, and requests, per chunk held
     kept = []  # (arrival, P, O, cached) arrays of the chunks read, when keeping them
-    stream = None if keep else _Stream(lo, hi, window == "all")
+    stream = None if keep else _Stream(lo, hi, window == "all", n)
     base = loaded = 0
     cached_total = prompt_total = 0
 
@@ -1091,7 +1119,23 @@ def _stream_result(stream: _Stream, lo, hi, n, rates, *, step, busy, step_sum, a
         e2e_p50_s=q["e2e"][0], e2e_p90_s=q["e2e"][1], e2e_p99_s=q["e2e"][2], mean_ttft_s=h["ttft"].mean,
         mean_tpot_s=h["tpot"].mean, mean_e2e_s=h["e2e"].mean, n_steps=int(step), busy_time_s=float(busy),
         simulated_time_s=span, peak_kv_tokens=float(peak_kv), closed_loop_concurrency=seats if closed_loop else None,
-        latency_window=_window_dict(lo, hi, n, window, rates), prefix_hit_rate=hit, **_rate_fields(rates))
+        latency_window=_window_dict(lo, hi, n, window, rates), prefix_hit_rate=hit, stream_waits=_stream_waits(stream),
+        **_rate_fields(rates))
+
+
+def _stream_waits(stream: _Stream) -> dict | None:
+    """A streamed run's median waits of its first and last fifth of requests and its arrival edges (`overload`)."""
+    s, (w0, w1) = stream.sends, stream.waits
+    if not (w0.count and w1.count) or 0 not in s or stream.n - 1 not in s:
+        return None
+    out = {"median_wait_first_fifth_s": w0.quantile(0.5), "median_wait_last_fifth_s": w1.quantile(0.5),
+           "arrival_window_s": s[stream.n - 1] - s[0], "offered_requests_per_s": None}
+    lo, hi = stream.lo, stream.hi - 1
+    if lo in s and hi in s and hi > lo and s[hi] > s[lo]:
+        out["offered_requests_per_s"] = (hi - lo) / (s[hi] - s[lo])
+    elif out["arrival_window_s"] > 0:
+        out["offered_requests_per_s"] = (stream.n - 1) / out["arrival_window_s"]
+    return out
 
 
 #: Spread of a length given only as a mean in a closed-loop replay: uniform over [8/9, 10/9] of the mean, the spread
