@@ -802,3 +802,17 @@ def test_the_plan_table_says_n_a_for_a_tpot_no_request_had():
     from chalk.faces.cli_plan import _ms
 
     assert _ms(float("nan")) == "n/a" and _ms(None) == "-" and _ms(0.0191) == "19ms" and _ms(27.12) == "27.12s"
+
+
+def test_a_disaggregated_replicas_capacity_counts_its_share_of_the_prefill_pool():
+    """QA 2026-11-28: a decode replica was stated to carry 8.75 requests/s while its 2 prefill workers (36.8k prompt
+    tokens/s each, 12,035-token prompts) admit 6.1, beside a headroom that already counted them. A replica's capacity
+    is now the lesser of its seats' and its share of the pool's prompts, and says which bounds it."""
+    r = plan("llama-3.1-8b", "h100-sxm", rate=4.333, input_len=12035, output_len=343, engine="vllm",
+             precision="bf16", ttft_p99_s=5, tpot_p99_s=0.05, modes=("disaggregated",), curves=False)
+    o = r["options"][0]
+    pre = o["prefill"]
+    share = pre["replicas"] * pre["input_tokens_per_s_per_replica"] / 12035 / o["replicas"]
+    assert o["capacity_per_replica"] <= share * (1 + 1e-9)
+    assert o["capacity_bound"] == "prefill pool" and o["capacity_per_replica"] == pytest.approx(share, rel=0.01)
+    assert o["replicas"] * o["capacity_per_replica"] >= o["demand"] * (1 - 1e-9)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -962,6 +963,41 @@ def test_simulate_closed_loop_keeps_the_batch_cap_given(cap):
     assert tight.result.mean_batch <= cap + 1e-9 and tight.result.closed_loop_concurrency == 256
 
 
+def test_a_fleet_replay_whose_prefill_pool_falls_behind_says_so():
+    """A prefill pool offered more prompt tokens than it computes queues through the whole replay: its window is
+    'overloaded' with the waits that grew (as `simulate.overload` says of one replica), not a steady state."""
+    from chalk.analyses.traffic import fleet
+
+    def run(rate):
+        return fleet.replay(fleet.decode_only(SC_8B), replicas=1, max_batch=256, rate_per_s=rate, n_requests=4000,
+                            input_len=1000, output_len=128, est_ttft_s=0.05, est_tpot_s=0.01,
+                            prefill={"servers": 1, "tokens_per_s": 20_000.0, "lone_prompt_s": 0.05})
+    over, ok = run(30.0), run(10.0)  # 30k and 10k prompt tokens/s offered to a 20k pool
+    assert over.overload is not None and over.latency_window["kind"] == "overloaded"
+    assert over.overload["median_wait_last_fifth_s"] > 3 * over.overload["median_wait_first_fifth_s"]
+    assert ok.overload is None and ok.latency_window["kind"] == "steady"
+
+
+@pytest.mark.parametrize("gpus", [None, 8])
+def test_a_disaggregated_p99_answer_loads_its_prefill_pool_no_more_than_plan_does(gpus):
+    """QA 2026-11-28: under a TPOT-only p99 target the search answered with a prefill pool loaded to 99.97% of its
+    prompt tokens/s; its replayed TTFT (2.7 s mean, 4.65 s p99) grew with the replay's length (3.5 s / 7.4 s at 4x
+    the requests), a queue with no steady state. The replay now serves no rate above plan's utilisation ceiling."""
+    from chalk.analyses.traffic.fleet import PREFILL_MAX_UTILISATION
+
+    r = throughput("llama-3.1-8b", "h100-sxm", input_len=1000, output_len=200, tpot_p99_s=0.020, gpus=gpus,
+                   disaggregated=True)
+    pool, par = r["prefill"], r["parallelism"]
+    decode_replicas = round(r["decode_gpus"] / (par["tp"] * par["pp"]))  # a dense model: TP x PP per replica
+    m = re.search(r"over (\d+) decode replicas? and (\d+) prefill workers?", r["tail_latency_source"])
+    k, p = int(m.group(1)), int(m.group(2))
+    assert k <= decode_replicas
+    prompts_per_s = r["arrival_rate_per_replica"] * k * 1000
+    capacity = p * pool["input_tokens_per_s_per_gpu"] * pool["parallelism"]["gpus"] / pool["parallelism"]["dp"]
+    assert prompts_per_s <= PREFILL_MAX_UTILISATION * capacity * (1 + 1e-9)
+    assert r["latency_window"]["kind"] == "steady"
+
+
 def test_more_gpus_never_serve_less_when_disaggregation_must_fit_within_them():
     """QA sweep 2026-11-27: under --mode all at a 30 ms p99 TPOT, Llama-3.1-70B on 64 H100s served 17.6k output
     tokens/s (20 decode + 36 prefill GPUs) but on 72 only 9.4k: the search for a disaggregated deployment within the
@@ -974,7 +1010,9 @@ def test_more_gpus_never_serve_less_when_disaggregation_must_fit_within_them():
         fleet = r["output_tokens_per_s_per_gpu"] * r["gpus"]
         assert r["gpus"] <= g and fleet >= prev * (1 - 1e-9), g
         prev = fleet
-    assert prev > 20_000  # 72 GPUs: 24 decode + 44 prefill, 23.5k
+    # 72 GPUs: 18.1k (23.5k before the prefill pool's replay was held to plan's 80% utilisation ceiling, fleet.
+    # PREFILL_MAX_UTILISATION: at 99.97% a pool's TTFT grew with the replay's length)
+    assert prev > 17_500
 
 
 def test_a_ttft_target_alone_steps_down_the_in_flight_count_until_met():

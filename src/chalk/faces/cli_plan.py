@@ -259,7 +259,9 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
             + (f"its replay held {num(b['simulated']['mean_in_flight_per_replica'])}; "
                if (b.get("simulated") or {}).get("mean_in_flight_per_replica") is not None else "")
             + f"at most {num(b['max_concurrency_per_replica'])} meet the targets), capacity "
-            f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica with every seat busy, headroom "
+            f"{num(b['capacity_per_replica'])} {b['demand_unit']} per replica "
+            + ("with every seat busy" if b.get("capacity_bound", "decode replica") == "decode replica" else
+               "(its share of the prefill pool's prompts)") + ", headroom "
             f"{pct(b['headroom'])} (more demand the replicas carry with Poisson peaks within their caps); "
             f"{b['precision']} weights, {b['kv_precision']} KV"
             + (f", speculative decoding ({b['speculative']['draft_tokens']} draft tokens per step, "

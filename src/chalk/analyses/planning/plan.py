@@ -332,6 +332,7 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
          "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),
          "replica_gpus": v["replica_gpus"], "concurrency_per_replica": float(v["in_flight_per_replica"]),
          "max_concurrency_per_replica": int(v["cap"]), "capacity_per_replica": float(v["capacity_per_replica"]),
+         "capacity_bound": v.get("capacity_bound", "decode replica"),
          "demand": ask.demand.value, "demand_unit": ask.demand.unit, "headroom": max(v["headroom"], 0.0),
          "precision": v["op"]["precision"], "kv_precision": v["op"]["kv_precision"],
          "speculative": v["op"]["speculative"], "usd_per_gpu_hour": float(v["usd_per_gpu_hour"]),

@@ -38,8 +38,6 @@ from chalk.specs.hardware import System
 MODES = ("aggregated", "disaggregated")
 #: Most times a plan that misses its targets in the replay is bumped up before it is reported unmet.
 MAX_BUMPS = 5
-#: Prefill pool utilisation ceiling (disaggregated): keeps the prompt queue short.
-PREFILL_MAX_UTILISATION = 0.8
 #: Most replicas one replay simulates (more are represented by that many, fed their share of arrivals).
 MAX_SIMULATED_REPLICAS = 256
 #: Concurrency search tolerance: the most requests per replica is found to within 2%.
@@ -250,7 +248,7 @@ def replicas_for(d_value: float, kind: str, c: dict) -> tuple[int, int]:
 def prefill_replicas(rate_per_s: float, c: dict) -> int:
     """Prefill replicas that keep the prompt queue of `rate_per_s` requests under the utilisation ceiling."""
     return max(int(F.utilisation_bound_servers(rate_per_s * c["prompt_tokens"], c["prefill_tokens_per_s"],
-                                               PREFILL_MAX_UTILISATION)), 1)
+                                               fleet.PREFILL_MAX_UTILISATION)), 1)
 
 
 def size(ask: Ask, system: System, mode: str, precision, r) -> dict | None:
@@ -340,19 +338,25 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
     price = system.chip.price_usd_per_hour
     usd_h = float(F.fleet_usd_per_hour(gpus, price))
     cap_units = c["cap"] if d.kind == "users" else c["cap"] / c["e2e_at_cap_s"]
+    bound = "decode replica"
     # spare capacity as the fleet was sized: the mean in flight whose Poisson p99 fills R caps (`replicas_for`), not
     # every seat busy (QA 2026-11-28: 63.9% headroom claimed where 50% more demand already sized a fourth replica)
     held = float(F.mean_in_flight_at_peak(R * c["cap"]))
     spare = float(F.headroom(1, held if d.kind == "users" else held / c["e2e_at_cap_s"], d.value))
     if c["prefill"] and P:  # the prefill pool's prompts/s bound the fleet too (in users: that rate x e2e at the cap)
         prompts = c["prefill_tokens_per_s"] / c["prompt_tokens"]
+        # and a replica's capacity: its share of the pool's prompts (QA 2026-11-28: 8.75 requests/s stated per
+        # decode replica whose 2 prefill workers admit 6.1, beside a headroom that already counted them)
+        pool = P * prompts / R * (c["e2e_at_cap_s"] if d.kind == "users" else 1.0)
+        if pool < cap_units:
+            cap_units, bound = pool, "prefill pool"
         spare = min(spare, float(F.headroom(P, prompts * (c["e2e_at_cap_s"] if d.kind == "users" else 1.0),
                                             d.value)))
     ttft_mean, ttft = (float(t) for t in _ttft(c, op, calibration(ask.ideal, system.chip).request_latency_s,
                                                 p99_prompt_ratio(ask.input_len, ask.I)))
     return {**c, "lite": op_at is not None, "replicas": R, "prefill_replicas": P, "gpus": gpus, "op": op,
             "sized_for": float(d.value), "requests_per_s": served,
-            "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units,
+            "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units, "capacity_bound": bound,
             "headroom": spare, "usd_per_gpu_hour": price,
             "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
             "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * ask.O)),

@@ -140,7 +140,8 @@ class PlanResult(Result):
     """`chalk.plan`: the cheapest deployment per candidate chip and serving mode, cheapest first.
 
     Keys: options (each: hardware, chip, system, mode, gpus, replicas, layout, parallelism, prefill,
-    concurrency_per_replica, max_concurrency_per_replica, capacity_per_replica, headroom, precision, kv_precision,
+    concurrency_per_replica, max_concurrency_per_replica, capacity_per_replica, capacity_bound (what bounds it: the
+    decode replica's seats or its share of the prefill pool), headroom, precision, kv_precision,
     speculative, usd_per_gpu_hour, usd_per_hour, usd_per_day, usd_per_mtok_output, predicted, simulated {ttft_p99_s,
     tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, diurnal, energy (through the API
     and the CLI: `Energy` as a dict)), unavailable (hardware,

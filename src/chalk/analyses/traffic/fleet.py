@@ -30,10 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from chalk.analyses.traffic.simulate import (MAX_REQUESTS, Requests, StepCost, poisson_requests,
-                                             simulate_continuous, steady_window)
+                                             simulate_continuous, steady_window, wait_growth)
 from chalk.errors import InputError
 from chalk.specs.workload import positive
 
+#: Prefill pool utilisation ceiling (disaggregated): keeps the prompt queue short. `plan` sizes its prefill pools
+#: under it and `throughput`'s p99 replays serve no rate above it (a pool near 100% has no steady-state queue: its
+#: TTFT in a replay grows with the replay's length).
+PREFILL_MAX_UTILISATION = 0.8
 #: Replays of at least this many requests use worker processes (one per core, at most 8).
 PARALLEL_MIN_REQUESTS = 200_000
 
@@ -61,6 +65,9 @@ class FleetReplay:
     mean_ttft_s: float = math.nan  # over the window, as the percentiles
     mean_tpot_s: float = math.nan
     latency_window: dict | None = None  # which requests the figures are over (as `SimulationResult`'s)
+    # where the wait for the first token grows through the replay (`simulate.wait_growth`: arrivals outran the
+    # prefill pool or the replicas): the median waits of the first and last fifth of arrivals; None when it settled
+    overload: dict | None = None
 
     def to_dict(self) -> dict:
         return {f.name: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -252,6 +259,11 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     elif (keep & warm).sum() >= max(n // 5, 1):
         keep &= warm
     lo, hi = float(np.min(a[keep])), float(np.max(a[keep]))
+    # Poisson arrivals only: a trace's own rate moves through it, and its waits with it
+    by_arrival = np.argsort(a, kind="stable")
+    grew = None if arrivals is not None else wait_growth(a[by_arrival], ttft[by_arrival])
+    over = None if grew is None else {"median_wait_first_fifth_s": grew[0], "median_wait_last_fifth_s": grew[1],
+                                      "arrival_window_s": grew[2]}
 
     def q(x, p):
         x = x[keep]
@@ -271,8 +283,9 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
                        output_tokens_per_s_per_replica=float(np.sum(out_rate)) / k if out_rate else 0.0,
                        requests_clipped=clipped, wall_s=time.perf_counter() - t0,
                        mean_batch=float(np.mean(batch)) if batch else 0.0, mean_ttft_s=mean(ttft),
-                       mean_tpot_s=mean(tpot), latency_window={
-                           "kind": "steady" if measure_window is None else "peak", "requests": int(keep.sum()),
+                       mean_tpot_s=mean(tpot), overload=over, latency_window={
+                           "kind": "peak" if measure_window is not None else "overloaded" if over else "steady",
+                           "requests": int(keep.sum()),
                            "warmup_requests": int((a < lo).sum()),
                            "cooldown_requests": int((a > hi).sum()), "start_s": float(lo), "end_s": float(hi),
                            "basis": "percentiles over the requests in the steady-state window of `chalk simulate` "

@@ -1476,7 +1476,11 @@ def _disagg_tail(s: _Search, i: int, ev, ratio):
             n_requests=ARRIVAL_REQUESTS, input_len=fx.lengths[0], output_len=fx.lengths[1],
             est_ttft_s=s.pool["ttft_s"], est_tpot_s=float(ev["tpot_s"][i]), prefill=prefill,
             warmup_s=2.0 * in_flight * k / rate, loop=loop, client_latency_s=fx.lat), rate / k)[0]
-        kept_up = r.output_tokens_per_s_per_replica * k >= ARRIVAL_SERVED * rate * s.O
+        # the decode replicas keep up, no queue grows through the replay, and the prefill pool is loaded no more
+        # than plan loads one (a pool at 99.97% met a TPOT-only target with a TTFT that grew with the replay's
+        # length: QA 2026-11-28)
+        kept_up = r.output_tokens_per_s_per_replica * k >= ARRIVAL_SERVED * rate * s.O and r.overload is None \
+            and rate * s.I <= fleet.PREFILL_MAX_UTILISATION * p * prefill["tokens_per_s"]
         return kept_up and _p99s_met(s, r), r
 
     met, r, rate = *run(top), top

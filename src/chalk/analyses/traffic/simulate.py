@@ -453,14 +453,10 @@ def overload(result: SimulationResult) -> dict | None:
     a, q = result.arrival_s, result.ttft_s if result.ttft_s is not None else result.queue_s
     if a is None or q is None:
         return _stream_overload(result)
-    n = a.size
-    window = float(a[-1] - a[0]) if n > 1 else 0.0
-    if n < 20 or window <= 0:
+    grew = wait_growth(a, q)
+    if grew is None:
         return None
-    k = max(n // 5, 1)
-    q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
-    if not (q_last > 3 * q_first and q_last > 0.05 * window):
-        return None
+    n, (q_first, q_last, window) = a.size, grew
     offered = (n - 1) / window
     w = result.latency_window or {}
     if w.get("requests", 0) > 1:  # over the requests the served rate counts (a trace's rate varies through it)
@@ -479,6 +475,22 @@ STEADY_GAP = 0.10
 #: A closed loop's steady window has settled when its mean TTFT over the window's first half and over its second half
 #: are within this share of each other (or within half a mean step: a TTFT of a few steps moves by steps).
 SETTLED_TOLERANCE = 0.05
+
+
+def wait_growth(arrival_s, wait_s) -> tuple[float, float, float] | None:
+    """(median wait of the first fifth of arrivals, of the last fifth, arrival window) where the wait grows through
+    the run (`overload`'s test: the last fifth's median over 3x the first's and over 5% of the window), else None.
+    `arrival_s` in arrival order, `wait_s` each request's wait (arrival -> first token)."""
+    a, q = np.asarray(arrival_s, dtype=float), np.asarray(wait_s, dtype=float)
+    n = a.size
+    window = float(a[-1] - a[0]) if n > 1 else 0.0
+    if n < 20 or window <= 0:
+        return None
+    k = max(n // 5, 1)
+    q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
+    if not (q_last > 3 * q_first and q_last > 0.05 * window):
+        return None
+    return q_first, q_last, window
 
 
 def _stream_overload(result: SimulationResult) -> dict | None:
