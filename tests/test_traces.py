@@ -364,6 +364,19 @@ def test_plan_trace_launch_admits_the_traces_longest_request():
     assert lens and min(lens) >= longest, (lens, longest)
 
 
+def test_plan_sizes_a_trace_cut_to_the_context_at_its_own_lengths():
+    """QA 2026-11-28: the Mooncake synthetic trace, cut pair by pair to Llama-3.1-8B's context when read, was cut
+    again as two unpaired distributions: a long prompt drawn beside an unrelated output crossed the context, and the
+    plan sized 14,715 prompt tokens (a resample) where the trace holds 15,189. It sizes the trace's own lengths."""
+    _need(MOON_SYN)
+    rc, out, err = run("plan", "--trace", str(MOON_SYN), "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm",
+                       "-p", "bf16", "--mode", "aggregated", "--no-launch", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["input_len"] == pytest.approx(d["trace"]["input_len_mean"], rel=1e-9)
+    assert d["output_len"] == pytest.approx(d["trace"]["output_len_mean"], rel=1e-9)
+
+
 def test_requests_beyond_the_context_are_said_to_be():
     """QA sweep 2026-11-27: `plan` and `throughput` sized 201K-token requests for a 128K-context model without a word,
     and the plan launched vLLM with --max-model-len 131072, which refuses every one of them. They are timed (measured

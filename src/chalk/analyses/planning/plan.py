@@ -114,8 +114,11 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
     m = as_model(model)
     draft_search = isinstance(speculative, str) and len(draft_counts(m)) > 1  # each draft count searched
     speculative = resolve_speculation(speculative, m)
-    # sized for what the replicas serve: lengths past the context cut to it, as every door cuts them
-    input_len, output_len, ctx = cut_lengths(m, input_len, output_len)
+    # sized for what the replicas serve: lengths past the context cut to it, as every door cuts them; a trace's are
+    # cut already, pair by pair (`demand_from_trace`): cut again as two unpaired distributions, a long prompt drawn
+    # beside an unrelated output crossed the context and the trace's lengths were replaced by a resample of them
+    # (QA 2026-11-28: 14,715 prompt tokens sized where the trace holds 15,189)
+    input_len, output_len, ctx = cut_lengths(m, input_len, output_len, cut=from_trace is None)
     I, din = _length("input_len", input_len)
     O, dout = _length("output_len", output_len)
     names = candidate_list(hardware)
