@@ -317,6 +317,20 @@ def test_overload_is_flagged_when_arrivals_outrun_the_train():
     assert S.overload(S.simulate_train(S.poisson_arrivals(200, 20_000, 1, 1, seed=1), cost, 0.01, 4)) is None
 
 
+def test_cli_run_shorter_than_a_request_measures_no_rate_and_says_why():
+    """QA 2026-11-28: 2 seats for 10 requests printed '0 tokens/s' (2 in flight, 1.2 s each) and a window with 'no
+    steady state: the queue grows', where no request finished inside the window and a closed loop has no queue."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "chalk", "simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout",
+                        "tp=1", "--concurrency", "2", "-n", "10"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    assert "output throughput" in p.stdout and "none measured" in p.stdout and "0 tokens/s" not in p.stdout
+    assert "queue grows" not in p.stdout and "not a steady state" in p.stdout
+
+
 def test_cli_warns_on_overload_and_plots_the_run_it_simulated(tmp_path):
     # 800 requests/s: about twice what one H100 serves of llama-3.1-8b at these lengths (~380/s), so the queue grows
     import subprocess

@@ -161,7 +161,9 @@ def register(app: typer.Typer) -> None:
             t.add_row(label, " / ".join(fmt(s.get(f"{key}_p{q}_s")) for q in (50, 90, 99)))
         for what, key in (("output", "output_tokens_per_s"), ("input", "input_tokens_per_s")):
             v = s.get(key)
-            t.add_row(f"{what} throughput", per(v, "tokens/s", "replica", g)
+            # a window no request finished in measures no rate (QA 2026-11-28: '0 tokens/s' with 2 in flight)
+            t.add_row(f"{what} throughput", "none measured: no request finished inside the window (raise -n)"
+                      if st.get("shorter_than_a_request") else per(v, "tokens/s", "replica", g)
                       + (f" = {per(v / g, 'tokens/s', 'gpu')}" if v is not None else ""))
         t.add_row("mean batch", f"{num(s.get('mean_batch'))} sequences per step (per replica)")
         if s.get("mean_in_flight") is not None:
@@ -189,8 +191,9 @@ def register(app: typer.Typer) -> None:
                       "catalog included)")
         w = r.latency_window
         if w:
-            steady = "steady state" if w["kind"] == "steady" else \
-                "window (no steady state: the queue grows, see the warning)"
+            steady = {"steady": "steady state",
+                      "overloaded": "window (no steady state: the queue grows, see the warning)"}.get(
+                w["kind"], "window (not a steady state, see the warning)")
             t.add_row("measured window", (f"{steady}: requests {w['first_request']:,} to {w['last_request']:,} "
                                           f"({w['requests']:,}; the first {w['warmup_requests']:,} and last "
                                           f"{w['cooldown_requests']:,} left out)") if w["kind"] in
