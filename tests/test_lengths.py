@@ -144,6 +144,22 @@ def test_file_csv_column(tmp_path: Path):
         parse_lengths(f, column="nope")
 
 
+def test_file_csv_column_named_after_a_colon(tmp_path: Path, monkeypatch):
+    """QA 2026-11-28: a multi-column file asked for a column name that no command-line flag could give. FILE:COLUMN
+    names it, where FILE exists; a distribution's 'family:key=value' still parses as one."""
+    f = tmp_path / "trace.csv"
+    f.write_text("input,output\n1000,10\n2000,30\n")
+    assert parse_lengths(f"{f}:output").mean == 20.0
+    monkeypatch.chdir(tmp_path)
+    assert parse_lengths("trace.csv:input").mean == 1500.0
+    with pytest.raises(InputError, match="no column 'nope'"):
+        parse_lengths(f"{f}:nope")
+    with pytest.raises(InputError, match="trace.csv:COLUMN"):
+        parse_lengths(f)
+    (tmp_path / "lognormal").write_text("5\n")  # a file named like a family does not shadow the family
+    assert parse_lengths("lognormal:mean=100,sigma=0.5").mean == pytest.approx(100, rel=1e-9)
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("spec, err", [
     ("lognormal:mean=3790", InputError),                 # no spread given
