@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from chalk.analyses.planning.plan import plan
 from chalk.analyses.traffic.prefix_hits import capacity_blocks_for, lru_prefix_hits, trace_prefix_hits
 from chalk.equations import prefix_cache as E
 from chalk.errors import ChalkError, InputError, SpecError
@@ -375,6 +376,25 @@ def test_plan_sizes_a_trace_cut_to_the_context_at_its_own_lengths():
     d = json.loads(out)
     assert d["input_len"] == pytest.approx(d["trace"]["input_len_mean"], rel=1e-9)
     assert d["output_len"] == pytest.approx(d["trace"]["output_len_mean"], rel=1e-9)
+
+
+def test_plan_trace_replay_states_in_flight_and_rate_over_its_busiest_window(tmp_path):
+    """QA 2026-11-28: a trace of 8 requests/s with one minute at 20 printed 'its replay held 38' in flight per replica
+    beside 85 sized: the percentiles were over the busiest minute, the in-flight count and the rate over each
+    replica's steady window of the quiet hour around it. Both are now over the measured window."""
+    rng, x, rows = np.random.default_rng(1), 0.0, ["arrival_s,input_len,output_len"]
+    while x < 600:
+        x += rng.exponential(1 / (20 if 300 <= x < 360 else 8))
+        rows.append(f"{x:.4f},1000,200")
+    f = tmp_path / "burst.csv"
+    f.write_text("\n".join(rows) + "\n")
+    o = plan("llama-3.1-8b", "h100-sxm", trace=str(f), engine="vllm", precision="bf16", modes=("aggregated",),
+             curves=False)["options"][0]
+    sim = o["simulated"]
+    assert sim["latency_window"]["kind"] == "peak"
+    assert sim["mean_in_flight_per_replica"] == pytest.approx(o["concurrency_per_replica"], rel=0.15)
+    peak = o["requests_per_s"] / o["replicas"]  # the busiest minute's rate, per replica
+    assert sim["output_tokens_per_s_per_replica"] == pytest.approx(peak * 200, rel=0.15)
 
 
 def test_requests_beyond_the_context_are_said_to_be():
