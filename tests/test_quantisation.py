@@ -607,3 +607,18 @@ def test_a_float32_quantised_config_runs_and_keeps_at_16_bits(tmp_path):
     note = next(n for n in r["notes"] if n.startswith("weights as stored: gptq"))
     assert "fp16 math" in note and "in fp16" in note and "fp32" not in note
     assert r["compute_precision"] == "fp16" and r["weight_bytes"] < 40e9
+
+
+def test_a_float32_config_is_sized_and_timed_at_16_bits(tmp_path):
+    """QA 2026-11-28: a plain float32 Llama-3.1-70B config (no quantization_config) was sized at 282 GB of FP32
+    weights and timed with FP32 math: 2x the GPUs and ~6x slower than engines serve it (vLLM's --dtype auto loads an
+    FP32 checkpoint at FP16). It is sized and timed as its float16 twin."""
+    cfg = json.loads(package_path("catalog", "models", "llama-3.1-70b", "config.json").read_text())
+    for dtype in ("float32", "float16"):
+        cfg["torch_dtype"] = dtype
+        (tmp_path / dtype).mkdir()
+        (tmp_path / dtype / "config.json").write_text(json.dumps(cfg))
+    f32, f16 = (estimate(str(tmp_path / d / "config.json"), "h100-sxm", layout="tp=4", batch=8, context=1000)
+                .to_dict() for d in ("float32", "float16"))
+    assert f32["weight_bytes"] == pytest.approx(141.1e9, rel=0.01) == f16["weight_bytes"]
+    assert f32["compute_precision"] == "fp16" and f32["step_time_s"] == pytest.approx(f16["step_time_s"], rel=1e-12)

@@ -173,11 +173,14 @@ def _layer_types(cfg: dict, L: int, where: str) -> list[bool] | None:
 
 
 def _precision_from_config(cfg: dict, fmt: WeightFormat | None) -> str:
-    """The stored weights' precision: the quantised format's, else `torch_dtype`'s."""
+    """The weights' precision as served: the quantised format's, else `torch_dtype`'s, a float32 checkpoint's at 16
+    bits: serving engines load it so (vLLM's --dtype auto "will use FP16 precision for FP32 and FP16 models", its
+    engine-arguments docs; SGLang's and TensorRT-LLM's 16-bit kernels likewise). QA 2026-11-28: a float32 Llama-3.1-70B
+    config was sized at 282 GB and timed with FP32 math, 2x the GPUs and ~6x slower than it serves."""
     if fmt is not None:
         return fmt.precision
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
-    return {"float32": "fp32", "float16": "fp16"}.get(dtype, "bf16")
+    return {"float32": "fp16", "float16": "fp16"}.get(dtype, "bf16")
 
 
 def _precision_name(name: str, where: str) -> str:
