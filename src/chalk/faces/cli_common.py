@@ -40,7 +40,7 @@ def duration(option: str):
 
 #: What every --input-len / --output-len takes (specs.lengths.parse_lengths reads it).
 LENGTH_FORMS = "a mean (2000), a distribution (lognormal:mean=2000,p99=8000; uniform:min=100,max=900) or a file " \
-               "of lengths"
+               "of lengths (FILE:COLUMN names a CSV's column)"
 
 
 def length(option: str):
