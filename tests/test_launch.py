@@ -247,6 +247,25 @@ def test_local_checkpoint_is_served_from_its_folder(tmp_path):
     assert render_launch("vllm", Deployment(str(d))).argv[2] == str(d)
 
 
+def test_a_local_config_named_like_a_catalog_model_launches_its_own_folder(tmp_path):
+    """QA: a 70B config in a folder named llama-3.1-8b (a catalog id) launched the catalog's 8B checkpoints: the
+    user's weights were silently replaced. A config read from a path is the user's checkpoint, at every precision."""
+    from chalk.specs.catalog import _catalog_dir, load_model
+    d = tmp_path / "llama-3.1-8b"
+    d.mkdir()
+    (d / "config.json").write_text((_catalog_dir("models") / "llama-3.1-70b" / "config.json").read_text())
+    spec = load_model(str(d))
+    assert spec.num_layers == 80 and hf_repo(spec) == str(d)
+    for e in ENGINES:
+        own = render_launch(e, Deployment(str(d), tp=4))
+        assert own.checkpoint.repo == str(d) and own.checkpoint.how == "native"
+        fp8 = render_launch(e, Deployment(str(d), tp=4, precision="fp8"))
+        assert fp8.checkpoint.how in ("on_load", "placeholder"), fp8.checkpoint
+        assert not any(a.startswith(("nvidia/", "meta-llama/")) for a in fp8.argv), fp8.argv
+    assert render_launch("vllm", Deployment(str(d), tp=4, precision="fp8")).argv[2] == str(d)
+    assert not spec.from_catalog and load_model("llama-3.1-8b").from_catalog
+
+
 def test_an_expert_load_balancer_is_launched_where_the_sizing_assumed_one():
     """A wide-EP deployment timed with balanced expert loads (`--eplb`) launches with the engine's balancer:
     vLLM and SGLang `--enable-eplb` (both in their recorded flag lists); TensorRT-LLM sets it in its options file,

@@ -117,7 +117,7 @@ def lecture_steps(model, hardware, *, context=4096, batch=None, chips=None, prec
 def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, str, str]]:
     """Every assumption and source behind the numbers: (item, value, source)."""
     from chalk.equations import roofline as R
-    from chalk.specs.catalog import model_meta
+    from chalk.specs.catalog import catalog_meta
 
     from chalk.api import default_efficiency
 
@@ -125,7 +125,7 @@ def assumption_rows(model, hardware, r, ideal: bool = False) -> list[tuple[str, 
     sysm = as_system(hardware)
     chip = sysm.chip
     m = as_model(model)
-    meta = model_meta(m.id)
+    meta = catalog_meta(m)  # a config loaded from a path: none of the catalog's entry of the same id
     src = chip.sources
     rows = [
         ("model", f"{m.name} ({m.id}, {m.model_type}, {m.attention} attention)", m.source or meta.get("source", "")),

@@ -424,7 +424,15 @@ def load_model(name: str) -> ModelSpec:
     meta_path = d / "meta.yaml"
     meta = read_yaml(meta_path, f"catalog model {mid}/meta.yaml") if meta_path.is_file() else {}
     cfg = read_json(d / "config.json", f"catalog model {mid}/config.json")
-    return model_from_config(cfg, id=mid, source=spec_str(meta.get("source"), f"{mid}/meta.yaml: source"), meta=meta)
+    return model_from_config(cfg, id=mid, source=spec_str(meta.get("source"), f"{mid}/meta.yaml: source"), meta=meta,
+                             from_catalog=True)
+
+
+def catalog_meta(model) -> dict:
+    """The catalog meta.yaml of `model` (a ModelSpec) where it is the catalog's own entry, else {}: a config loaded
+    from a path is the user's checkpoint, whatever its folder is named (QA: a 70B config in a folder named
+    llama-3.1-8b launched the catalog's 8B FP8 checkpoint)."""
+    return model_meta(model.id) if getattr(model, "from_catalog", False) else {}
 
 
 def model_meta(mid: str) -> dict:

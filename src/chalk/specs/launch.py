@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from chalk.errors import InputError
-from chalk.specs.catalog import load_model, model_meta, package_path, read_json
+from chalk.specs.catalog import catalog_meta, load_model, package_path, read_json
 from chalk.specs.checkpoints import Checkpoint, checkpoint_for, launch_rules
 from chalk.specs.engine import ENGINES, EngineProfile, load_engine
 from chalk.specs.precision import canonical
@@ -149,7 +149,9 @@ def hf_repo(model) -> str:
         except Exception:  # not in the catalog: take it as a repo id as given
             return mid
     spec = load_model(mid) if not hasattr(model, "id") else model
-    repo = model_meta(spec.id).get("hf_repo")
+    if not spec.from_catalog:  # a config read from a path: its own folder, never the catalog's repo of that id
+        return str(Path(spec.source).parent)
+    repo = catalog_meta(spec).get("hf_repo")
     if not repo:
         raise InputError(f"model {spec.id!r} has no hf_repo in its catalog meta.yaml; pass the repo id")
     return str(repo)
@@ -164,12 +166,12 @@ def _needs_remote_code(model: str) -> bool:
         spec = load_model(model)
     except Exception:
         return False
-    meta = model_meta(spec.id)
+    meta = catalog_meta(spec)
     if "trust_remote_code" in meta:
         return bool(meta["trust_remote_code"])
     try:
         cfg = Path(str(spec.source))  # a user's own config.json, else the catalog's copy
-        if not cfg.is_file():
+        if not cfg.is_file() and spec.from_catalog:
             cfg = package_path("catalog", "models", spec.id, "config.json")
         return cfg.is_file() and bool(read_json(cfg).get("auto_map"))
     except Exception:
@@ -343,7 +345,9 @@ def resolve_checkpoint(dep: Deployment, engine: str) -> Checkpoint:
         spec = load_model(dep.model)
     except Exception:  # a repo id outside the catalog: its precision is unknown, it loads as given
         spec = None
-    known = model_meta(spec.id).get("checkpoints") if spec is not None else None
+    # a config loaded from a path is the user's checkpoint: the catalog's checkpoints of a model with the same id
+    # are not its weights (QA: a 70B config in a folder named llama-3.1-8b launched nvidia/Llama-3.1-8B-Instruct-FP8)
+    known = catalog_meta(spec).get("checkpoints") if spec is not None else None
     base = hf_repo(dep.model) if dep.checkpoint is None else ""
     return checkpoint_for(spec, base, dep.precision, engine, user=dep.checkpoint, known=known, vendor=dep.vendor)
 

@@ -41,6 +41,9 @@ class ModelSpec:
     name: str
     model_type: str
     source: str = ""
+    # the catalog's own entry (its meta.yaml's hf_repo and known checkpoints apply); False for a config.json loaded
+    # from a path, which is the user's checkpoint even where its folder is named like a catalog model
+    from_catalog: bool = False
     aliases: tuple[str, ...] = ()
     vocab_size: int
     hidden_size: int
@@ -216,8 +219,9 @@ def _mtp(cfg: dict, meta: dict, where: str) -> dict:
 
 
 def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: str = "",
-                      meta: dict | None = None) -> ModelSpec:
-    """Build a ModelSpec from a parsed Hugging Face config.json (and optional chalk meta.yaml)."""
+                      meta: dict | None = None, from_catalog: bool = False) -> ModelSpec:
+    """Build a ModelSpec from a parsed Hugging Face config.json (and optional chalk meta.yaml); `from_catalog`: it is
+    the catalog's own entry `id`."""
     where = source or id
     if not isinstance(cfg, dict):
         raise SpecError(f"{where}: config.json must hold a JSON object")
@@ -241,6 +245,7 @@ def model_from_config(cfg: dict, *, id: str, name: str | None = None, source: st
         raise SpecError(f"{where}: head_dim is 0 (hidden_size {H} < num_attention_heads {nh}); give head_dim")
     d: dict = dict(
         id=id, name=name or spec_str(meta.get("name"), f"{where}: meta name") or id, model_type=mt, source=source,
+        from_catalog=bool(from_catalog),
         aliases=tuple(a.lower() for a in spec_str_list(meta.get("aliases"), f"{where}: meta aliases")),
         vocab_size=_int(cfg, "vocab_size", where=where), hidden_size=H, num_layers=L, num_heads=nh,
         num_kv_heads=nkv, head_dim=head_dim,
