@@ -389,3 +389,30 @@ def test_measure_writes_nothing_to_stdout_when_it_fails():
     if p.returncode == 0:
         pytest.skip("a CUDA GPU is present")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.stdout, p.stderr)
+
+
+def test_a_local_configs_fixed_deployment_command_names_its_path(tmp_path):
+    """QA: `throughput -m /path/llama-3.1-8b` (a 70B config in a folder named like the catalog's 8B) printed its
+    fixed deployment as `throughput -m llama-3.1-8b ...`, which times the catalog's 8B model. The command names the
+    path as given, and run as printed it replays the answer."""
+    import shlex
+
+    from chalk.specs.catalog import _catalog_dir
+
+    d = tmp_path / "llama-3.1-8b"
+    d.mkdir()
+    (d / "config.json").write_text((_catalog_dir("models") / "llama-3.1-70b" / "config.json").read_text())
+    rc, out, err = run("throughput", "-m", str(d), "-H", "h100-sxm", "--input-len", "1000", "--output-len", "200",
+                       "--mode", "aggregated", "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    cmd = shlex.split(r["fixed_command"])
+    assert cmd[:3] == ["throughput", "-m", str(d)]
+    rc, out, err = run(*cmd, "--json")
+    assert rc == 0, err
+    fixed = json.loads(out)
+    assert fixed["gpus"] == r["gpus"]
+    assert fixed["output_tokens_per_s_per_gpu"] == pytest.approx(r["output_tokens_per_s_per_gpu"], rel=0.01)
+    rc, out, err = run(*cmd)  # the fixed answer's pure decode step: `estimate` on the same path
+    assert rc == 0, err
+    assert f"estimate -m {d} " in " ".join(out.split())

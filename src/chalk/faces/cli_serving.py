@@ -35,7 +35,7 @@ def _layout_text(r: dict) -> str:
                     if par.get(k) is not None and (k == "tp" or par[k] != 1))
 
 
-def _estimate_command(r: dict, batch: int) -> str:
+def _estimate_command(r: dict, batch: int, model: str | None = None) -> str:
     """The `estimate` command that times a fixed answer's pure decode step: its model, system, layout, batch, mean
     decode context, precisions and engine release (QA 2026-11-28: the hint left out --engine, and without it estimate
     answered on other kernel tables and another KV precision)."""
@@ -52,7 +52,9 @@ def _estimate_command(r: dict, batch: int) -> str:
     # dropped, and the command timed 33 ms against the answer's 20 ms)
     ideal = " --ideal" if r.get("efficiency") == "ideal" else ""
     eplb = f" --eplb {r['eplb']}" if r.get("eplb") not in (None, "auto") else ""
-    return (f"estimate -m {r['model']} -H {r['hardware']} --layout {lay} --batch {batch} "
+    from shlex import quote
+
+    return (f"estimate -m {quote(model or r['model'])} -H {r['hardware']} --layout {lay} --batch {batch} "
             f"--context {r['mean_decode_context']:.0f} -p {r['precision']} --kv-precision {r['kv_precision']}{eng}"
             f"{ideal}{eplb}{mtp}")
 
@@ -62,12 +64,14 @@ def _fixed_command(r: dict, asked: dict) -> str:
     prefix-cache share and the speculation asked) and the speculation the answer chose where none was asked
     (QA 2026-11-28: DeepSeek-V3's answer with its MTP head read 1,462 tokens/s per GPU as a fixed deployment without
     --mtp, 2,287 with it; a second sweep found --ideal, --eplb, --acceptance, --speculative, --max-tokens,
-    --max-seqs and length distributions dropped)."""
+    --max-seqs and length distributions dropped). The model is the one asked (`asked['model']`): a local config's
+    path, not its id (QA: `-m my70b` for /path/to/my70b, which names no model or times a catalog one)."""
     import shlex
 
     lay = _layout_text(r)
-    words = ["throughput", "-m", r["model"], "-H", r["hardware"], "--layout", lay, "--gpus", str(r["gpus"]),
-             "--concurrency", str(round(r["concurrency"])), "--input-len", f"{asked['input_len']:g}"
+    words = ["throughput", "-m", asked.get("model") or r["model"], "-H", r["hardware"], "--layout", lay,
+             "--gpus", str(r["gpus"]), "--concurrency", str(round(r["concurrency"])),
+             "--input-len", f"{asked['input_len']:g}"
              if isinstance(asked["input_len"], float) else str(asked["input_len"]), "--output-len",
              f"{asked['output_len']:g}" if isinstance(asked["output_len"], float) else str(asked["output_len"]),
              "-p", r["precision"], "--kv-precision", r["kv_precision"]]
@@ -318,9 +322,9 @@ def throughput(
     label_rates(r)
     r["energy"] = serving_energy(r, system.chip, usd_per_kwh=usd_per_kwh, pue=pue).to_dict()
     if r.get("mode") == "aggregated":  # the answer as a fixed deployment: the question's own settings carried over
-        asked = dict(input_len=input_len, output_len=output_len, ideal=ideal, eplb=eplb, max_seqs=max_seqs,
-                     max_tokens=max_tokens, cache_hit=cache_hit, engine=engine, mtp=mtp, acceptance=acceptance,
-                     speculative=speculative)
+        asked = dict(model=model, input_len=input_len, output_len=output_len, ideal=ideal, eplb=eplb,
+                     max_seqs=max_seqs, max_tokens=max_tokens, cache_hit=cache_hit, engine=engine, mtp=mtp,
+                     acceptance=acceptance, speculative=speculative)
         r["fixed_command"] = _fixed_command(r, asked)
     if r.get("mode") != "fixed":
         write_plot("pareto", plot, model=model, hardware=hardware, chips=gpus, precision=precision,
@@ -330,7 +334,7 @@ def throughput(
         return
     c = console()
     if r.get("mode") == "fixed":
-        _print_fixed(c, r, system)
+        _print_fixed(c, r, system, model)
         return
     lo, hi = r["range"]["output_tokens_per_s_per_gpu"]
     t = table(header(r["model"], system.chip.id, r["gpus"], f"{r['layout']} ({r['mode']})", r["precision"],
@@ -546,7 +550,7 @@ def _speculation(drafts, speculative, model=None):
     return "auto" if drafts is None else drafts  # "auto": the model's own MTP draft layers where its config ships them
 
 
-def _print_fixed(c, r, system):
+def _print_fixed(c, r, system, model: str | None = None):
     n = r.get("gpus") or r.get("decode_gpus")
     t = table(header(r["model"], system.chip.id, n, f"{r['layout']} x {r['replicas']} replicas", r.get("precision"),
                      r.get("kv_precision"), _engine(r), r["efficiency"],
@@ -584,7 +588,7 @@ def _print_fixed(c, r, system):
                          f"{seconds(ms['mean_step_s'])}: {num(ms['decode_sequences'])} decode + "
                          f"{num(ms['prefill_tokens_per_step'])} prompt tokens per step on average; a pure decode step "
                          f"{seconds(ms['pure_decode_step_s'])} "
-                         f"({_estimate_command(r, max(round(ms['decode_sequences']), 1))}); at the mean mix "
+                         f"({_estimate_command(r, max(round(ms['decode_sequences']), 1), model)}); at the mean mix "
                          + ", ".join(f"{k} {seconds(v)}" for k, v in top)))
     if r.get("kernels"):
         rows.append(("kernel tables", r["kernels"] + (f"; {r['engine']} {r['engine_release']} defaults"
