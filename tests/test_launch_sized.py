@@ -361,6 +361,24 @@ def test_cli_emit_bad_folder_is_one_line_exit_2(tmp_path, kind, target, msg):
     assert not (tmp_path / "NEW").exists()
 
 
+@pytest.mark.parametrize("kind", ["compose", "k8s"])
+def test_cli_emit_of_an_option_without_a_launch_is_one_line_exit_2(tmp_path, kind):
+    """QA: a KV dtype vLLM cannot run (`--kv-precision int8`) leaves the option without a launch (the plan notes 'not
+    rendered'); --emit compose then failed with a KeyError traceback, --emit k8s with 'it was sized with )'. Both now
+    refuse in one line that says why, exit 2, and write nothing."""
+    args = ("plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--users", "50", "--input-len", "1000", "--output-len",
+            "200", "--kv-precision", "int8", "--emit", kind)
+    p = _cli(*args, str(tmp_path / "new"))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"chalk: error: --emit {kind}: the plan has no vllm launch of this option to write: "
+                               "vllm has no KV-cache dtype for 'int8'"), p.stderr
+    assert "not rendered" in p.stdout  # the plan itself is still printed, its note saying the same
+    assert list(tmp_path.iterdir()) == []  # no folder, not even a half-written temporary one
+    p = _cli(*args, str(tmp_path / "new"), "--json")
+    assert p.returncode == 2 and "no vllm launch" in json.loads(p.stderr)["error"], p.stderr
+    assert json.loads(p.stdout)["options"][0]["launch_steps"] == {} and list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------------ what the emitted files wire (QA 2026-11-28)
 @pytest.fixture(scope="module")
 def disagg_8b():

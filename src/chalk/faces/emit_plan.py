@@ -57,6 +57,23 @@ def _compose_driver(option) -> str | None:
     return _rules()["gpu_resource"].get(vendor, {}).get("compose_driver")
 
 
+def _engine(option, engine, kind: str) -> str:
+    """The engine whose launch `kind` lays out (`engine`, else the one that sized `option`); refused in one line where
+    the option has no launch for it, with the plan's reason (QA: a KV dtype the engine cannot run, `--kv-precision
+    int8` on vLLM, left no launch, and --emit compose failed with a KeyError traceback, --emit k8s with 'it was
+    sized with )')."""
+    steps = option.get("launch_steps") or {}
+    eng = engine or option.get("engine") or next(iter(steps), None)
+    if eng in steps:
+        return eng
+    head = f"{eng}: not rendered ("  # the plan's note where rendering the launch failed (analyses/planning/plan)
+    why = next((n[len(head):].removesuffix(")") for n in option.get("launch_notes") or () if n.startswith(head)), None)
+    if why is None and steps:
+        why = f"it was launched with {', '.join(steps)}"
+    raise InputError(f"--emit {kind}: the plan has no {eng or 'engine'} launch of this option to write"
+                     + (f": {why}" if why else ""))
+
+
 def _pools(option, engine: str) -> list[dict]:
     """The option's pools for `engine`: role, replicas, nodes and the per-node commands."""
     steps = option["launch_steps"][engine]
@@ -96,9 +113,7 @@ def _pod(container, config_map=None) -> dict:
 def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     """The Kubernetes objects of `option` (default: the cheapest) launched with `engine` (default: its own)."""
     o = option or result["options"][0]
-    eng = engine or o["engine"] or next(iter(o["launch_steps"]))
-    if eng not in o["launch_steps"]:
-        raise InputError(f"this option has no {eng} launch (it was sized with {', '.join(o['launch_steps'])})")
+    eng = _engine(o, engine, "k8s")
     gpu = _gpu(o)
     base = _name(result["model"].split("/")[-1], o["chip"], eng)
     objs: list[dict] = []
@@ -229,7 +244,7 @@ def compose_file(result, option=None, engine=None) -> dict:
     """A docker-compose file for one node of `option` (default: the cheapest): one service per pool replica and
     the router; an option whose replica spans nodes is refused (use k8s)."""
     o = option or result["options"][0]
-    eng = engine or o["engine"] or next(iter(o["launch_steps"]))
+    eng = _engine(o, engine, "compose")
     pools = _pools(o, eng)
     driver = _compose_driver(o)
     if driver is None:
