@@ -317,6 +317,35 @@ def test_engines_that_cannot_load_the_checkpoint_are_neither_sized_nor_launched(
         assert "does not load bitsandbytes checkpoints" in p.stderr
 
 
+@pytest.mark.parametrize("q", [
+    {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True},
+    {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+    {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": ["lm_head"]}],
+    ids=["gptq", "awq", "fbgemm_fp8"])
+def test_tensorrt_llm_is_not_launched_for_checkpoints_its_loader_refuses(tmp_path, q):
+    """QA: TensorRT-LLM was sized and launched for Hugging Face GPTQ, AWQ and FBGEMM-FP8 checkpoints, which its
+    PyTorch backend's loader refuses (llm_utils.py ModelLoader._update_from_hf_quant_config: quant_method fp8,
+    mxfp4, mxfp8, compressed-tensors, nvfp4 or ModelOpt, else NotImplementedError). The plan says it cannot load
+    them, as for bitsandbytes, and leaves it out; the methods it loads stay open to it."""
+    from chalk.analyses.planning.plan import plan
+    from chalk.specs.engine import load_engine
+
+    method = q["quant_method"]
+    (tmp_path / "config.json").write_text(json.dumps(_cfg("llama-3.1-70b", q)))
+    p = subprocess.run([sys.executable, "-m", "chalk", "plan", "-m", str(tmp_path), "-H", "h100-sxm", "--users",
+                        "50", "--input-len", "1000", "--output-len", "200", "--engine", "trtllm"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"TensorRT-LLM 1.2 does not load {method} checkpoints" in p.stderr and "trtllm-serve" not in p.stdout
+    r = plan(str(tmp_path), "h100-sxm", users=50, input_len=1000, output_len=200, modes=("aggregated",),
+             sim_requests=1000, curves=False)
+    assert {o["engine"] for o in r["options"]} == {"vllm", "sglang"}
+    trt = load_engine("trtllm")
+    assert trt.refuses(method, "NVIDIA") and trt.refuses("bitsandbytes", "NVIDIA")
+    for ok in ("fp8", "mxfp4", "compressed-tensors", "modelopt"):
+        assert trt.refuses(ok, "NVIDIA") is None
+
+
 def test_the_kv_cache_follows_the_math_not_the_stored_bits():
     from chalk.specs.catalog import resolve_hardware
 

@@ -100,7 +100,7 @@ class EngineProfile:
         for m, vendors in self.unsupported_checkpoints:
             if m == str(method).lower() and (vendors == "all" or v in vendors):
                 where = "" if vendors == "all" else f" on {vendor} chips"
-                return f"{self.label} does not load {m} checkpoints{where} (its documentation; catalog {self.id}.yaml)"
+                return f"{self.label} does not load {m} checkpoints{where} (sources in catalog {self.id}.yaml)"
         return None
 
     @property
