@@ -165,7 +165,7 @@ def test_catalog_checkpoints_and_launch_rules_are_sourced_and_use_recorded_flags
             n += 1
     assert n == 11  # 7 models: 5 FP8 and 6 NVFP4 checkpoints
     rules = launch_rules()
-    assert set(rules) == set(ENGINES) | {"disaggregation", "multi_node", "images", "gpu_resource"}
+    assert set(rules) == set(ENGINES) | {"disaggregation", "multi_node", "images", "gpu_resource", "pod_volumes"}
     for eng in ENGINES:
         accepted = load_engine(eng).accepted_flags
         for prec, rule in (rules[eng].get("on_load_quantization") or {}).items():
@@ -343,6 +343,31 @@ def test_emit_compose_one_node_and_refusals(tmp_path, r1_h100):
             emit(r, "k8s", target)
     with pytest.raises(InputError, match="k8s or compose"):
         emit(r, "helm", tmp_path / "h")
+
+
+def test_a_pod_with_several_gpus_mounts_memory_backed_shared_memory(tmp_path, r1_h100):
+    """QA: a TP>1 pod had no /dev/shm mount, only the container runtime's 64 MB, which NCCL and vLLM's workers
+    outgrow; vLLM's and SGLang's Kubernetes examples mount an `emptyDir: {medium: Memory}` there. Every pod running
+    two or more GPUs now does (Deployments and both LeaderWorkerSet templates), a one-GPU pod does not; the
+    manifests stay valid."""
+    from chalk.faces.emit_plan import emit
+
+    shm_vol, shm_mount = {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"}
+    kw = dict(input_len=1000, output_len=200, sim_requests=1000, curves=False, engine="vllm", modes="aggregated")
+    for model, prec, many in (("llama-3.1-70b", "bf16", True), ("llama-3.1-8b", "fp8", False)):
+        r = plan(model, "h100-sxm", users=50, precision=prec, **kw)
+        assert (r["options"][0]["replica_gpus"] > 1) == many, r["options"][0]["replica_gpus"]
+        out = emit(r, "k8s", tmp_path / model)
+        assert _validate_k8s(out) == ["Deployment", "Service"]
+        pod = yaml.safe_load(next(out.glob("*deployment*")).read_text())["spec"]["template"]["spec"]
+        assert (shm_vol in pod.get("volumes", [])) == many
+        assert (shm_mount in pod["containers"][0].get("volumeMounts", [])) == many
+    multi = emit(r1_h100, "k8s", tmp_path / "multi")
+    _validate_k8s(multi)
+    for f in multi.glob("*leaderworkerset*"):
+        t = yaml.safe_load(f.read_text())["spec"]["leaderWorkerTemplate"]
+        for k in ("leaderTemplate", "workerTemplate"):
+            assert shm_vol in t[k]["spec"]["volumes"] and shm_mount in t[k]["spec"]["containers"][0]["volumeMounts"]
 
 
 @pytest.mark.parametrize("kind,target,msg", [("k8s", "FILE", "is a file"), ("helm", "NEW", "k8s or compose"),

@@ -103,10 +103,20 @@ def _k8s_vars(arg: str) -> str:
     return arg.replace("HEAD_NODE_IP", "$(LWS_LEADER_ADDRESS)")
 
 
-def _pod(container, config_map=None) -> dict:
+def _pod(container, config_map=None, gpus: int = 0) -> dict:
+    """The pod spec around `container`: its options-file ConfigMap, and a memory-backed /dev/shm where it runs
+    `gpus` GPU processes that share memory (catalog/launch.yaml pod_volumes.shared_memory; QA: TP>1 pods had only
+    the runtime's 64 MB /dev/shm, which NCCL and vLLM's workers outgrow)."""
     spec = {"containers": [container]}
+    volumes = []
     if config_map:
-        spec["volumes"] = [{"name": "config", "configMap": {"name": config_map}}]
+        volumes.append({"name": "config", "configMap": {"name": config_map}})
+    shm = _rules()["pod_volumes"]["shared_memory"]
+    if gpus >= int(shm["min_gpus"]):
+        volumes.append({"name": shm["name"], "emptyDir": {"medium": shm["medium"]}})
+        container.setdefault("volumeMounts", []).append({"name": shm["name"], "mountPath": shm["mount"]})
+    if volumes:
+        spec["volumes"] = volumes
     return spec
 
 
@@ -145,7 +155,7 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "labels": labels},
                          "spec": {"serviceName": name, "replicas": pool["replicas"],
                                   "selector": {"matchLabels": labels},
-                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm)}}})
+                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm, per_node)}}})
             objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
                          "spec": {"clusterIP": "None", "selector": labels, "ports": [
                              {"name": "http", "port": port, "targetPort": port},
@@ -156,7 +166,7 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
             objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
                          "spec": {"replicas": pool["replicas"], "selector": {"matchLabels": labels},
-                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm)}}})
+                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm, per_node)}}})
         else:
             leader = pool["commands"][0]
             worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
@@ -171,10 +181,11 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             # only the leader serves HTTP (vLLM's workers run --headless): the Service selects the leader pods
             labels = {**labels, "chalk/node": "leader"}
             lt = {"metadata": {"labels": labels},
-                  "spec": _pod(_container(eng, leader, gpu, per_node, env=env, config=cm), cm)}
+                  "spec": _pod(_container(eng, leader, gpu, per_node, env=env, config=cm), cm, per_node)}
             wcmd = worker or leader
             wt = {"metadata": {"labels": {**labels, "chalk/node": "worker"}},
-                  "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm)}
+                  "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm,
+                               per_node)}
             objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                          "metadata": {"name": name, "labels": labels},
                          "spec": {"replicas": pool["replicas"], "leaderWorkerTemplate": {
