@@ -370,6 +370,44 @@ def test_a_pod_with_several_gpus_mounts_memory_backed_shared_memory(tmp_path, r1
             assert shm_vol in t[k]["spec"]["volumes"] and shm_mount in t[k]["spec"]["containers"][0]["volumeMounts"]
 
 
+def test_a_local_checkpoint_is_mounted_read_only_where_the_emitted_command_loads_it(tmp_path):
+    """QA: compose and k8s files for a local checkpoint (`plan -m /path/to/config-dir`) named the host's folder in
+    the container's command with no volume and no word. The folder is now mounted read-only at its absolute path
+    (compose: a bind volume; k8s: a hostPath volume), the command names that path, and the files say so."""
+    from pathlib import Path
+
+    from chalk.faces.emit_plan import emit, emit_notes
+
+    here = str(Path(GPTQ).resolve())
+    kw = dict(users=50, input_len=1000, output_len=200, sim_requests=1000, curves=False, engine="vllm",
+              modes="aggregated")
+    r = plan(GPTQ, "h100-sxm", **kw)
+    c = yaml.safe_load((emit(r, "compose", tmp_path / "c") / "compose.yaml").read_text())
+    svc = c["services"]["replica-1"]
+    assert svc["entrypoint"][:3] == ["vllm", "serve", here]
+    assert svc["volumes"] == [{"type": "bind", "source": here, "target": here, "read_only": True}]
+    assert here in c["x-chalk-model-note"] and "read-only" in c["x-chalk-model-note"]
+    assert any("bind volume" in n for n in emit_notes(tmp_path / "c"))
+    assert r["options"][0]["checkpoint"]["vllm"]["local_path"] == here
+    k = emit(r, "k8s", tmp_path / "k")
+    _validate_k8s(k)
+    dep = yaml.safe_load(next(k.glob("*deployment*")).read_text())
+    pod = dep["spec"]["template"]["spec"]
+    assert {"name": "model", "hostPath": {"path": here, "type": "Directory"}} in pod["volumes"]
+    assert {"name": "model", "mountPath": here, "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    assert pod["containers"][0]["args"][:2] == ["serve", here]
+    assert "hostPath" in dep["metadata"]["annotations"]["chalk/note"] and emit_notes(k)
+    # the user's own checkpoint folder is mounted the same way; a catalog model's repo id is not
+    own = tmp_path / "my-ckpt"
+    own.mkdir()
+    r = plan("llama-3.1-8b", "h100-sxm", checkpoint=str(own), **kw)
+    svc = yaml.safe_load((emit(r, "compose", tmp_path / "u") / "compose.yaml").read_text())["services"]["replica-1"]
+    assert svc["volumes"][0]["source"] == str(own) and str(own) in svc["entrypoint"]
+    r = plan("llama-3.1-8b", "h100-sxm", **kw)
+    c = yaml.safe_load((emit(r, "compose", tmp_path / "n") / "compose.yaml").read_text())
+    assert "volumes" not in c["services"]["replica-1"] and "x-chalk-model-note" not in c
+
+
 @pytest.mark.parametrize("kind,target,msg", [("k8s", "FILE", "is a file"), ("helm", "NEW", "k8s or compose"),
                                              ("k8s", "RO/sub", "not writable")])
 def test_cli_emit_bad_folder_is_one_line_exit_2(tmp_path, kind, target, msg):

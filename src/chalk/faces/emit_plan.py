@@ -74,9 +74,26 @@ def _engine(option, engine, kind: str) -> str:
                      + (f": {why}" if why else ""))
 
 
+def _local_model(option, engine: str) -> tuple[str, str] | tuple[None, None]:
+    """(the checkpoint as the launch names it, its absolute host path) where the option's launch loads a folder on
+    this machine (a config given by its path, or --checkpoint FOLDER), else (None, None)."""
+    ck = (option.get("checkpoint") or {}).get(engine) or {}
+    return (ck["repo"], ck["local_path"]) if ck.get("local_path") else (None, None)
+
+
+def _model_note(path: str, how: str) -> str:
+    return (f"the checkpoint is the local folder {path}: it is mounted read-only at that path from the host "
+            f"({how}), so it must be there on every machine that runs an engine (or give the volume shared storage)")
+
+
 def _pools(option, engine: str) -> list[dict]:
-    """The option's pools for `engine`: role, replicas, nodes and the per-node commands."""
+    """The option's pools for `engine`: role, replicas, nodes and the per-node commands; a local checkpoint is named
+    by its absolute path, the one its volume is mounted at (QA: the host path was in the container's command with
+    no volume)."""
     steps = option["launch_steps"][engine]
+    repo, path = _local_model(option, engine)
+    if path:
+        steps = [{**s, "argv": [path if a == repo else a for a in s["argv"]]} for s in steps]
     out: dict[str, dict] = {}
     for s in steps:
         p = out.setdefault(s["role"], {"role": s["role"], "replicas": s["replicas"], "nodes": s["nodes"],
@@ -103,14 +120,18 @@ def _k8s_vars(arg: str) -> str:
     return arg.replace("HEAD_NODE_IP", "$(LWS_LEADER_ADDRESS)")
 
 
-def _pod(container, config_map=None, gpus: int = 0) -> dict:
-    """The pod spec around `container`: its options-file ConfigMap, and a memory-backed /dev/shm where it runs
-    `gpus` GPU processes that share memory (catalog/launch.yaml pod_volumes.shared_memory; QA: TP>1 pods had only
-    the runtime's 64 MB /dev/shm, which NCCL and vLLM's workers outgrow)."""
+def _pod(container, config_map=None, gpus: int = 0, model: str | None = None) -> dict:
+    """The pod spec around `container`: its options-file ConfigMap, a memory-backed /dev/shm where it runs `gpus`
+    GPU processes that share memory (catalog/launch.yaml pod_volumes.shared_memory; QA: TP>1 pods had only the
+    runtime's 64 MB /dev/shm, which NCCL and vLLM's workers outgrow), and `model`, a local checkpoint folder, from
+    the node's disk, read-only at the same path."""
     spec = {"containers": [container]}
     volumes = []
     if config_map:
         volumes.append({"name": "config", "configMap": {"name": config_map}})
+    if model:
+        volumes.append({"name": "model", "hostPath": {"path": model, "type": "Directory"}})
+        container.setdefault("volumeMounts", []).append({"name": "model", "mountPath": model, "readOnly": True})
     shm = _rules()["pod_volumes"]["shared_memory"]
     if gpus >= int(shm["min_gpus"]):
         volumes.append({"name": shm["name"], "emptyDir": {"medium": shm["medium"]}})
@@ -131,6 +152,9 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
     wiring = _rules()["disaggregation"][eng]  # the engine's server port and, disaggregated, how its pools are reached
     port = int(wiring["server_port"])
     own = wiring.get("own_address_env") if o["prefill"] else None
+    model = _local_model(o, eng)[1]
+    # a local checkpoint's folder comes from each node's disk: said on the workloads that mount it
+    notes = {"annotations": {"chalk/note": _model_note(model, "a hostPath volume")}} if model else {}
     for pool in _pools(o, eng):
         name = _name(base, pool["role"])
         labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": base,
@@ -152,10 +176,12 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             # behind a headless Service gives each pod a stable name, every port exposed
             c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
             c["ports"] += [{"containerPort": int(v), "name": k} for k, v in each.items()]
-            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "labels": labels},
+            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                         "metadata": {"name": name, "labels": labels, **notes},
                          "spec": {"serviceName": name, "replicas": pool["replicas"],
                                   "selector": {"matchLabels": labels},
-                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm, per_node)}}})
+                                  "template": {"metadata": {"labels": labels},
+                                               "spec": _pod(c, cm, per_node, model)}}})
             objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
                          "spec": {"clusterIP": "None", "selector": labels, "ports": [
                              {"name": "http", "port": port, "targetPort": port},
@@ -164,9 +190,11 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             continue
         if pool["nodes"] == 1:
             c = _container(eng, pool["commands"][0], gpu, per_node, env=env, config=cm)
-            objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+            objs.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                         "metadata": {"name": name, "labels": labels, **notes},
                          "spec": {"replicas": pool["replicas"], "selector": {"matchLabels": labels},
-                                  "template": {"metadata": {"labels": labels}, "spec": _pod(c, cm, per_node)}}})
+                                  "template": {"metadata": {"labels": labels},
+                                               "spec": _pod(c, cm, per_node, model)}}})
         else:
             leader = pool["commands"][0]
             worker = pool["commands"][1] if len(pool["commands"]) > 1 else None
@@ -181,13 +209,13 @@ def k8s_manifests(result, option=None, engine=None) -> list[dict]:
             # only the leader serves HTTP (vLLM's workers run --headless): the Service selects the leader pods
             labels = {**labels, "chalk/node": "leader"}
             lt = {"metadata": {"labels": labels},
-                  "spec": _pod(_container(eng, leader, gpu, per_node, env=env, config=cm), cm, per_node)}
+                  "spec": _pod(_container(eng, leader, gpu, per_node, env=env, config=cm), cm, per_node, model)}
             wcmd = worker or leader
             wt = {"metadata": {"labels": {**labels, "chalk/node": "worker"}},
                   "spec": _pod(_container(eng, _worker_argv(wcmd, pool["nodes"]), gpu, per_node, config=cm), cm,
-                               per_node)}
+                               per_node, model)}
             objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                         "metadata": {"name": name, "labels": labels},
+                         "metadata": {"name": name, "labels": labels, **notes},
                          "spec": {"replicas": pool["replicas"], "leaderWorkerTemplate": {
                              "size": pool["nodes"], "leaderTemplate": lt, "workerTemplate": wt}}})
         objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
@@ -270,6 +298,7 @@ def compose_file(result, option=None, engine=None) -> dict:
     port = int(wiring["server_port"])
     disagg = bool(o["prefill"])
     own = wiring.get("own_address_env") if disagg else None
+    model = _local_model(o, eng)[1]
     for p in pools:
         for i in range(p["replicas"]):
             if gpu_at + p["gpus"] > chips:
@@ -289,6 +318,8 @@ def compose_file(result, option=None, engine=None) -> dict:
                 svc["working_dir"] = "/"
             if own:  # its own service name on the compose network, not localhost (QA 2026-11-28)
                 svc["environment"] = {own["name"]: _name(p["role"], i + 1)}
+            if model:  # a local checkpoint: the host's folder, read-only at the path the command names
+                svc["volumes"] = [{"type": "bind", "source": model, "target": model, "read_only": True}]
             services[_name(p["role"], i + 1)] = svc
     held = {p["role"]: sum(1 for k in services if k.startswith(f"{p['role']}-")) for p in pools}
     if disagg and not all(held.values()):  # QA 2026-11-28: 'decode replicas must be an integer >= 1, got 0'
@@ -302,6 +333,8 @@ def compose_file(result, option=None, engine=None) -> dict:
     if short:  # one node holds part of the fleet: said in the file and by `emit` (QA 2026-11-28: 4 of 30, silently)
         out["x-chalk-note"] = (f"one {chips}-GPU node: this file holds {', '.join(short)} the plan sized; run it on "
                                "more nodes behind a load balancer, or use --emit k8s for the whole fleet")
+    if model:
+        out["x-chalk-model-note"] = _model_note(model, "a bind volume")
     cfgs = {_name(p["role"], "options"): {"content": p["commands"][0]["config_yaml"]} for p in pools
             if p["commands"][0]["config_yaml"]}
     if disagg:
@@ -342,12 +375,18 @@ def check_target(kind: str, folder) -> tuple[Path, Path]:
 
 
 def emit_notes(folder) -> list[str]:
-    """What a written compose file says of itself (its `x-chalk-note`: one node holding part of the fleet)."""
+    """What the written files say of themselves: a compose file's `x-chalk-note` (one node holding part of the
+    fleet) and `x-chalk-model-note` (a local checkpoint's mount), the `chalk/note` annotations of manifests."""
     f = Path(folder) / "compose.yaml"
-    if not f.is_file():
-        return []
-    note = (yaml.safe_load(f.read_text()) or {}).get("x-chalk-note")
-    return [note] if note else []
+    if f.is_file():
+        d = yaml.safe_load(f.read_text()) or {}
+        return [d[k] for k in ("x-chalk-note", "x-chalk-model-note") if d.get(k)]
+    notes: list[str] = []
+    for m in sorted(Path(folder).glob("*.yaml")):
+        note = ((yaml.safe_load(m.read_text()) or {}).get("metadata") or {}).get("annotations", {}).get("chalk/note")
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 def emit(result, kind: str, folder) -> Path:

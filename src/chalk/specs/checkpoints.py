@@ -43,6 +43,15 @@ class Checkpoint:
     def placeholder(self) -> bool:
         return self.how == "placeholder"
 
+    @property
+    def local_path(self) -> str | None:
+        """The absolute path of a checkpoint that is a folder on this machine (a config given by its path, or a
+        `--checkpoint` folder), which a container must mount to load; None for a repo id or a placeholder."""
+        if self.placeholder:
+            return None
+        p = Path(self.repo)
+        return str(p.resolve()) if p.is_dir() else None
+
     def argv(self) -> list[str]:
         out: list[str] = []
         for flag, value in self.flags:
@@ -52,7 +61,7 @@ class Checkpoint:
     def to_dict(self) -> dict:
         return {"repo": self.repo, "precision": self.precision, "how": self.how,
                 "flags": [f if v is None else f"{f} {v}" for f, v in self.flags], "source": self.source,
-                "placeholder": self.placeholder, "note": self.note}
+                "placeholder": self.placeholder, "local_path": self.local_path, "note": self.note}
 
 
 def launch_rules() -> dict:
