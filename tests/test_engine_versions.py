@@ -208,6 +208,32 @@ def test_plan_sizes_and_launches_the_release_asked_for():
     assert "sglang" in o["launch"] and "sglang.launch_server" in o["launch"]["sglang"]
 
 
+def test_a_release_without_the_pools_connector_is_not_planned_or_launched_disaggregated():
+    """QA: `--engine vllm@0.6` (the V0 releases 0.5-0.7.x) rendered disaggregated pools with
+    `--kv-transfer-config '{"kv_connector":"NixlConnector",...}'`, a V1-engine connector. That release profile now
+    says it has none (vllm.yaml `disaggregated_serving: false`, sourced): plan leaves its disaggregated mode out with
+    the reason, refuses it in one line when it is the only mode asked, and a pool is not rendered for it."""
+    from chalk.specs.launch import Deployment, render_launch
+
+    args = ("plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "20", "--input-len", "8000", "--output-len",
+            "200", "--ttft-p99", "1.0", "--tpot-p99", "0.02", "--engine", "vllm@0.6")
+    rc, out, err = cli(*args, "--mode", "disaggregated")
+    assert "NixlConnector" not in out and rc == 2 and len(err.strip().splitlines()) == 1, (rc, err)
+    why = "vLLM 0.6 has no KV connector for the disaggregated prefill/decode pools chalk launches"
+    assert why in err, err
+    rc, out, err = cli(*args, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert {o["mode"] for o in r["options"]} == {"aggregated"} and "NixlConnector" not in out
+    assert any(u["mode"] == "disaggregated" and u["why"].startswith(why) for u in r["unavailable"]), r["unavailable"]
+    old, new = load_engine("vllm@0.6"), load_engine("vllm")
+    with pytest.raises(InputError, match=why):
+        render_launch("vllm", Deployment("llama-3.1-8b", role="prefill"), old)
+    assert "NixlConnector" in render_launch("vllm", Deployment("llama-3.1-8b", role="prefill"), new).command
+    assert not old.disaggregated_serving and "NixlConnector" in old.sources["disaggregated_serving"]
+    assert all(load_engine(e).refuses_disaggregation() is None for e in ENGINES)
+
+
 def test_estimate_names_kernels():
     r = chalk.estimate("llama-3.1-70b", "h100-sxm", batch=16)
     assert r.kernels == f"trtllm 1.3.0rc20 ({PKG})"

@@ -76,6 +76,9 @@ class EngineProfile:
     attention_dp_with_tp: bool = True
     #: the chip vendors the engine runs on (lower case; empty: every vendor)
     vendors: tuple[str, ...] = ()
+    #: whether this release runs the disaggregated prefill/decode pools chalk launches (the KV connector wired in
+    #: catalog/launch.yaml disaggregation); false in a release profile that lacks it, with its source
+    disaggregated_serving: bool = True
 
     def runs_on(self, vendor: str) -> str | None:
         """Why this engine cannot run on `vendor`'s chips, or None where it can (`vendors`, with its source)."""
@@ -90,6 +93,14 @@ class EngineProfile:
         why = self.runs_on(vendor) or (self.refuses(method, vendor) if method is not None else None)
         if why:
             raise InputError(f"{why}: choose another --engine")
+
+    def refuses_disaggregation(self) -> str | None:
+        """Why this release cannot run disaggregated prefill/decode pools, or None where it can (the catalog's
+        `disaggregated_serving`, with the source it was read from)."""
+        if self.disaggregated_serving:
+            return None
+        return (f"{self.label} has no KV connector for the disaggregated prefill/decode pools chalk launches "
+                f"(sources in catalog {self.id}.yaml): use aggregated serving or a newer release")
 
     def refuses(self, method: str | None, vendor: str) -> str | None:
         """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
@@ -391,9 +402,12 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             release=(_release_ids(d) or ("",))[0], releases=releases, newest=newest,
             unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where),
             attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)),
-            vendors=tuple(str(v).lower() for v in (d.get("vendors") or ())))
+            vendors=tuple(str(v).lower() for v in (d.get("vendors") or ())),
+            disaggregated_serving=d.get("disaggregated_serving", True))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
+    if not isinstance(prof.disaggregated_serving, bool):
+        raise SpecError(f"{where}: disaggregated_serving must be true or false")
     if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):
         raise SpecError(f"{where}: kv_cache_dtype_auto must be 'activation' or 'checkpoint'")
     if prof.kv_cache_memory_fraction_of not in ("total", "free") or not 0 < prof.kv_cache_memory_fraction <= 1:

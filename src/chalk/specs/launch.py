@@ -223,6 +223,9 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
     if ck.note:
         notes.append(ck.note)
     if dep.role is not None:  # wire the pool for disaggregation: the engine's role flags or options-file keys
+        why = prof.refuses_disaggregation()  # a release without the connector (QA: vllm@0.6 got NixlConnector)
+        if why:
+            raise InputError(why)
         rule = _disaggregation(prof.id)
         for flag, value in (rule.get("flags") or {}).get(dep.role, ()):
             argv += [flag] if value is None else [flag, str(value)]

@@ -154,6 +154,13 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
         for eng in (engine,) if engine is not None else runs:
             ask_e = dataclasses.replace(ask_s, engine=engine_spec or eng)
             for mode in modes:
+                # a release without the KV connector the pools are launched with: said, not sized (QA: vllm@0.6
+                # was launched with vLLM V1's NixlConnector)
+                why = _no_pools(ask_e.engine) if mode == "disaggregated" else None
+                if why:
+                    unavailable.append({"hardware": _name(name), "mode": mode, "engine": eng, "why": why})
+                    n_refused += 1
+                    continue
                 try:
                     s, why = S.best(ask_e, system, mode)
                 except FitError as e:
@@ -237,6 +244,14 @@ def _refusals(system, methods: tuple) -> dict:
         if why:
             out[e] = why
     return out
+
+
+def _no_pools(engine: str) -> str | None:
+    """Why `engine` (an id or id@release) cannot run disaggregated prefill/decode pools, or None
+    (`EngineProfile.refuses_disaggregation`)."""
+    from chalk.specs.engine import load_engine
+
+    return load_engine(engine).refuses_disaggregation()
 
 
 def _price(system, given: dict) -> dict:
