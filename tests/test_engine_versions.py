@@ -234,6 +234,21 @@ def test_a_release_without_the_pools_connector_is_not_planned_or_launched_disagg
     assert all(load_engine(e).refuses_disaggregation() is None for e in ENGINES)
 
 
+def test_throughput_sizes_no_disaggregated_pools_for_a_release_without_their_connector():
+    """The V0 vLLM releases run no disaggregated pools (the plan test above): `throughput --mode disaggregated` sized
+    them anyway (its launch only was refused). It now refuses in one line, and the mode search answers aggregated,
+    saying why."""
+    args = ("throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "200",
+            "--engine", "vllm@0.6")
+    why = "vLLM 0.6 has no KV connector for the disaggregated prefill/decode pools chalk launches"
+    rc, out, err = cli(*args, "--mode", "disaggregated")
+    assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, (rc, err)
+    rc, out, err = cli(*args, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["mode_search"]["chosen"] == "aggregated" and why in r["mode_search"]["disaggregated"]["error"]
+
+
 def test_estimate_names_kernels():
     r = chalk.estimate("llama-3.1-70b", "h100-sxm", batch=16)
     assert r.kernels == f"trtllm 1.3.0rc20 ({PKG})"

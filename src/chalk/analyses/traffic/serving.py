@@ -587,6 +587,10 @@ def throughput(model, hardware, *, input_len, output_len, gpus: int | None = Non
             r["notes"] = [ctx] + list(r.get("notes", []))
         return r
 
+    if disaggregated is True and engine is not None:  # a release without the pools' KV connector runs none
+        why = _engine(engine).refuses_disaggregation()
+        if why:
+            raise FitError(why)
     if prefill_layout is not None and prefill_gpus is None:
         raise InputError("--prefill-layout is the layout of a fixed disaggregated deployment's prefill pool: add "
                          "--disaggregated --prefill-gpus N --layout and --concurrency")
