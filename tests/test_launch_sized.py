@@ -633,3 +633,34 @@ def test_sglang_prefill_instances_are_listed_one_by_one_with_their_bootstrap_por
     pre = [args[i + 1] for i, a in enumerate(args) if a == "--prefill"]
     name = sts["metadata"]["name"]
     assert pre == [f"http://{name}-{i}.{name}:30000" for i in range(n)]
+
+
+def test_an_nvl72_replica_is_launched_over_its_four_gpu_compute_trays(tmp_path):
+    """QA 2026-11-28: a GB200 NVL72 rack was launched as one 72-GPU host: a TP8 replica got one 8-GPU node and a
+    Kubernetes pod asking for 8 GPUs, which no 4-GPU compute tray can hold, and a compose file put 29 services on
+    GPUs 0-28 of 'one node'. A host is now the system's `host_chips` (4 per NVL72 tray, sourced), the domain still
+    the rack."""
+    from chalk.faces.emit_plan import emit
+
+    nvl, hgx = as_system("gb200-nvl72"), as_system("h100-sxm")
+    assert (nvl.chips, nvl.chips_per_host, hgx.chips_per_host) == (72, 4, 8)
+    assert "host_chips" in nvl.sources
+    r = plan("llama-3.1-405b", "gb200-nvl72", users=100, min_user_tps=20, input_len=2000, output_len=500,
+             engine="sglang", modes="aggregated", precision="bf16", sim_requests=1000, curves=False)
+    o = r["options"][0]
+    assert o["host_chips"] == 4 and o["domain_chips"] == 72
+    gpus = o["parallelism"]["tp"] * o["parallelism"]["attn_dp"] * o["parallelism"]["pp"]
+    assert gpus == 8 and all(s["nodes"] == 2 for s in o["launch_steps"]["sglang"])
+    out = emit(r, "k8s", tmp_path / "k8s")
+    assert "LeaderWorkerSet" in _validate_k8s(out)
+    asked = {int(g) for g in re.findall(r"nvidia.com/gpu: '?(\d+)", "".join(f.read_text() for f in out.glob("*")))}
+    assert asked == {4}
+
+
+def test_a_system_whose_host_chips_do_not_divide_its_domain_is_refused(tmp_path):
+    from chalk.errors import SpecError
+    from chalk.specs.catalog import _system_from_dict
+
+    with pytest.raises(SpecError, match="host_chips"):
+        _system_from_dict({"id": "x", "chip": "b200", "chips": 72, "kind": "rack", "host_chips": 5}, "x.yaml")
+    assert _system_from_dict({"id": "x", "chip": "b200", "chips": 72, "kind": "rack"}, "x.yaml").chips_per_host == 72

@@ -101,7 +101,10 @@ def test_launch_commands_for_each_option_use_real_flags(llama, deepseek):
             assert o["engine"] in engines and set(o["launch"]) == {o["engine"]}, o["hardware"]  # the engine that sized it
             for eng, text in o["launch"].items():
                 n = assert_launch_text_valid(eng, text)
-                assert n == (3 if o["prefill"] else 1)  # prefill pool, decode pool and their router
+                # each pool's commands (one per host where the engine starts one per node: an NVL72 tray holds 4
+                # GPUs) and the router
+                assert n == len(o["launch_steps"][eng]) + (1 if o["prefill"] else 0)
+                assert all(s["nodes"] == -(-s["gpus_per_replica"] // o["host_chips"]) for s in o["launch_steps"][eng])
             if o["engine"] == "vllm":
                 vllm = o["launch"]["vllm"]
                 assert f"--tensor-parallel-size {o['parallelism']['tp']}" in vllm

@@ -293,7 +293,7 @@ def compose_file(result, option=None, engine=None) -> dict:
         raise InputError(f"--emit compose writes one node, and this option's replicas span "
                          f"{max(p['nodes'] for p in pools)} nodes: use --emit k8s")
     services, gpu_at = {}, 0
-    chips = o["domain_chips"]
+    chips = o.get("host_chips") or o["domain_chips"]  # one host's GPUs (an NVL72 rack's tray: 4)
     wiring = _rules()["disaggregation"][eng]
     port = int(wiring["server_port"])
     disagg = bool(o["prefill"])

@@ -288,6 +288,8 @@ def _system_from_dict(d: dict, where: str) -> System:
         return System(id=spec_str(d.get("id"), f"{where}: id", default=chip.id),
                       name=spec_str(d.get("name"), f"{where}: name", default=str(d.get("id", chip.id))), chip=chip,
                       chips=n, kind=spec_str(d.get("kind"), f"{where}: kind", default="node"),
+                      host_chips=spec_int(d.get("host_chips", 0), f"{where}: host_chips (chips per host)", minimum=0,
+                                          maximum=MAX_GPUS),
                       aliases=tuple(a.lower() for a in spec_str_list(d.get("aliases"), f"{where}: aliases")),
                       sources=spec_str_map(d.get("sources"), f"{where}: sources"),
                       notes=spec_str(d.get("notes"), f"{where}: notes"))
@@ -310,7 +312,8 @@ def _chip_yaml_system(d: dict, where: str) -> System:
         base = load_system(found[0])
         same = base.chip.id == chip.id
         return _validated_system(where, id=base.id if same else chip.id, name=base.name if same else chip.name,
-                                 chip=chip, chips=base.chips, kind=base.kind, sources=dict(base.sources))
+                                 chip=chip, chips=base.chips, kind=base.kind, host_chips=base.host_chips,
+                                 sources=dict(base.sources))
     n = spec_int(d.get("chips", 1), f"{where}: chips (chips in the scale-up domain)", minimum=1, maximum=MAX_GPUS)
     return _validated_system(where, id=chip.id, name=chip.name, chip=chip, chips=n, kind="chip" if n == 1 else "node")
 

@@ -236,6 +236,9 @@ class System:
     chip: Chip
     chips: int
     kind: str = "node"  # one of SYSTEM_KINDS
+    # chips per host (one machine: what one launch command's node and one Kubernetes node hold) where the scale-up
+    # domain spans several (an NVL72 rack's compute trays hold 4 GPUs each); 0: the domain is one host
+    host_chips: int = 0
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
@@ -245,6 +248,9 @@ class System:
             raise ValueError(f"chip must be a Chip, got {type(self.chip).__name__}")
         field_number(self, "chips", gt=0, whole=True)
         field_choice(self, "kind", SYSTEM_KINDS)
+        field_number(self, "host_chips", ge=0, whole=True)
+        if self.host_chips and (self.host_chips > self.chips or self.chips % self.host_chips):
+            raise ValueError(f"host_chips ({self.host_chips}) must divide chips ({self.chips})")
         object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.chips > 1 and self.chip.scaleup_bandwidth_bytes_per_s_bidir <= 0:
             raise ValueError(f"a scale-up domain of {self.chips} chips needs the chip's scaleup_gb_per_s_bidir "
@@ -253,6 +259,11 @@ class System:
     @cached_property
     def hbm_bytes(self) -> float:
         return self.chips * self.chip.hbm_bytes
+
+    @property
+    def chips_per_host(self) -> int:
+        """Chips one host holds (`host_chips`, else the whole domain)."""
+        return int(self.host_chips or self.chips)
 
 
 def _first_line(e: Exception) -> str:

@@ -346,7 +346,7 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
          "engine": prof.id if prof else None, "engine_release": prof.release if prof else None,
          "engine_version": prof.version if prof else None, "kernels": kp["kernels"], "kernel_notes": kp["notes"],
          "gpus": int(v["gpus"]), "replicas": int(v["replicas"]), "layout": _label(v), "parallelism": par,
-         "replica_layout": v["layout"], "domain_chips": system.chips,
+         "replica_layout": v["layout"], "domain_chips": system.chips, "host_chips": system.chips_per_host,
          "replica_domains": -(-int(v["replica_gpus"]) // system.chips), "domains": _domains(v, system.chips),
          "replica_gpus": v["replica_gpus"], "concurrency_per_replica": float(v["in_flight_per_replica"]),
          "max_concurrency_per_replica": int(v["cap"]), "capacity_per_replica": float(v["capacity_per_replica"]),
@@ -518,11 +518,10 @@ def _gpus(par) -> int:
 
 
 def _nodes(par, system) -> int:
-    """Nodes one replica of layout `par` spans: its GPUs over a scale-up domain's (a host's 8 where the domain is
-    a rack that is not one host)."""
+    """Nodes (hosts) one replica of layout `par` spans: its GPUs over a host's (`System.chips_per_host`: an NVL72
+    rack's compute tray holds 4; QA 2026-11-28: a TP8 replica on GB200 NVL72 was launched as one 8-GPU node)."""
     G = par["tp"] * par["attn_dp"] * par["pp"]
-    per_node = system.chips if system.kind != "rack" else max(system.chips, 1)
-    return max(-(-G // per_node), 1)
+    return max(-(-G // max(system.chips_per_host, 1)), 1)
 
 
 def _profile(prof, system, par, speculative: bool):
