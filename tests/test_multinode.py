@@ -168,6 +168,22 @@ def test_layout_report_defaults_to_the_domains_that_hold_the_model():
     assert chalk.layout("llama-3.1-70b", "h100-sxm")["gpus"] == 8
 
 
+def test_layout_text_says_a_faster_spilled_step_is_faster():
+    """QA 2026-11-28: DeepSeek-R1 on H100 stepped in 76.4 ms with its EP group inside a node and 65.9 ms spilled, and
+    the text said spilling made the step '0.8624x slower'. A factor below 1 is printed as the speed-up it is."""
+    import subprocess
+    import sys
+
+    rep = chalk.layout("deepseek-r1", "h100-sxm")["moe_rack_layout"]
+    f = rep["step_slowdown_when_spilled"]
+    out = subprocess.run([sys.executable, "-m", "chalk", "layout", "-m", "deepseek-r1", "-H", "h100-sxm"],
+                         capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                                          "COLUMNS": "200"}).stdout
+    said = " ".join(out.split())
+    assert (f"the step {1 / f:.3g}x faster" in said) if f < 1 else (f"the step {f:.4g}x slower" in said), said[-300:]
+    assert "x slower." not in said or f >= 1
+
+
 def test_r1_on_h100_throughput_two_nodes():
     """Refused before (it does not fit one 8-GPU scale-up domain); now laid out over two nodes."""
     r = chalk.throughput("deepseek-r1", "h100-sxm", input_len=1000, output_len=1000, disaggregated=False)
