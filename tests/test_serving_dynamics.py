@@ -684,8 +684,12 @@ def test_the_mode_note_prints_the_figures_it_compared():
                    tpot_p99_s=0.03, gpus=8, disaggregated="auto")
     note = next(n for n in r["notes"] if "serving answers" in n)
     other = r["mode_search"]["aggregated" if r["mode_search"]["chosen"] == "disaggregated" else "disaggregated"]
-    assert "not worth a second pool" in note and r["mode_search"]["chosen"] == "aggregated", note
-    m = re.search(r"serving's output tokens/s per GPU, ([0-9.]+) per GPU of the 8 given", note)
+    # a tie ('within 5% ..., not worth a second pool') or a clear win ('serves more ... than disaggregated (...)'):
+    # either way the disaggregated figure printed is the one compared, per GPU of the 8 given (since its prefill pool
+    # is held to plan's 80% ceiling, disaggregation no longer ties here: 1,881 per GPU given against 2,375)
+    assert r["mode_search"]["chosen"] == "aggregated", note
+    m = re.search(r"(?:serving's output tokens/s per GPU, |than disaggregated \()([0-9.]+) per GPU of the 8 given",
+                  note)
     assert m, note
     compared = float(m.group(1))
     assert compared == pytest.approx(other["output_tokens_per_s_per_gpu"] * other["gpus"] / 8, rel=1e-3)
