@@ -6,8 +6,10 @@ import math
 
 import pytest
 
+import chalk
 from chalk.equations import engine as EQ
 from chalk.errors import ChalkError, InputError, UnknownNameError
+from chalk.specs.catalog import load_chip
 from chalk.specs.engine import ENGINES, EngineProfile, engine_defaults_table, load_engine
 
 FIELDS = ("max_num_seqs", "cuda_graph_max_batch", "kv_cache_memory_fraction", "chunked_prefill_tokens",
@@ -68,6 +70,19 @@ def test_vllm_rule_depends_on_memory_and_a100():
     # graph sizes count tokens: K = 3 speculative tokens leave 512 / 4 = 128 sequences in graphs
     assert v.decode_graph_batch(3) == 128 and v.decode_graph_batch(0) == 512
     assert "h100" in h100.resolved_for
+
+
+def test_vllm_on_a_tpu_takes_the_small_defaults_whatever_its_memory():
+    """QA 2026-11-28: TPU v5p (95 GB) and TPU7x (192 GB) took the >= 70 GiB GPU tier (1,024 sequences, 8,192 tokens),
+    and throughput answered 590 in flight. vLLM reads a TPU's memory as 0 (TpuPlatform.get_device_total_memory
+    raises, caught) and its TPU table never matches the device name: 256 sequences, 2,048 tokens on every TPU."""
+    v = load_engine("vllm")
+    for chip in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7"):
+        p = v.for_gpu(load_chip(chip).hbm_bytes, chip=chip)
+        assert (p.max_num_seqs, p.chunked_prefill_tokens) == (256, 2048), chip
+    r = chalk.throughput("llama-3.1-8b", "tpu-v7", engine="vllm", input_len=1000, output_len=1000,
+                         disaggregated=False)
+    assert r["concurrency"] <= 256 * r["gpus"] + 8
 
 
 @pytest.mark.parametrize("hbm, tp, chunk, graph, frac", [

@@ -210,12 +210,15 @@ def _cur(prof: EngineProfile, upd: dict, f: str):
 
 def _gpu_memory_tiers(prof, r, ctx, upd):
     """The first tier the GPU falls in sets its fields (`min_gpu_gib` / `below_gpu_gib` bound the memory,
-    `exclude_chip` skips chips whose name holds it; a `<field>_tp4` value replaces `<field>` at TP >= 4);
+    `exclude_chip` skips chips whose name holds it, `only_chip` applies only to them; a `<field>_tp4` value replaces
+    `<field>` at TP >= 4);
     `cap_seqs_by_chunk`: max_num_seqs is then at most the chunked-prefill budget."""
     for t in r["tiers"]:
         if ctx["gib"] < t.get("min_gpu_gib", 0) or ctx["gib"] >= float(t.get("below_gpu_gib", math.inf)):
             continue
         if t.get("exclude_chip") and t["exclude_chip"] in ctx["chip"]:
+            continue
+        if t.get("only_chip") and t["only_chip"] not in ctx["chip"]:
             continue
         vals = {k: v for k, v in t.items() if k in _TUNABLE}
         for k in list(vals):
