@@ -249,6 +249,29 @@ def test_throughput_sizes_no_disaggregated_pools_for_a_release_without_their_con
     assert r["mode_search"]["chosen"] == "aggregated" and why in r["mode_search"]["disaggregated"]["error"]
 
 
+def test_a_release_lacking_a_launch_flag_gets_no_launch_that_needs_it():
+    """QA 2026-11-28: `--engine vllm@0.6` launched DeepSeek-R1 as DP-attention x EP16 with --data-parallel-size,
+    --enable-expert-parallel and --speculative-config, flags the V0 releases do not have (0.11's were printed for
+    every release). The release lists the flags it lacks (vllm.yaml `absent_flags`, sourced); a launch using one is
+    not rendered, with the reason, and one that needs none is rendered as before."""
+    from chalk.specs.launch import Deployment, render_launch
+
+    old = load_engine("vllm@0.6")
+    assert "--enable-expert-parallel" in old.absent_flags and "absent_flags" in old.sources
+    assert load_engine("vllm").absent_flags == ()
+    with pytest.raises(InputError, match="vLLM 0.6 has no --data-parallel-size"):
+        render_launch("vllm", Deployment("deepseek-r1", tp=1, dp=8, ep=8), old)
+    plain = render_launch("vllm", Deployment("llama-3.1-8b", tp=2), old)
+    assert not old.lacks(plain.argv) and "--tensor-parallel-size" in plain.argv
+    rc, out, err = cli("plan", "-m", "deepseek-r1", "-H", "h100-sxm", "--engine", "vllm@0.6", "--rate", "5",
+                       "--input-len", "2000", "--output-len", "500", "--mode", "aggregated", "--sim-requests", "2000",
+                       "--json")
+    assert rc == 0, err
+    o = json.loads(out)["options"][0]
+    assert "vllm" not in o["launch"] and "vllm serve" not in out
+    assert any("vLLM 0.6 has no --data-parallel-size" in n for n in o["launch_notes"]), o["launch_notes"]
+
+
 def test_estimate_names_kernels():
     r = chalk.estimate("llama-3.1-70b", "h100-sxm", batch=16)
     assert r.kernels == f"trtllm 1.3.0rc20 ({PKG})"

@@ -79,6 +79,9 @@ class EngineProfile:
     #: whether this release runs the disaggregated prefill/decode pools chalk launches (the KV connector wired in
     #: catalog/launch.yaml disaggregation); false in a release profile that lacks it, with its source
     disaggregated_serving: bool = True
+    #: flags of the newest release's launch (its `accepted_flags`) that this release lacks, with their source: a
+    #: launch needing one is not rendered for it
+    absent_flags: tuple[str, ...] = ()
 
     def runs_on(self, vendor: str) -> str | None:
         """Why this engine cannot run on `vendor`'s chips, or None where it can (`vendors`, with its source)."""
@@ -101,6 +104,16 @@ class EngineProfile:
             return None
         return (f"{self.label} has no KV connector for the disaggregated prefill/decode pools chalk launches "
                 f"(sources in catalog {self.id}.yaml): use aggregated serving or a newer release")
+
+    def lacks(self, argv) -> str | None:
+        """Why a launch of `argv` does not run on this release (it uses flags the release lacks: `absent_flags`),
+        or None."""
+        missing = [a for a in argv if isinstance(a, str) and a.split("=")[0] in self.absent_flags]
+        if not missing:
+            return None
+        return (f"{self.label} has no {', '.join(dict.fromkeys(m.split('=')[0] for m in missing))} (chalk records "
+                f"the flags of {self.name} {self.releases[0] if self.releases else 'its newest release'}; sources in "
+                f"catalog {self.id}.yaml): launch this release by hand, or size with a newer one")
 
     def refuses(self, method: str | None, vendor: str) -> str | None:
         """Why this engine cannot load a checkpoint quantised with `method` on `vendor`'s chips, or None if it can
@@ -406,7 +419,8 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             unsupported_checkpoints=_unsupported(d.get("unsupported_checkpoints") or (), where),
             attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)),
             vendors=tuple(str(v).lower() for v in (d.get("vendors") or ())),
-            disaggregated_serving=d.get("disaggregated_serving", True))
+            disaggregated_serving=d.get("disaggregated_serving", True),
+            absent_flags=tuple(str(f) for f in (d.get("absent_flags") or ())))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
     if not isinstance(prof.disaggregated_serving, bool):

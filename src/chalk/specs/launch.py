@@ -222,6 +222,9 @@ def render_launch(engine, dep: Deployment, profile: EngineProfile | None = None)
         argv[at:at] = extra
     if ck.note:
         notes.append(ck.note)
+    lacks = prof.lacks(argv)  # a release without flags this launch needs (QA 2026-11-28: vllm@0.6 got 0.11's)
+    if lacks:
+        raise InputError(lacks)
     if dep.role is not None:  # wire the pool for disaggregation: the engine's role flags or options-file keys
         why = prof.refuses_disaggregation()  # a release without the connector (QA: vllm@0.6 got NixlConnector)
         if why:
