@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import chalk
@@ -348,3 +349,23 @@ def test_simulate_names_its_engine_as_throughput_and_plan_do():
     from chalk.api import estimate
 
     assert estimate("llama-3.1-8b", "h200", layout="tp=1", engine="vllm@0.6").to_dict()["engine_release"] == "0.6"
+
+
+def test_sglang_splits_its_prefill_budget_over_attention_dp_ranks():
+    """QA 2026-11-28: DeepSeek-R1 on 16 H100s with SGLang's DP attention was simulated with prefill chunks of 131,072
+    tokens (8,192 per rank x 16), where SGLang divides its chunked_prefill_size by the DP size (each rank 512, the
+    replica 8,192). An engine that splits its budget (`chunk_split_over_attention_dp`, sourced) gives each rank its
+    share; vLLM's ranks each take the whole budget."""
+    from chalk.analyses.traffic.serving import _fixed_setup, rank_chunk_tokens, replica_chunk_tokens
+
+    kw = dict(layout="attn_dp=16,ep=16", input_len=2000, output_len=300)
+    sg = _fixed_setup("deepseek-r1", "h100-sxm", engine="sglang", **kw)
+    vl = _fixed_setup("deepseek-r1", "h100-sxm", engine="vllm", **kw)
+    budget = load_engine("sglang").for_gpu(80e9).chunked_prefill_tokens
+    assert sg.chunk == budget // 16 and replica_chunk_tokens(sg) == budget
+    assert vl.chunk == load_engine("vllm").for_gpu(80e9, chip="h100-sxm").chunked_prefill_tokens
+    assert replica_chunk_tokens(vl) == vl.chunk * 16
+    assert load_engine("sglang").chunk_split_over_attention_dp and "chunk_split_over_attention_dp" in \
+        load_engine("sglang").sources
+    assert list(rank_chunk_tokens(load_engine("sglang"), 8192, np.array([1.0, 8.0, 16.0]))) == [8192, 1024, 512]
+    assert rank_chunk_tokens(load_engine("vllm"), 8192, 16.0) == 8192

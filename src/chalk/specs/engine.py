@@ -82,6 +82,9 @@ class EngineProfile:
     #: flags of the newest release's launch (its `accepted_flags`) that this release lacks, with their source: a
     #: launch needing one is not rendered for it
     absent_flags: tuple[str, ...] = ()
+    #: whether the chunked-prefill budget is the replica's, split over its attention-DP ranks (each rank takes
+    #: budget // attn_dp), rather than each rank's own; with its source
+    chunk_split_over_attention_dp: bool = False
 
     def runs_on(self, vendor: str) -> str | None:
         """Why this engine cannot run on `vendor`'s chips, or None where it can (`vendors`, with its source)."""
@@ -420,9 +423,12 @@ def _profile(d: dict, eid: str, releases: tuple, newest: bool) -> EngineProfile:
             attention_dp_with_tp=bool(d.get("attention_dp_with_tp", True)),
             vendors=tuple(str(v).lower() for v in (d.get("vendors") or ())),
             disaggregated_serving=d.get("disaggregated_serving", True),
-            absent_flags=tuple(str(f) for f in (d.get("absent_flags") or ())))
+            absent_flags=tuple(str(f) for f in (d.get("absent_flags") or ())),
+            chunk_split_over_attention_dp=d.get("chunk_split_over_attention_dp", False))
     except (TypeError, ValueError) as e:
         raise SpecError(f"{where}: {e}") from None
+    if not isinstance(prof.chunk_split_over_attention_dp, bool):
+        raise SpecError(f"{where}: chunk_split_over_attention_dp must be true or false")
     if not isinstance(prof.disaggregated_serving, bool):
         raise SpecError(f"{where}: disaggregated_serving must be true or false")
     if prof.kv_cache_dtype_auto not in ("activation", "checkpoint"):

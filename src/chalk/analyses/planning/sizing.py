@@ -27,7 +27,8 @@ from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setu
                                             default_chunk_tokens, draft_counts, fixed_deployment,
                                             model_speculation,
                                             p99_prompt_ratio, prefill_piece,
-                                            prefill_step_tokens, replica_chunk_tokens, search_sizes,
+                                            prefill_step_tokens, rank_chunk_tokens, replica_chunk_tokens,
+                                            search_sizes,
                                             settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
@@ -406,8 +407,9 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     pf = 0.0 if s["mode"] == "disaggregated" else B * e * I / O  # prompt tokens per step, on average
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step
-    piece = prefill_piece(I, eng.chunked_prefill_tokens if eng is not None else default_chunk_tokens())
     a = op["parallelism"]["attn_dp"]
+    piece = prefill_piece(I, rank_chunk_tokens(eng, eng.chunked_prefill_tokens, a) if eng is not None
+                          else default_chunk_tokens())
     c_step, _, c_rank = (0.0, 0.0, None) if s["mode"] == "disaggregated" else \
         (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
     sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
@@ -519,8 +521,10 @@ def _replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wo
 
         # each attention-DP rank has its own chunk budget (`prefill_step_tokens`); no engine named: the budget
         # engines default to, as throughput's (`default_chunk_tokens`)
-        per_rank = load_engine(ask.engine).chunked_prefill_tokens if ask.engine is not None else default_chunk_tokens()
-        chunk = int(per_rank) * op["parallelism"]["attn_dp"]
+        a = op["parallelism"]["attn_dp"]
+        eng = load_engine(ask.engine) if ask.engine is not None else None
+        per_rank = rank_chunk_tokens(eng, eng.chunked_prefill_tokens, a) if eng is not None else default_chunk_tokens()
+        chunk = int(per_rank) * a
     return fleet.replay(_step_cost(ask, system, s), prefill_chunk=chunk, **kw)
 
 

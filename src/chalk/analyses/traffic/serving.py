@@ -239,6 +239,15 @@ def check_speculation(speculative) -> None:
         raise InputError(f"speculative must be a Speculation(draft_tokens, acceptance), got {short(speculative)}")
 
 
+def rank_chunk_tokens(eng, chunk, attn_dp=1.0):
+    """Prompt tokens per step on each attention-DP rank from an engine's chunked-prefill budget `chunk` (None: no
+    budget): the budget itself, or where the engine splits it over the ranks (`chunk_split_over_attention_dp`:
+    SGLang's chunked_prefill_size //= dp_size) its share, at least one token. Numbers or arrays of `attn_dp`."""
+    if not chunk or not getattr(eng, "chunk_split_over_attention_dp", False):
+        return chunk
+    return np.maximum(np.floor_divide(float(chunk), np.maximum(np.asarray(attn_dp, dtype=float), 1.0)), 1.0)
+
+
 def prefill_piece(prompt_tokens: float, chunk=None) -> float:
     """Prompt tokens one prefill step takes of a prompt: all of it, or the engine's chunked-prefill budget."""
     return prompt_tokens if not chunk else min(prompt_tokens, float(chunk))
@@ -289,7 +298,7 @@ def mixed_step_s(costs, system, tp, a, pp, ep, B, e, Ip, O, L, I, piece, cal, **
 
 def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibration, disaggregated: bool,
               spec: Speculation | None = None, L: float | None = None, overhead_s=None, chunk=None, kernels=None,
-              cap_prefill: bool = False):
+              cap_prefill: bool = False, eng=None):
     """Per-point metrics of the flattened grid (arrays). `L`: mean context held by a decoding sequence
     (default I + O / 2); with `spec`, each step verifies K + 1 tokens per sequence and emits E on average.
     Aggregated serving's TTFT and prefill share come from the step carrying a chunk and the pure decode step that
@@ -306,7 +315,8 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
     fits = (w + kv) <= usable
     q, e = (1.0, 1.0) if spec is None else (spec.draft_tokens + 1.0, spec.tokens_per_step)
     kw = dict(overhead_s=overhead_s, kernels=kernels, query_tokens=q)
-    piece = prefill_piece(I, chunk)
+    per_rank = rank_chunk_tokens(eng, chunk, a)  # each attention-DP rank's budget (`eng`: the engine's split)
+    piece = prefill_piece(I, chunk) if per_rank is chunk else np.minimum(I, per_rank)
     if disaggregated:
         dec = stage_step(costs, system, tp, a, pp, ep, B, 0.0, L, I, cal, **kw)
         st = np.asarray(dec["stage_time_s"], dtype=float)
@@ -317,7 +327,7 @@ def _evaluate(costs, system: System, g: dict, I: float, O: float, cal: Calibrati
             # batch whose completions need more prompt tokens per step than that cannot be held (`--max-tokens 1`
             # gave 27,401 prompt tokens/s per GPU at 16 steps/s)
             need = np.asarray(B, dtype=float) * e * I / max(O, 1e-9)  # prompt tokens per step the batch needs
-            budget = need <= chunk * a * (1 + 1e-9)
+            budget = need <= per_rank * a * (1 + 1e-9)
             if np.any(fits) and not np.any(fits & budget):
                 raise FitError(f"a prefill budget of {chunk:,} prompt tokens per step (per attention-DP rank) "
                                f"cannot keep a batch decoding: each request needs {I:,.0f} prompt tokens per "
@@ -1013,7 +1023,7 @@ def _search(model, hardware, *, input_len, output_len, gpus=None, precision=None
     Ip = I * (1 - F)  # prompt tokens that need prefill compute
     ovh = engine_overhead_s(eng, cal)
     chunk = _chunk(eng, max_tokens)
-    kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False, cap_prefill=max_tokens is not None)
+    kw = dict(L=L, overhead_s=ovh, chunk=chunk, kernels=kern or False, cap_prefill=max_tokens is not None, eng=eng)
     ev = _evaluate(costs, system, g, Ip, O, cal, disaggregated, **kw)
     ev_s = None
     if speculative is not None:  # search with and without speculation; `_select` keeps the better per point
@@ -1686,7 +1696,8 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
     q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
     Ip = I * (1 - F)
     ovh = engine_overhead_s(eng, cal)
-    chunk = _chunk(eng, max_tokens)
+    chunk = rank_chunk_tokens(eng, _chunk(eng, max_tokens), a)  # per attention-DP rank
+    chunk = int(chunk) if chunk else chunk
     piece = prefill_piece(Ip, chunk)
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
 
