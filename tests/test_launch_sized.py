@@ -664,3 +664,19 @@ def test_a_system_whose_host_chips_do_not_divide_its_domain_is_refused(tmp_path)
     with pytest.raises(SpecError, match="host_chips"):
         _system_from_dict({"id": "x", "chip": "b200", "chips": 72, "kind": "rack", "host_chips": 5}, "x.yaml")
     assert _system_from_dict({"id": "x", "chip": "b200", "chips": 72, "kind": "rack"}, "x.yaml").chips_per_host == 72
+
+
+def test_vllm_is_not_launched_where_its_rank_placement_splits_an_expert_group_over_nodes():
+    """QA 2026-11-28: DeepSeek-R1 DP-attn8 EP8 PP2 on two H100 nodes was launched for vLLM with 4 DP ranks per node,
+    each keeping its two pipeline stages on its node, so every stage's EP8 group ran its all-to-all over the network
+    card where chalk timed it over NVLink (a stage per node). vLLM's multi-node rule says it does not place a stage
+    per node (launch.yaml pipeline_across_nodes_with_dp: false); such a replica is not launched. SGLang, which
+    places ranks over --nnodes as one job, is; PP without DP ranks (Ray) and DP without PP are, as before."""
+    dep = dict(tp=1, attn_dp=8, ep=8, pp=2, nodes=2)
+    with pytest.raises(InputError, match="expert-parallel group across the nodes"):
+        render_launch("vllm", Deployment("deepseek-r1", **dep))
+    assert "--nnodes" in render_launch("sglang", Deployment("deepseek-r1", **dep)).argv
+    assert "--data-parallel-size-local" in render_launch("vllm", Deployment("deepseek-r1", tp=1, attn_dp=16, ep=16,
+                                                                            nodes=2)).argv
+    assert "--distributed-executor-backend" in render_launch("vllm", Deployment("llama-3.1-405b", tp=8, pp=2,
+                                                                                nodes=2)).argv

@@ -265,6 +265,13 @@ def _multi_node(engine: str, dep: Deployment, argv: list, notes: list) -> None:
     """Add the node count, rank and rendezvous flags of one node's command (`catalog/launch.yaml` multi_node)."""
     rule = launch_rules().get("multi_node", {}).get(engine) or {}
     ranks = dep.attn_dp * dep.dp
+    if dep.pp > 1 and ranks > 1 and rule.get("pipeline_across_nodes_with_dp") is False:
+        # (QA 2026-11-28: DeepSeek-R1 DP-attn8 EP8 PP2 on two H100 nodes was launched with 4 DP ranks per node, its
+        # all-to-all over the network card, where chalk timed it over NVLink with a stage per node)
+        raise InputError(f"{engine} keeps each data-parallel rank's pipeline stages on one node, so this layout's "
+                         f"{ranks} data-parallel ranks x PP {dep.pp} over {dep.nodes} nodes would run each stage's "
+                         "expert-parallel group across the nodes, which chalk did not time (it puts a stage per "
+                         "node): launch it with an engine that places a stage per node, or size a layout without PP")
     if rule.get("needs_dp_split") and ranks % dep.nodes:
         rule = rule.get("otherwise") or {}
         rows = rule.get("flags") or []
