@@ -48,7 +48,8 @@ def test_a_closed_loop_is_replayed_until_its_window_settles():
     assert s.mean_ttft_s == pytest.approx(t.ttft_s, rel=0.02) and s.n_requests > 8192
     a, b = chalk.analyses.traffic.simulate.settling(s.result)
     assert abs(a - b) <= max(0.05 * max(a, b), 0.5 * s.mean_step_s)
-    short = chalk.simulate("deepseek-v3", "h200", requests=2048, **kw)
+    # 4 rounds of the 256 seats (8 settled before SGLang's prefill budget was split over its 8 attention-DP ranks)
+    short = chalk.simulate("deepseek-v3", "h200", requests=1024, **kw)
     assert any(n.startswith("not settled") for n in short.notes)
 
 
