@@ -397,6 +397,23 @@ def test_plan_trace_replay_states_in_flight_and_rate_over_its_busiest_window(tmp
     assert sim["output_tokens_per_s_per_replica"] == pytest.approx(peak * 200, rel=0.15)
 
 
+def test_plan_trace_costs_the_tokens_its_busiest_window_serves():
+    """QA 2026-11-28: the cost per output token was the busiest minute's rate times the whole trace's mean output
+    (1,837 output tokens/s on the Azure conversation trace, whose busiest minute's requests ask 1,120 and no minute
+    more than 1,639), so $ per M tokens came out ~36% low. The window's own requests' outputs count now, and the
+    replay of that window serves what is costed."""
+    _need(AZURE_CONV)
+    r = plan("llama-3.1-8b", "h100-sxm", trace=str(AZURE_CONV), engine="vllm", modes=("aggregated",),
+             ttft_p99_s=1.0, tpot_p99_s=0.05, curves=False)
+    o, t = r["options"][0], r["trace"]
+    assert o["output_tokens_per_s"] == pytest.approx(t["peak_output_tokens_per_s"], rel=1e-9)
+    assert t["peak_output_tokens_per_s"] == pytest.approx(t["peak_rate_per_s"] * t["peak_window_output_len_mean"])
+    assert o["output_tokens_per_s"] < t["peak_rate_per_s"] * t["output_len_mean"] * 0.8  # this trace's busiest minute
+    served = o["simulated"]["output_tokens_per_s_per_replica"] * o["replicas"]
+    assert served == pytest.approx(o["output_tokens_per_s"], rel=0.02)
+    assert o["usd_per_mtok_output"] == pytest.approx(o["usd_per_hour"] / 3600 / o["output_tokens_per_s"] * 1e6)
+
+
 def test_requests_beyond_the_context_are_said_to_be():
     """QA sweep 2026-11-27: `plan` and `throughput` sized 201K-token requests for a 128K-context model without a word,
     and the plan launched vLLM with --max-model-len 131072, which refuses every one of them. They are timed (measured

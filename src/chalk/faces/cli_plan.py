@@ -252,7 +252,8 @@ def _print(r, launch: bool, precision_given: bool = True) -> None:
     c.print(f"  {num(b['gpus'])} GPUs{nodes} x "
             f"{usd(b['usd_per_gpu_hour'])}/GPU-h = {usd(b['usd_per_hour'])}/h, {usd(b['usd_per_day'])}/day, "
             f"{usd(b['usd_per_mtok_output'])} per M output tokens"
-            + (" at the peak hour" if b.get("diurnal") else "")
+            + (" at the peak hour" if b.get("diurnal") else
+               " at the trace's busiest window (its requests' own outputs)" if r.get("trace") else "")
             + f"; {num(b['concurrency_per_replica'])} requests in "
             f"flight per replica at the demand ("
             + ("Little's law at that load's own latency; " if "/s" in b["demand_unit"] else "")

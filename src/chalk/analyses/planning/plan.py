@@ -130,7 +130,8 @@ def plan(model, hardware=None, *, input_len=None, output_len=None, users=None, r
                 I=I, O=O, demand=demand.scaled(peak), precisions=precisions,
                 kv_precision=kv_precision, speculative=speculative, engine=engine, ideal=ideal,
                 sim_requests=sim_requests, seed=seed, eplb=eplb, draft_search=draft_search,
-                trace=from_trace["arrivals"] if from_trace is not None and curve is None else None)
+                trace=from_trace["arrivals"] if from_trace is not None and curve is None else None,
+                O_served=from_trace["peak_output_len"] if from_trace is not None else None)
     jobs, unavailable = [], []  # (hardware name, the ask with its engine, system, sized candidate)
     n_refused = 0  # unavailable candidates that cannot run at all: the engine refuses the checkpoint or the chip
     methods = _checkpoint_methods(m, checkpoint)  # read once: the user's folder's config.json and the model's own

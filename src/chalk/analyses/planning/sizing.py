@@ -70,6 +70,9 @@ class Ask:
     #: a trace's requests as recorded (`trace_demand.TraceArrivals`): the fleet's verifying replays feed them,
     #: around the trace's busiest window, in place of Poisson arrivals at the sized rate
     trace: object = None
+    #: mean output tokens of the requests the demand counts where they differ from the lengths' mean (a trace's
+    #: busiest window): the output tokens/s the fleet serves at the demand, and its cost per token, are theirs
+    O_served: float | None = None
 
 
 def _one_replica(label: str) -> str:
@@ -359,8 +362,8 @@ def _cost(ask: Ask, system: System, c: dict, R: int, P: int, op_at=None) -> dict
             "sized_for": float(d.value), "requests_per_s": served,
             "in_flight_per_replica": n_mean, "capacity_per_replica": cap_units, "capacity_bound": bound,
             "headroom": spare, "usd_per_gpu_hour": price,
-            "usd_per_hour": usd_h, "output_tokens_per_s": served * ask.O,
-            "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * ask.O)),
+            "usd_per_hour": usd_h, "output_tokens_per_s": served * (ask.O_served or ask.O),
+            "usd_per_mtok_output": float(F.usd_per_mtok(usd_h, served * (ask.O_served or ask.O))),
             "predicted": {"tpot_s": float(op["tpot_s"]), "ttft_s": ttft_mean, "ttft_p99_s": ttft,
                           "user_tokens_per_s": float(op["user_tokens_per_s"])}}
 

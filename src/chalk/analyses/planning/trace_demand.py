@@ -83,6 +83,7 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
         raise InputError(f"{t.source}: sped up {t.speedup:g}x its arrivals span {t.span_s:.3g} s, past the "
                          f"{MAX_ARRIVAL_S:g} s (about 30 years) a replay takes; use a larger --speedup")
     (peak, start), mean = t.peak_window(window_s), t.mean_rate_per_s
+    a_rel = np.asarray(t.arrival_s, dtype=float) - float(t.arrival_s[0])
     if not MIN_RATE <= peak <= MAX_RATE:
         raise InputError(f"{t.source}: its peak rate {peak:.3g} requests/s is outside what a plan takes "
                          f"({MIN_RATE:g} to {MAX_RATE:g}); use --speedup")
@@ -105,6 +106,11 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
     if cut:
         notes.append(f"{cut:,} trace requests longer than {model.id}'s {model.max_context:,}-token context were "
                      "cut to fit it (the output first, the prompt only where it alone fills the context)")
+    # the busiest window's own requests' mean output: what the fleet serves there, per request (QA 2026-11-28: the
+    # cost per token was the busiest minute's rate times the whole trace's mean output, 1,837 output tokens/s where
+    # that minute's requests ask 1,120, its $ per M tokens ~36% low)
+    inside = (a_rel >= start) & (a_rel < start + window_s) if not short else np.ones(a_rel.size, dtype=bool)
+    o_peak = float(np.mean(o_len[inside])) if inside.any() else float(o_len.mean())
     hits = trace_prefix_hits(t, math.inf, input_len=i_len)
     if hits is not None:
         notes.append(f"the trace's prefix blocks repeat: an unlimited prefix cache would serve {hits.hit_rate:.1%} "
@@ -113,12 +119,14 @@ def demand_from_trace(path, model, *, speedup: float = 1.0, window_s: float = PE
                "speedup": t.speedup, "peak_window_s": float(window_s), "peak_window_start_s": start,
                "peak_rate_per_s": peak, "shorter_than_window": short,
                "mean_rate_per_s": mean, "input_len_mean": float(i_len.mean()),
-               "output_len_mean": float(o_len.mean()), "truncated_requests": cut,
+               "output_len_mean": float(o_len.mean()), "peak_window_output_len_mean": o_peak,
+               "peak_output_tokens_per_s": peak * o_peak, "truncated_requests": cut,
                "prefix_cache_hit_rate_unlimited": None if hits is None else hits.hit_rate,
                "prefix_cache_applied": False}
     a0 = np.asarray(t.arrival_s, dtype=float)
     arrivals = TraceArrivals(a0 - a0[0], np.asarray(i_len, dtype=float),
                              np.asarray(o_len, dtype=float), float(start), float(window_s))
     return {"rate": peak, "input_len": empirical(i_len, "trace prompts"),
-            "output_len": empirical(o_len, "trace outputs"), "arrivals": arrivals, "derived": derived,
+            "output_len": empirical(o_len, "trace outputs"), "peak_output_len": o_peak, "arrivals": arrivals,
+            "derived": derived,
             "notes": notes}
