@@ -414,6 +414,23 @@ def test_plan_trace_costs_the_tokens_its_busiest_window_serves():
     assert o["usd_per_mtok_output"] == pytest.approx(o["usd_per_hour"] / 3600 / o["output_tokens_per_s"] * 1e6)
 
 
+def test_simulate_replays_a_trace_stamped_in_epoch_seconds_as_one_from_zero(tmp_path):
+    """QA 2026-11-28: a trace whose arrival_s are Unix epoch seconds (1.7e9) was refused by simulate as 'past 30
+    years' while plan sized the same file. simulate replays it on its first request's clock, as the same trace
+    starting at 0."""
+    from chalk.api import simulate
+
+    rng = np.random.default_rng(0)
+    a = np.cumsum(rng.exponential(0.2, 3000))
+    for name, t0 in (("zero.csv", 0.0), ("epoch.csv", 1.7e9)):
+        (tmp_path / name).write_text("arrival_s,input_len,output_len\n" + "".join(
+            f"{t0 + x:.3f},500,100\n" for x in a))
+    z, e = (simulate("llama-3.1-8b", "h100-sxm", layout="tp=1", trace=str(tmp_path / n)) for n in
+            ("zero.csv", "epoch.csv"))
+    for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "requests_per_s"):
+        assert getattr(e.result, k) == pytest.approx(getattr(z.result, k), rel=1e-6), k
+
+
 def test_requests_beyond_the_context_are_said_to_be():
     """QA sweep 2026-11-27: `plan` and `throughput` sized 201K-token requests for a 128K-context model without a word,
     and the plan launched vLLM with --max-model-len 131072, which refuses every one of them. They are timed (measured

@@ -290,8 +290,9 @@ def _simulate_requests(model, hardware, *, rate: float = 100.0, requests: int | 
     if stream:  # generated as the run goes, truncated as generated: memory holds the requests in flight
         return _streamed(sim, m, system, lay, lay_text, lay_source, prec, kvp, fx, notes, rate, n, din, dout, seed,
                          limits)
-    if tr is not None:
-        arrivals, (i_len, o_len, cut) = tr.arrival_s, trace_cut
+    if tr is not None:  # on the clock of its first request: a trace stamped in epoch seconds replays as one from 0
+        # (QA 2026-11-28: arrivals at 1.7e9 s were refused as 'past 30 years', where plan sized the same file)
+        arrivals, (i_len, o_len, cut) = tr.arrival_s - tr.arrival_s[0], trace_cut
     elif concurrency is not None:
         r0 = sim.closed_loop_requests(max_batch, n or DEFAULT_REQUESTS, din, dout, seed)
         arrivals, i_len, o_len = r0.arrival_s, r0.input_len, r0.output_len
