@@ -431,6 +431,21 @@ def test_simulate_replays_a_trace_stamped_in_epoch_seconds_as_one_from_zero(tmp_
         assert getattr(e.result, k) == pytest.approx(getattr(z.result, k), rel=1e-6), k
 
 
+def test_a_mooncake_trace_without_block_ids_states_no_hit_rate(tmp_path):
+    """QA 2026-11-28: a Mooncake JSONL with no hash_ids (they are optional per line) was read as carrying empty
+    prefix blocks, and simulate reported a computed 0.0% prefix-cache hit rate. It has no blocks: no hit rate."""
+    f = tmp_path / "noids.jsonl"
+    f.write_text("".join(json.dumps({"timestamp": i * 100, "input_length": 500, "output_length": 50}) + "\n"
+                         for i in range(200)))
+    t = read_trace(f)
+    assert t.format == "mooncake" and not t.has_blocks
+    assert read_trace(MOON_CONV).has_blocks if MOON_CONV.exists() else True
+    rc, out, err = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--layout", "tp=1", "--trace", str(f),
+                       "--json")
+    assert rc == 0, err
+    assert json.loads(out)["prefix_cache"] is None
+
+
 def test_requests_beyond_the_context_are_said_to_be():
     """QA sweep 2026-11-27: `plan` and `throughput` sized 201K-token requests for a 128K-context model without a word,
     and the plan launched vLLM with --max-model-len 131072, which refuses every one of them. They are timed (measured

@@ -289,6 +289,7 @@ def _number(text: str) -> float:
 # ----------------------------------------------------------------------------------------------- Mooncake JSONL
 def _read_mooncake(text: str, where: str) -> Trace:
     ts, inp, out, ids, offs, lines = [], [], [], [], [0], []
+    any_ids = False  # whether any line carries hash_ids (the prefix blocks)
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -316,6 +317,7 @@ def _read_mooncake(text: str, where: str) -> Trace:
             if v > MAX_QUANTITY:
                 raise SpecError(f"{where}: line {n}: {k} must be at most {MAX_QUANTITY:,.0f} tokens, got {_short(v)}")
         h = r.get("hash_ids", [])
+        any_ids = any_ids or "hash_ids" in r
         if not isinstance(h, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in h):
             raise SpecError(f"{where}: line {n}: hash_ids must be a list of integers")
         ts.append(float(t))
@@ -331,6 +333,8 @@ def _read_mooncake(text: str, where: str) -> Trace:
         i_len, o_len = np.array(inp, dtype=np.int64), np.array(out, dtype=np.int64)
     except OverflowError:
         raise SpecError(f"{where}: a length or hash id does not fit in 64 bits") from None
+    if not any_ids:  # no line carries prefix blocks: no hit rate to compute (QA 2026-11-28: it said a computed 0.0%)
+        return Trace(a, i_len, o_len, "mooncake", where)
     return Trace(a, i_len, o_len, "mooncake", where, hid, np.array(offs, dtype=np.int64), MOONCAKE_BLOCK_TOKENS)
 
 
