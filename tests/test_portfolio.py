@@ -199,6 +199,31 @@ def test_bad_portfolios_are_one_line(tmp_path):
     assert "userz" in _one_line_exit_2(_cli("--portfolio", str(_write(tmp_path, bad_key))))
 
 
+@pytest.mark.parametrize("change, said", [
+    (lambda pf: pf["settings"].update(sim_requests="abc"), "sim_requests must be a number"),
+    (lambda pf: pf["settings"].update(seed=None), "seed must be a number"),
+    (lambda pf: pf["settings"].update(sim_requests=2.7), "sim_requests must be a whole number"),
+    (lambda pf: pf.update(fleet={"gpus": {"h100-sxm": 1.9}}), "h100-sxm must be a whole number"),
+    (lambda pf: pf.update(fleet={"regions": ["a", "b"]}), "regions must be a mapping"),
+    (lambda pf: pf["models"][0].update(diurnal=["a", "b"]), "diurnal[0] must be a number"),
+    (lambda pf: pf["models"][0].update(diurnal=5), "diurnal must be a file or a list"),
+    (lambda pf: pf["models"][0].update(speedup=4), "speedup scales a trace's arrival rate"),
+    (lambda pf: pf["models"][0].update(rate=5), "models[0]: give the demand as users: N"),
+    (lambda pf: pf["models"][0].update(users=-5), "models[0]: users must be"),
+])
+def test_bad_portfolio_values_are_one_line_before_any_work(tmp_path, change, said):
+    """QA 2026-11-28: settings, fleet and diurnal values that are not numbers raised tracebacks (exit 1, --json
+    too), 1.9 GPUs became 1 in silence, a speedup without a trace was ignored, and a model with both rate and users
+    failed only after every candidate had run, as 'no chip ... meets its targets'. Each is one line and exit 2 when
+    the file is read, no candidate run (no results file written)."""
+    pf = small()
+    change(pf)
+    res = tmp_path / "r.jsonl"
+    err = _one_line_exit_2(_cli("--portfolio", str(_write(tmp_path, pf)), "--results", str(res)))
+    assert said in err, err
+    assert not res.exists()
+
+
 def test_unmeetable_budget_is_one_line(tmp_path):
     pf = _write(tmp_path, small(budget_usd_per_hour=1.0))
     err = _one_line_exit_2(_cli("--portfolio", str(pf), "--results", str(tmp_path / "r.jsonl")))

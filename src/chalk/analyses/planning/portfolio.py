@@ -67,8 +67,8 @@ def load(source) -> dict:
     chips = _names(data.get("chips"), f"{where}: chips")
     settings = dict(data.get("settings") or {})
     _keys(settings, {"sim_requests", "seed"}, f"{where}: settings")
-    sim = int(settings.get("sim_requests", 4000))
-    seed = int(settings.get("seed", 0))
+    sim = _whole(settings.get("sim_requests", 4000), f"{where}: settings: sim_requests", lo=0)
+    seed = _whole(settings.get("seed", 0), f"{where}: settings: seed")
     prices = _prices(data.get("prices"), f"{where}: prices")
     fleet = _fleet(data.get("fleet") or {}, f"{where}: fleet")
     all_chips = set(chips)
@@ -92,15 +92,30 @@ def load(source) -> dict:
                   "ttft_p99_s": _seconds(m.get("ttft_p99"), f"{w}: ttft_p99"),
                   "tpot_p99_s": _seconds(m.get("tpot_p99"), f"{w}: tpot_p99"),
                   "kv_precision": str(m.get("kv_precision", "auto")), "sim_requests": sim, "seed": seed}
+        if m.get("trace") is None:  # the demand checked here, before any candidate runs (QA 2026-11-28: a model
+            # with both rate and users failed after all 8 candidates, as 'no chip ... meets its targets')
+            from chalk.specs.demand import Demand
+
+            try:
+                Demand(users=demand["users"], rate=demand["rate"], min_user_tps=demand["min_user_tps"],
+                       ttft_p99_s=demand["ttft_p99_s"], tpot_p99_s=demand["tpot_p99_s"])
+            except InputError as e:
+                raise InputError(f"{w}: {str(e).replace('--users N', 'users: N').replace('--rate R', 'rate: R')}") \
+                    from None
+        if m.get("speedup") is not None and m.get("trace") is None:  # as the command line refuses it
+            raise InputError(f"{w}: speedup scales a trace's arrival rate: give a trace (or scale its rate)")
         if m.get("trace") is not None:
             demand["trace"] = str(_path(base, m["trace"]))
-            demand["speedup"] = float(m.get("speedup", 1.0))
+            demand["speedup"] = _number(m.get("speedup", 1.0), f"{w}: speedup")
             from chalk.analyses.planning.trace_demand import demand_from_trace
 
             demand_from_trace(demand["trace"], spec, speedup=demand["speedup"])  # a bad trace fails here, once
         if m.get("diurnal") is not None:
             d = m["diurnal"]
-            demand["diurnal"] = str(_path(base, d)) if isinstance(d, str) else [float(x) for x in d]
+            if not isinstance(d, (str, list)):
+                raise InputError(f"{w}: diurnal must be a file or a list of 24 hourly multipliers")
+            demand["diurnal"] = str(_path(base, d)) if isinstance(d, str) else \
+                [_number(x, f"{w}: diurnal[{k}]", lo=-1e-300) for k, x in enumerate(d)]
             from chalk.specs.demand import read_diurnal
 
             read_diurnal(demand["diurnal"])
@@ -169,13 +184,23 @@ def _seconds(v, where):
 
 
 def _number(v, where, lo=0.0):
+    if isinstance(v, bool):
+        raise InputError(f"{where} must be a number, got {v!r}")
     try:
         x = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{where} must be a number, got {str(v)[:40]!r}") from None
     if not (math.isfinite(x) and x > lo):
         raise InputError(f"{where} must be a finite number above {lo:g}, got {str(v)[:40]!r}")
     return x
+
+
+def _whole(v, where, lo=-1) -> int:
+    """A whole number above `lo` (QA 2026-11-28: 'abc' and null raised tracebacks, 1.9 GPUs became 1 in silence)."""
+    x = _number(v, where, lo=lo)
+    if x != math.floor(x):
+        raise InputError(f"{where} must be a whole number, got {str(v)[:40]!r}")
+    return int(x)
 
 
 def _prices(v, where) -> dict:
@@ -189,12 +214,14 @@ def _gpus(v, where) -> dict:
     if v is None:
         return {}
     _keys(v, set(v) if isinstance(v, dict) else set(), where)
-    return {str(c): int(_number(n, f"{where}: {c}", lo=-1)) for c, n in v.items()}
+    return {str(c): _whole(n, f"{where}: {c}") for c, n in v.items()}
 
 
 def _fleet(f, where) -> dict:
     _keys(f, _FLEET_KEYS, where)
     regions = {}
+    if f.get("regions") is not None and not isinstance(f["regions"], dict):
+        raise InputError(f"{where}: regions must be a mapping of region name to its prices, gpus and power")
     for r, reg in (f.get("regions") or {}).items():
         w = f"{where}: regions: {r}"
         _keys(reg or {}, _REGION_KEYS, w)
@@ -483,7 +510,8 @@ def portfolio(source, *, executor=None, results=None, resume: bool = False, prog
     a = assign(pf, records, node_limit)
     ok = [r for r in records.values() if r["status"] == "ok" and r["option"]["meets_targets"]]
     notes = ["each candidate is a single-model plan on one chip, mode, precision and engine, its latencies "
-             "checked in a replay (Poisson arrivals over the replicas, least-loaded router)",
+             "checked in a replay (Poisson arrivals over the replicas, or a trace's own arrivals, least-loaded "
+             "router)",
              "sized for each model's peak (diurnal peak hour, a trace's busiest minute); constraints hold at the peak; "
              "power is GPUs x chip TDP (an upper bound)" + (f" x PUE {pf['fleet']['pue']:g}" if pf["fleet"]["pue"] != 1
                                                            else "")]
