@@ -488,9 +488,13 @@ def wait_growth(arrival_s, wait_s) -> tuple[float, float, float] | None:
         return None
     k = max(n // 5, 1)
     q_first, q_last = float(np.median(q[:k])), float(np.median(q[-k:]))
-    if not (q_last > 3 * q_first and q_last > 0.05 * window):
-        return None
-    return q_first, q_last, window
+    return (q_first, q_last, window) if _wait_grew(q_first, q_last, window) else None
+
+
+def _wait_grew(q_first: float, q_last: float, window: float) -> bool:
+    """`overload`'s test on the median waits of a run's first and last fifth: the last over 3x the first and over
+    5% of the arrival window (a stable queue's wait does not grow with the run's length)."""
+    return q_last > 3 * q_first and q_last > 0.05 * window
 
 
 def _stream_overload(result: SimulationResult) -> dict | None:
@@ -500,7 +504,7 @@ def _stream_overload(result: SimulationResult) -> dict | None:
     if not w or result.n_requests < 20 or not w["arrival_window_s"] > 0:
         return None
     q_first, q_last, window = w["median_wait_first_fifth_s"], w["median_wait_last_fifth_s"], w["arrival_window_s"]
-    if not (q_last > 3 * q_first and q_last > 0.05 * window):
+    if not _wait_grew(q_first, q_last, window):
         return None
     return {"offered_requests_per_s": w["offered_requests_per_s"], "served_requests_per_s": result.requests_per_s,
             "median_wait_first_fifth_s": q_first, "median_wait_last_fifth_s": q_last, "arrival_window_s": window}
