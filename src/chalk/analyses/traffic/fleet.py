@@ -249,7 +249,8 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
     # and no request arriving in the first `warmup_s` where that still leaves the window a fifth of the run
     first, last = steady_window(n)
     rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(a, kind="stable")] = np.arange(n)
+    by_arrival = np.argsort(a, kind="stable")  # (`a` is in arrival order at the prefill pool's exit, not its own)
+    rank[by_arrival] = np.arange(n)
     keep = (rank >= first) & (rank < last)
     warm = a >= float(np.min(a)) + max(float(warmup_s), 0.0)
     if measure_window is not None:
@@ -267,7 +268,6 @@ def replay(step_cost: StepCost, *, replicas: int, max_batch: int, rate_per_s: fl
         conc = [float(keep.sum()) / span / k * float(np.mean(e2e[keep]))]
         out_rate = [float(np.sum(O[keep])) / span]
     # Poisson arrivals only: a trace's own rate moves through it, and its waits with it
-    by_arrival = np.argsort(a, kind="stable")
     grew = None if arrivals is not None else wait_growth(a[by_arrival], ttft[by_arrival])
     over = None if grew is None else {"median_wait_first_fifth_s": grew[0], "median_wait_last_fifth_s": grew[1],
                                       "arrival_window_s": grew[2]}
