@@ -51,7 +51,7 @@ _SCALARS = (bool, np.bool_, numbers.Number, Decimal, bytes, bytearray)
 _LAYOUT_KEYS = ("tp", "ep", "etp", "pp", "attn_dp", "dp_attn", "attention_dp", "dp_attention")
 #: Keys an answer's own `layout` dict carries beside them, so it passes back as given (`estimate.parse_layout` checks
 #: dp and gpus against the layout; QA 2026-11-28: `layout=estimate(...).to_dict()['layout']` was refused on 'dp')
-_LAYOUT_ANSWER_KEYS = ("dp", "gpus", "label", "out_of_gpus")
+LAYOUT_ANSWER_KEYS = ("dp", "gpus", "label", "out_of_gpus")
 
 
 def _flag(name, v):
@@ -94,7 +94,7 @@ def _layout(name, v):
     if isinstance(v, dict):
         if not v:
             raise InputError(f"{name} must name at least one of tp, ep, etp, pp, attn_dp, got {{}}")
-        bad = [k for k in v if str(k).lower() not in _LAYOUT_KEYS + _LAYOUT_ANSWER_KEYS]
+        bad = [k for k in v if str(k).lower() not in _LAYOUT_KEYS + LAYOUT_ANSWER_KEYS]
         if bad:
             raise InputError(f"{name} key {short(bad[0])} is not one of tp, ep, etp, pp, attn_dp")
     elif isinstance(v, str):

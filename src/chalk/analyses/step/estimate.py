@@ -25,6 +25,7 @@ from chalk.equations import roofline as R
 from chalk.equations.num import every, flt, maximum, ones_like, where
 from chalk.errors import FitError, InputError
 from chalk.memo import by_identity
+from chalk.specs.arguments import LAYOUT_ANSWER_KEYS
 from chalk.specs.catalog import as_model, as_system
 from chalk.specs.hardware import System
 from chalk.specs.model import ModelSpec
@@ -36,8 +37,7 @@ def parse_layout(text) -> dict:
     """`tp=8,ep=8,pp=1,attn_dp=8` -> {'tp': 8, 'ep': 8, 'pp': 1, 'attn_dp': 8}; keys tp, ep, etp, pp, attn_dp (or
     dp)."""
     if isinstance(text, dict):
-        items = [(k, v) for k, v in text.items()
-                 if str(k).lower() not in ("dp", "gpus", "label", "out_of_gpus")]
+        items = [(k, v) for k, v in text.items() if str(k).lower() not in LAYOUT_ANSWER_KEYS]
         if text.get("dp", 1) != 1:  # an answer's own layout dict passes back; it is one replica
             raise InputError(f"layout dp={text['dp']!r} is a replica count: a layout is one replica (replicas: use "
                              "--gpus with chalk throughput)")
