@@ -24,11 +24,10 @@ from chalk.analyses.step.calibration import calibration
 from chalk.analyses.step.parallel import engine_overhead_s, layout_spec
 from chalk.analyses.traffic import fleet
 from chalk.analyses.traffic.serving import (FixedCurve, Speculation, _fixed_setup, _serving_setup,
-                                            default_chunk_tokens, draft_counts, fixed_deployment,
+                                            draft_counts, engine_rank_chunk, fixed_deployment,
                                             model_speculation,
                                             p99_prompt_ratio, prefill_piece,
-                                            prefill_step_tokens, rank_chunk_tokens, replica_chunk_tokens,
-                                            search_sizes,
+                                            prefill_step_tokens, replica_chunk_tokens, search_sizes,
                                             settled_replay, throughput_by_size)
 from chalk.analyses.traffic.simulate import MAX_REQUESTS, StepCost
 from chalk.equations import fleet as F
@@ -411,8 +410,7 @@ def _step_cost(ask: Ask, system: System, s: dict) -> StepCost:
     # the secant through a pure decode step and a step carrying a chunk (`prefill_step_tokens`): at the average
     # prompt load it gives fixed mode's mean step
     a = op["parallelism"]["attn_dp"]
-    piece = prefill_piece(I, rank_chunk_tokens(eng, eng.chunked_prefill_tokens, a) if eng is not None
-                          else default_chunk_tokens())
+    piece = prefill_piece(I, engine_rank_chunk(eng, a))
     c_step, _, c_rank = (0.0, 0.0, None) if s["mode"] == "disaggregated" else \
         (float(v) for v in prefill_step_tokens(B, e, I, O, piece, a, cal.dp_prefill_alignment))
     sc = StepCost.from_step_model(ask.model, system, s["layout_text"], batch=B, context=L, prompt_len=max(I, 1.0),
@@ -525,9 +523,7 @@ def _replay(ask: Ask, system: System, s: dict, n_requests: int | None = None, wo
         # each attention-DP rank has its own chunk budget (`prefill_step_tokens`); no engine named: the budget
         # engines default to, as throughput's (`default_chunk_tokens`)
         a = op["parallelism"]["attn_dp"]
-        eng = load_engine(ask.engine) if ask.engine is not None else None
-        per_rank = rank_chunk_tokens(eng, eng.chunked_prefill_tokens, a) if eng is not None else default_chunk_tokens()
-        chunk = int(per_rank) * a
+        chunk = engine_rank_chunk(load_engine(ask.engine) if ask.engine is not None else None, a) * a
     return fleet.replay(_step_cost(ask, system, s), prefill_chunk=chunk, **kw)
 
 

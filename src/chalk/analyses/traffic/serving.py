@@ -1091,6 +1091,13 @@ def _chunk(eng, max_tokens=None):
     return getattr(eng, "chunked_prefill_tokens", None) if eng is not None else default_chunk_tokens()
 
 
+def engine_rank_chunk(eng, attn_dp=1.0, max_tokens=None):
+    """Each attention-DP rank's prompt tokens per step (`rank_chunk_tokens` of the budget `_chunk` gives): a whole
+    number, or None where the engine prefills whole prompts."""
+    chunk = rank_chunk_tokens(eng, _chunk(eng, max_tokens), attn_dp)
+    return int(chunk) if chunk else chunk
+
+
 @lru_cache(maxsize=1)
 def default_chunk_tokens() -> int:
     """Prompt tokens per step when no engine is named: the median of the catalog's engine profiles' own defaults
@@ -1696,8 +1703,7 @@ def _fixed_setup(model, hardware, *, layout, input_len, output_len, gpus=None, p
     q, e = (1.0, 1.0) if speculative is None else (speculative.draft_tokens + 1.0, speculative.tokens_per_step)
     Ip = I * (1 - F)
     ovh = engine_overhead_s(eng, cal)
-    chunk = rank_chunk_tokens(eng, _chunk(eng, max_tokens), a)  # per attention-DP rank
-    chunk = int(chunk) if chunk else chunk
+    chunk = engine_rank_chunk(eng, a, max_tokens)  # per attention-DP rank
     piece = prefill_piece(Ip, chunk)
     n_chunks = max(1.0, np.ceil(Ip / max(piece, 1.0)))
 
