@@ -66,8 +66,7 @@ def _engine(option, engine, kind: str) -> str:
     eng = engine or option.get("engine") or next(iter(steps), None)
     if eng in steps:
         return eng
-    head = f"{eng}: not rendered ("  # the plan's note where rendering the launch failed (analyses/planning/plan)
-    why = next((n[len(head):].removesuffix(")") for n in option.get("launch_notes") or () if n.startswith(head)), None)
+    why = (option.get("launch_refused") or {}).get(eng)  # why the plan could not render it
     if why is None and steps:
         why = f"it was launched with {', '.join(steps)}"
     raise InputError(f"--emit {kind}: the plan has no {eng or 'engine'} launch of this option to write"

@@ -370,8 +370,8 @@ def _option(ask, name, system, v, model_arg, draft_model, curve, demand, checkpo
                         "gpus": int(v["prefill_replicas"] * p["replica_gpus"]),
                         "input_tokens_per_s_per_replica": float(v["prefill_tokens_per_s"]),
                         "lone_prompt_ttft_s": p["lone_prompt_s"]}
-    o["launch"], o["launch_notes"], o["checkpoint"], o["launch_steps"] = _launch(ask, system, v, model_arg,
-                                                                                 draft_model, checkpoint)
+    o["launch"], o["launch_notes"], o["checkpoint"], o["launch_steps"], o["launch_refused"] = _launch(
+        ask, system, v, model_arg, draft_model, checkpoint)
     if curve is not None:
         o["diurnal"] = _diurnal(ask, demand, curve, v)
     return o
@@ -450,9 +450,10 @@ def _diurnal(ask, demand: Demand, curve, v) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- launch
-def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[dict, list, dict]:
+def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[dict, list, dict, dict, dict]:
     """Engine -> launch text for this option on the engine that sized it (`plan` sizes every option on one, among
-    those that can load the checkpoint), the notes, and engine -> the checkpoint it loads (`Checkpoint.to_dict`)."""
+    those that can load the checkpoint), the notes, engine -> the checkpoint it loads (`Checkpoint.to_dict`),
+    engine -> its per-node commands (`launch_steps`), and engine -> why it has no launch (`launch_refused`)."""
     from chalk.specs.engine import load_engine
     from chalk.specs.launch import (Deployment, Speculation as LaunchSpec, nodes_to_launch, render_launch,
                                     router_launch)
@@ -481,7 +482,7 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
     pools = [("decode" if v["prefill"] else "replica", v["parallelism"], int(v["cap"]), v["replicas"])]
     if v["prefill"] is not None:
         pools.insert(0, ("prefill", v["prefill"]["parallelism"], None, v["prefill_replicas"]))
-    out, notes, loads, steps = {}, [], {}, {}
+    out, notes, loads, steps, refused = {}, [], {}, {}, {}
     for asked in engines:
         e = load_engine(asked).id
         parts, mine = [], []
@@ -508,10 +509,11 @@ def _launch(ask, system, v, model_arg, draft_model, checkpoint=None) -> tuple[di
                 parts.append(router_launch(e, v["prefill_replicas"], v["replicas"]))
         except ChalkError as err:
             notes.append(f"{e}: not rendered ({err})")
+            refused[e] = str(err)
             continue
         out[e] = "\n".join(parts).lstrip("\n")
         steps[e] = mine
-    return out, notes, loads, steps
+    return out, notes, loads, steps, refused
 
 
 def _gpus(par) -> int:

@@ -143,7 +143,8 @@ class PlanResult(Result):
     concurrency_per_replica, max_concurrency_per_replica, capacity_per_replica, capacity_bound (what bounds it: the
     decode replica's seats or its share of the prefill pool), headroom, precision, kv_precision,
     speculative, usd_per_gpu_hour, usd_per_hour, usd_per_day, usd_per_mtok_output, predicted, simulated {ttft_p99_s,
-    tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, diurnal, energy (through the API
+    tpot_p99_s, ...}, targets, meets_targets, bumps, why, launch {engine: text}, launch_refused {engine: why it has
+    no launch}, diurnal, energy (through the API
     and the CLI: `Energy` as a dict)), unavailable (hardware,
     mode, why), demand, targets, input_len, output_len, engine, efficiency, notes, curves.
     """
